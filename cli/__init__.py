@@ -1,0 +1,1 @@
+"""steerformer's command line (installed as ``steerformer_cli``). Thin: parse, call the library, show."""

@@ -1,0 +1,1 @@
+"""`steerformer analyze` (filled in by the foundation work)."""

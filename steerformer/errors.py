@@ -1,0 +1,38 @@
+"""Exceptions raised by steerformer.
+
+Every error names the argument, the value received and what would be valid, so that a user
+never has to read a traceback from deep inside torch or transformers to know what to fix.
+"""
+
+from __future__ import annotations
+
+
+class SteerformerError(Exception):
+    """Base class of every error steerformer raises on purpose."""
+
+
+class InvalidArgumentError(SteerformerError, ValueError):
+    """An argument has a value that cannot be used (wrong shape, range, type...)."""
+
+
+class UnsupportedModelError(SteerformerError, ValueError):
+    """The model's ``config.model_type`` has no adapter."""
+
+
+class ModelNotFoundError(SteerformerError, FileNotFoundError):
+    """A model id or path could not be resolved to weights."""
+
+
+class CheckpointError(SteerformerError, RuntimeError):
+    """A checkpoint exists but cannot be read the way it was asked (missing tensor, non-finite...)."""
+
+
+def bad_argument(name: str, value: object, expected: str, fix: str | None = None) -> InvalidArgumentError:
+    """Build the standard message: ``name=value is invalid: expected ...; fix``."""
+    shown = repr(value)
+    if len(shown) > 120:
+        shown = shown[:117] + "..."
+    msg = f"{name}={shown} is invalid: expected {expected}."
+    if fix:
+        msg += f" {fix}"
+    return InvalidArgumentError(msg)

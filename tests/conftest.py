@@ -1,0 +1,21 @@
+"""Test-wide settings: never touch the network, deterministic seeds, headless plots."""
+
+from __future__ import annotations
+
+import os
+
+# Set before transformers / huggingface_hub are imported anywhere, so a missing model fails in
+# milliseconds instead of after network retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
