@@ -1,7 +1,26 @@
-"""steerformer: see, measure and steer how tokens move through a transformer's layers."""
+"""steerformer: see, measure and steer how tokens move through a transformer's layers.
+
+The public API is re-exported here; everything else is private.
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from .adapters import ADAPTERS, Adapter, AttentionWeights, MaskSpec, get_adapter
+from .attention import attention_output, attention_probs
+from .dynamics import Trajectory, dynamics_step, random_tokens, run_dynamics
+from .errors import (
+    CheckpointError, InvalidArgumentError, ModelNotFoundError, SteerformerError, UnsupportedModelError,
+)
+from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
+from .matrices import LayerMatrices, layer_matrices, read_attention_weights
+from .spectra import Spectra, spectra
+
+__all__ = [
+    "ADAPTERS", "Adapter", "AttentionWeights", "BUNDLED_MINILM", "CheckpointError", "InvalidArgumentError",
+    "LayerMatrices", "MaskSpec", "ModelNotFoundError", "ModelSource", "Spectra", "SteerformerError",
+    "Trajectory", "UnsupportedModelError", "__version__", "attention_output", "attention_probs",
+    "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
+    "read_attention_weights", "run_dynamics", "spectra",
+]

@@ -1,0 +1,32 @@
+"""Architecture adapters, registered by ``config.model_type``.
+
+A new architecture is one new module with an :class:`Adapter` subclass plus one line here.
+"""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedModelError
+from .albert import AlbertAdapter
+from .base import Adapter, AttentionWeights, MaskSpec
+from .bert import BertAdapter
+from .gpt2 import GPT2Adapter
+from .gpt_neo import GPTNeoAdapter
+
+ADAPTERS: dict[str, type[Adapter]] = {
+    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter)
+}
+
+
+def get_adapter(config) -> Adapter:
+    """The adapter for ``config.model_type``; an error listing the supported types otherwise."""
+    model_type = getattr(config, "model_type", None)
+    cls = ADAPTERS.get(model_type)
+    if cls is None:
+        raise UnsupportedModelError(
+            f"model_type={model_type!r} is not supported by steerformer; supported model types: "
+            f"{', '.join(sorted(ADAPTERS))}. Adding one is a new module in steerformer/adapters/."
+        )
+    return cls(config)
+
+
+__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "MaskSpec", "get_adapter"]

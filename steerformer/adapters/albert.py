@@ -1,0 +1,28 @@
+"""ALBERT: layers share weights through ``num_hidden_groups`` groups of ``inner_group_num`` layers."""
+
+from __future__ import annotations
+
+from ._linear_qkv import LinearQKVEncoderAdapter
+
+
+class AlbertAdapter(LinearQKVEncoderAdapter):
+    model_type = "albert"
+    base_model_prefix = "albert"
+
+    def slots(self) -> list[str]:
+        c = self.config
+        return [
+            f"encoder.albert_layer_groups.{g}.albert_layers.{j}.attention"
+            for g in range(c.num_hidden_groups) for j in range(c.inner_group_num)
+        ]
+
+    def layer_sequence(self) -> list[int]:
+        # Same arithmetic as AlbertTransformer.forward: layer i runs group int(i / (L / G)), and
+        # each group runs its inner_group_num layers in order.
+        c = self.config
+        L, G, inner = c.num_hidden_layers, c.num_hidden_groups, c.inner_group_num
+        return [int(i / (L / G)) * inner + j for i in range(L) for j in range(inner)]
+
+    def _names(self, slot: int) -> tuple[str, str, str, str]:
+        p = self.slots()[slot]
+        return f"{p}.query", f"{p}.key", f"{p}.value", f"{p}.dense"

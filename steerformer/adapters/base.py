@@ -1,0 +1,218 @@
+"""The one interface every architecture adapter implements, and the canonical weight layout.
+
+Canonical layout (the papers' convention: tokens are column vectors, a linear map is y = W x + b):
+
+    W_Q, W_K, W_V : (H, d_h, d)     head h computes q_h = W_Q[h] x + b_Q[h]
+    b_Q, b_K, b_V : (H, d_h)
+    W_O           : (H, d, d_h)     attention output = sum_h W_O[h] z_h + b_O
+    b_O           : (d,)
+
+so the layer matrix of MATH.md §1 is F = sum_h W_O[h] @ W_V[h]. Adapters convert from each
+family's storage (``nn.Linear`` is (out, in); GPT-2's ``Conv1D`` is (in, out); fused QKV...) in
+exactly one place, and convert back for the write of the output weight.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Callable, ClassVar, Literal, Sequence
+
+import torch
+
+# Reads one tensor from wherever the weights live (a model in memory, a safetensors file...).
+# Keys are relative to the base model (no ``transformer.`` / ``bert.`` head-class prefix).
+TensorGetter = Callable[[str], torch.Tensor]
+
+MaskKind = Literal["full", "causal", "causal_local"]
+Part = Literal["qk", "vo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSpec:
+    """Which keys a query may attend to.
+
+    ``causal_local``: query i sees keys j with i - window < j <= i (GPT-Neo local layers).
+    """
+
+    kind: MaskKind
+    window: int | None = None
+
+    def allowed(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """Boolean (n, n) matrix, True where query i may attend to key j."""
+        if self.kind == "full":
+            return torch.ones(n, n, dtype=torch.bool, device=device)
+        i = torch.arange(n, device=device)[:, None]
+        j = torch.arange(n, device=device)[None, :]
+        ok = j <= i
+        if self.kind == "causal_local":
+            ok = ok & (i - j < int(self.window or 0))
+        return ok
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "window": self.window}
+
+
+@dataclasses.dataclass
+class AttentionWeights:
+    """One attention module's weights in the canonical layout. Q/K fields are ``None`` when only
+    the value/output part was read (the lazy layer-matrix path never reads Q/K)."""
+
+    W_V: torch.Tensor
+    b_V: torch.Tensor | None
+    W_O: torch.Tensor
+    b_O: torch.Tensor | None
+    scale: float
+    mask: MaskSpec
+    W_Q: torch.Tensor | None = None
+    b_Q: torch.Tensor | None = None
+    W_K: torch.Tensor | None = None
+    b_K: torch.Tensor | None = None
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.W_V.shape[0])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.W_V.shape[2])
+
+    def head_matrices(self) -> torch.Tensor:
+        """Per-head layer matrices M_h = W_O[h] W_V[h], shape (H, d, d)."""
+        return torch.einsum("hdk,hke->hde", self.W_O, self.W_V)
+
+    def layer_matrix(self) -> torch.Tensor:
+        """F = W_O · V = sum_h W_O[h] W_V[h], shape (d, d)."""
+        return torch.einsum("hdk,hke->de", self.W_O, self.W_V)
+
+    def output_bias(self) -> torch.Tensor:
+        """The constant the value/output path adds to every token: W_O b_V + b_O.
+
+        Exact because every attention row sums to one: sum_j A_ij (V x_j + b_V) = V (A x)_i + b_V.
+        """
+        d = self.d_model
+        out = torch.zeros(d, dtype=self.W_V.dtype, device=self.W_V.device)
+        if self.b_V is not None:
+            out = out + torch.einsum("hdk,hk->d", self.W_O, self.b_V)
+        if self.b_O is not None:
+            out = out + self.b_O
+        return out
+
+    def output_matrix(self) -> torch.Tensor:
+        """W_O concatenated over heads, (d, d): column block h multiplies head h's output."""
+        return torch.cat(list(self.W_O), dim=1)
+
+    def value_matrix(self) -> torch.Tensor:
+        """V stacked over heads, (d, d): row block h is head h's value map."""
+        return torch.cat(list(self.W_V), dim=0)
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "AttentionWeights":
+        conv = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
+        return dataclasses.replace(
+            self,
+            **{f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)
+               if isinstance(getattr(self, f.name), torch.Tensor)},
+        )
+
+
+def split_heads_out_in(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(H·d_h, d) row-stacked projection → (H, d_h, d): rows h·d_h:(h+1)·d_h belong to head h."""
+    return weight.reshape(n_heads, weight.shape[0] // n_heads, weight.shape[1])
+
+
+def split_heads_bias(bias: torch.Tensor | None, n_heads: int) -> torch.Tensor | None:
+    return None if bias is None else bias.reshape(n_heads, -1)
+
+
+def split_output_heads(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(d, H·d_h) output projection → (H, d, d_h): column block h multiplies head h."""
+    d, hd = weight.shape
+    return weight.reshape(d, n_heads, hd // n_heads).permute(1, 0, 2)
+
+
+class Adapter(abc.ABC):
+    """Architecture knowledge for one ``config.model_type``.
+
+    A *slot* is one attention module that owns weights; the *layer sequence* lists, in execution
+    order, which slot each layer runs (identity except for weight-sharing models like ALBERT).
+    """
+
+    model_type: ClassVar[str]
+    #: attribute name of the base model inside head classes (``GPT2LMHeadModel.transformer``)
+    base_model_prefix: ClassVar[str]
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    # ---- shape facts -------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def d_model(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def n_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @abc.abstractmethod
+    def slots(self) -> list[str]:
+        """Module path (relative to the base model) of every weight-owning attention module."""
+
+    def layer_sequence(self) -> list[int]:
+        """Slot index run by each layer, in execution order. Default: no sharing."""
+        return list(range(len(self.slots())))
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_sequence())
+
+    @property
+    def shares_weights(self) -> bool:
+        return len(set(self.layer_sequence())) < self.n_layers
+
+    @abc.abstractmethod
+    def mask(self, layer: int) -> MaskSpec:
+        """Mask of execution layer ``layer``."""
+
+    @abc.abstractmethod
+    def scale(self, layer: int) -> float:
+        """Multiplier of the attention scores q·k of execution layer ``layer``."""
+
+    # ---- weights -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_attention(self, layer: int, get: TensorGetter, parts: Sequence[Part] = ("qk", "vo")) -> AttentionWeights:
+        """Canonical weights of execution layer ``layer``, reading only the tensors ``parts`` need."""
+
+    @abc.abstractmethod
+    def output_weight_name(self, slot: int) -> str:
+        """Key (relative to the base model) of the stored output-projection weight of ``slot``."""
+
+    @abc.abstractmethod
+    def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
+        """Canonical concatenated W_O (d, d) → the tensor as stored in the module/checkpoint."""
+
+    @abc.abstractmethod
+    def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`output_weight_to_stored`."""
+
+    def pre_attention_norm(self, layer: int) -> str | None:
+        """Module path of the LayerNorm applied right before attention (pre-LN models), else None."""
+        return None
+
+    def attention_module_output(self, slot: int) -> str:
+        """Module whose forward output is the attention sublayer's output before the residual
+        (used by tests and verification hooks)."""
+        raise NotImplementedError
+
+    def config_summary(self) -> dict:
+        return {
+            "model_type": self.model_type,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "n_layers": self.n_layers,
+            "n_distinct_layers": len(self.slots()),
+            "shares_weights": self.shares_weights,
+        }

@@ -1,0 +1,17 @@
+"""BERT (post-LN encoder, full attention)."""
+
+from __future__ import annotations
+
+from ._linear_qkv import LinearQKVEncoderAdapter
+
+
+class BertAdapter(LinearQKVEncoderAdapter):
+    model_type = "bert"
+    base_model_prefix = "bert"
+
+    def slots(self) -> list[str]:
+        return [f"encoder.layer.{i}.attention" for i in range(self.config.num_hidden_layers)]
+
+    def _names(self, slot: int) -> tuple[str, str, str, str]:
+        p = self.slots()[slot]
+        return f"{p}.self.query", f"{p}.self.key", f"{p}.self.value", f"{p}.output.dense"

