@@ -104,15 +104,17 @@ def layer_matrices(
     source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
-    weights = read_attention_weights(source, ids, parts=("vo",), dtype=dtype, device=device)
     seq = adapter.layer_sequence()
+    # Stream: read one slot's value/output tensors, form F and the bias, let the weights go, so
+    # peak memory is the result plus one layer (the lazy path's whole point).
     cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    mats, biases = [], []
-    for k in ids:
-        if seq[k] not in cache:
-            cache[seq[k]] = (weights[k].layer_matrix(), weights[k].output_bias())
-        mats.append(cache[seq[k]][0])
-        biases.append(cache[seq[k]][1])
+    with source.tensors() as get:
+        for k in ids:
+            if seq[k] not in cache:
+                w = adapter.read_attention(k, get, ("vo",)).to(dtype=dtype, device=device)
+                cache[seq[k]] = (w.layer_matrix(), w.output_bias())
+    mats = [cache[seq[k]][0] for k in ids]
+    biases = [cache[seq[k]][1] for k in ids]
     return LayerMatrices(
         matrices=torch.stack(mats), biases=torch.stack(biases), layer_ids=ids, slot_ids=[seq[k] for k in ids],
         model_type=adapter.model_type, d_model=adapter.d_model, n_heads=adapter.n_heads,

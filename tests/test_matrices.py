@@ -111,3 +111,27 @@ def test_bundled_minilm_resolves_offline() -> None:
     lm = layer_matrices("sentence-transformers/all-MiniLM-L6-v2", layers=[0])
     assert (lm.model_type, lm.d_model, lm.n_heads, lm.n_layers) == ("bert", 384, 12, 6)
     assert lm.source["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _fake_hub_cache(root, repo_id: str, model, commit: str = "0123456789abcdef0123456789abcdef01234567"):
+    """Lay out a checkpoint the way huggingface_hub caches it (models--org--name/snapshots/<sha>)."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    model.save_pretrained(snap)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return commit
+
+
+def test_hub_id_resolves_from_the_cache_offline(tmp_path, monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    model = make_model("gpt_neo", dtype=torch.float32)
+    commit = _fake_hub_cache(tmp_path, "someone/tiny-neo", model)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    lm = layer_matrices("someone/tiny-neo")
+    assert lm.source["commit"] == commit and lm.source["model_id"] == "someone/tiny-neo"
+    assert torch.equal(lm.matrices, layer_matrices(model).matrices)
+    # A revision that is not cached fails fast and says what to do.
+    with pytest.raises(ModelNotFoundError, match="revision 'v2'.*local checkpoint directory"):
+        layer_matrices("someone/tiny-neo", revision="v2")

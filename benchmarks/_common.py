@@ -1,0 +1,42 @@
+"""Shared benchmark helpers: random-weight checkpoints of real sizes, cached on disk, and peak RSS
+of a piece of code measured in a fresh subprocess (so imports and earlier work don't pollute it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+
+
+def gpt2_medium_random(seed: int = 0) -> Path:
+    """A gpt2-medium-sized GPT2LMHeadModel (24 layers, d=1024, 16 heads) with random weights,
+    saved once as safetensors under benchmarks/.cache/."""
+    path = CACHE / "gpt2-medium-random"
+    if (path / "config.json").is_file() and list(path.glob("*.safetensors")):
+        return path
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16))
+    tmp = path.with_suffix(".tmp")
+    model.save_pretrained(tmp)
+    tmp.rename(path)
+    return path
+
+
+def peak_rss_mib(code: str) -> float:
+    """Peak resident memory (MiB) of a fresh Python process running ``code``."""
+    wrapper = textwrap.dedent(code) + textwrap.dedent("""
+        import resource, json, sys
+        print("__RSS__" + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    """)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, env=env, check=True)
+    line = [l for l in out.stdout.splitlines() if l.startswith("__RSS__")][-1]
+    return float(json.loads(line[len("__RSS__"):]))
