@@ -59,6 +59,8 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise bad_argument("new_tokens", new_tokens, "a positive integer")
     prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise bad_argument("prompt_ids", prompt, "at least one token id")
     limit = looped.adapter.max_positions
     if limit is not None and len(prompt) + new_tokens > limit:
         raise bad_argument("new_tokens", new_tokens, f"at most {limit - len(prompt)}: the prompt has {len(prompt)} "

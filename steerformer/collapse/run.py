@@ -81,7 +81,9 @@ def load_tokenizer(model_or_path: Any):
         if not name:
             return None
         path = resolve_checkpoint(str(name))[0] if not os.path.isdir(str(name)) else name
-        return AutoTokenizer.from_pretrained(str(path))
+        tok = AutoTokenizer.from_pretrained(str(path))
+        # transformers 5 builds an empty GPT-2 tokenizer from a folder without vocabulary files.
+        return tok if tok("hello world")["input_ids"] else None
     except Exception as exc:  # no tokenizer is a normal case (tiny test models, bare checkpoints)
         log.info("no tokenizer for %r: %s", model_or_path if isinstance(model_or_path, str) else "model", exc)
         return None
