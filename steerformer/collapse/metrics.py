@@ -1,8 +1,9 @@
 """How close the tokens of each prompt are to consensus (pure tensor functions, MATH.md §6).
 
-The statistics run in float64 whatever the model dtype, and are written as sums of squared
-differences (1 − ⟨a, b⟩ = ‖a − b‖²/2 for unit vectors) rather than 1 minus a cosine: near
-consensus E goes to 1e-10 and below, where 1 − cos would be rounding noise (even negative).
+The statistics run in the states' own precision (float32 at least: fp16/bf16 states are upcast)
+and are written as sums of squared differences (1 − ⟨a, b⟩ = ‖a − b‖²/2 for unit vectors) rather
+than 1 minus a cosine: near consensus E goes to 1e-10 and below, where 1 − cos would be rounding
+noise (even negative) while the squared differences keep their relative accuracy.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import torch
 
 
 def _stat_dtype(h: torch.Tensor) -> torch.dtype:
-    # MPS has no float64; everywhere else the few elementwise passes are cheap in double precision.
-    return torch.float32 if h.device.type == "mps" else torch.float64
+    return torch.float64 if h.dtype == torch.float64 else torch.float32
 
 
 def consensus_stats(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

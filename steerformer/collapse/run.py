@@ -193,8 +193,18 @@ def collapse(
     elif store is not None:
         store.write_run({"options": options, "meta": meta})
 
-    collected = store.read_passes(start) if (store is not None and start > 0) else {}
-    rows: dict[str, list[np.ndarray]] = {k: list(v) for k, v in collected.items()}
+    # Every buffer that lives through the run is allocated here, once: small long-lived arrays
+    # allocated between each pass's large temporaries fragment the CPU heap, and the resident
+    # memory then creeps up pass after pass.
+    L = looped.n_blocks
+    buf = {k: np.zeros((passes, L, P)) for k in STATS}
+    if store is not None and start > 0:
+        for k, v in store.read_passes(start).items():
+            if k in buf:
+                buf[k][:start] = v[:passes]
+    on_dev = torch.empty((len(STATS), L, P), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32,
+                         device=dev)
+    done = min(start, passes)
     stopped_early = False
     from tqdm.auto import tqdm
 
@@ -205,28 +215,26 @@ def collapse(
             t0 = time.perf_counter()
             if weights == "random-per-pass" and p > 0:
                 reinitialize(model, pass_seed(seed, p))
-            parts: list[list[tuple]] = [[] for _ in range(looped.n_blocks)]
-
-            def on_block(k: int, hk: torch.Tensor) -> None:
-                parts[k].append(consensus_stats(hk))
-                bar.update(1)
-
             for s in slices:
+                def on_block(k: int, hk: torch.Tensor, s: slice = s) -> None:
+                    on_dev[:, k, s] = torch.stack(consensus_stats(hk))
+                    bar.update(1)
+
                 if len(slices) == 1:
                     h = looped.run_pass(h, on_block)
                 else:
                     h[s] = looped.run_pass(h[s], on_block)
-            arrays = {name: torch.stack([torch.cat([b[i] for b in parts[k]]) for k in range(looped.n_blocks)]).cpu().numpy()
-                      for i, name in enumerate(STATS)}
+            for i, k in enumerate(STATS):
+                buf[k][p] = on_dev[i].cpu().numpy()
+            arrays = {k: buf[k][p] for k in STATS}
             if not bool(torch.isfinite(h).all()):
                 raise NumericalError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
                                      "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
             seconds = time.perf_counter() - t0
-            for k, v in arrays.items():
-                rows.setdefault(k, []).append(v)
             if store is not None:
                 store.append_pass(p, {**arrays, "seconds": np.float64(seconds)})
                 store.save_state(p + 1, h)
+            done = p + 1
             if on_pass is not None:
                 on_pass(p, arrays)
             if early_stop_tol is not None and float(arrays["e"].max()) < early_stop_tol:
@@ -234,24 +242,23 @@ def collapse(
                 log.info("E < %g at every block of pass %d for every prompt: stopping", early_stop_tol, p + 1)
                 break
     except KeyboardInterrupt:
-        if store is not None and rows.get("e"):
-            _finish(rows, emb, ids, options, meta, weights, seed, stopped_early, partial=True).save(store.path)
-            log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", len(rows["e"]), store.path)
+        if store is not None and done > 0:
+            _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True).save(store.path)
+            log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", done, store.path)
         raise
     finally:
         bar.close()
-    result = _finish(rows, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
+    result = _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
     if store is not None:
         result.save(store.path)
     return result
 
 
-def _finish(rows, emb, ids, options, meta, weights, seed, stopped_early, *, partial) -> CollapseResult:
-    n = len(rows["e"])
+def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, partial) -> CollapseResult:
     seeds = {"pretrained": [], "random": [pass_seed(seed, 0)],
              "random-per-pass": [pass_seed(seed, p) for p in range(n)]}[weights]
     meta = {**meta, "passes_run": n, "stopped_early": stopped_early, "partial": partial, "weight_seeds": seeds}
-    return CollapseResult(**{k: np.stack(rows[k]) for k in STATS}, **{f"{k}0": emb[k] for k in STATS},
+    return CollapseResult(**{k: buf[k][:n].copy() for k in STATS}, **{f"{k}0": emb[k] for k in STATS},
                           token_ids=ids, options=options, meta=meta)
 
 
