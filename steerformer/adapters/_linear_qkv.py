@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from .base import Adapter, AttentionWeights, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
+from .base import Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
 
 
 class LinearQKVEncoderAdapter(Adapter):
@@ -55,3 +55,12 @@ class LinearQKVEncoderAdapter(Adapter):
 
     def attention_module_output(self, slot: int) -> str:
         return self._names(slot)[3]
+
+    def run_block(self, block: torch.nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
+                  *, ffn: bool = True) -> torch.Tensor:
+        if ffn:
+            return first_output(block(hidden, mask))
+        # Post-LN has no separate FFN input norm: "without FFN" keeps the attention sublayer with its
+        # own residual and LayerNorm, LN(x + attn(x)), and drops the FFN, its residual and the
+        # LayerNorm that follows it (BERT output.LayerNorm, ALBERT full_layer_layer_norm).
+        return first_output(block.attention(hidden, mask))

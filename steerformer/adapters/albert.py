@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ._linear_qkv import LinearQKVEncoderAdapter
 
 
@@ -26,3 +28,12 @@ class AlbertAdapter(LinearQKVEncoderAdapter):
     def _names(self, slot: int) -> tuple[str, str, str, str]:
         p = self.slots()[slot]
         return f"{p}.query", f"{p}.key", f"{p}.value", f"{p}.dense"
+
+    def embed(self, base: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+        # ALBERT's embeddings live in embedding_size; the encoder projects them once to hidden_size.
+        return base.encoder.embedding_hidden_mapping_in(base.embeddings(input_ids=input_ids))
+
+    def blocks(self, base: torch.nn.Module) -> list[torch.nn.Module]:
+        inner = self.config.inner_group_num
+        groups = base.encoder.albert_layer_groups
+        return [groups[s // inner].albert_layers[s % inner] for s in self.layer_sequence()]

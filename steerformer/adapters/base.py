@@ -115,6 +115,11 @@ class AttentionWeights:
         )
 
 
+def first_output(out):
+    """A module's main output: transformers 4.x blocks return tuples, 5.x ones a bare tensor."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 def split_heads_out_in(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(H·d_h, d) row-stacked projection → (H, d_h, d): rows h·d_h:(h+1)·d_h belong to head h."""
     return weight.reshape(n_heads, weight.shape[0] // n_heads, weight.shape[1])
@@ -206,6 +211,55 @@ class Adapter(abc.ABC):
         """Module whose forward output is the attention sublayer's output before the residual
         (used by tests and verification hooks)."""
         raise NotImplementedError
+
+    # ---- running the model block by block (looped-model collapse, MATH.md §6) -----------------
+    # ``base`` below is always the base model (``model.base_model``: GPT2Model, BertModel...).
+
+    @property
+    def max_positions(self) -> int | None:
+        """How many positions the position embedding holds (None: no limit known)."""
+        for name in ("max_position_embeddings", "n_positions"):
+            v = getattr(self.config, name, None)
+            if v is not None:
+                return int(v)
+        return None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    def embed(self, base: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+        """The hidden states the first block receives: everything the model does to the ids before
+        its first block (token + position embeddings, embedding LayerNorm/projection...)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run blocks one by one (no embed())")
+
+    def blocks(self, base: torch.nn.Module) -> list[torch.nn.Module]:
+        """The transformer blocks in execution order, one per entry of :meth:`layer_sequence`
+        (a shared block appears once per use)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run blocks one by one (no blocks())")
+
+    def final_norm(self, base: torch.nn.Module) -> torch.nn.Module | None:
+        """The norm applied after the last block (pre-LN models' ``ln_f``); None for post-LN encoders."""
+        return None
+
+    def block_attention_mask(self, layer: int, n: int, dtype: torch.dtype,
+                             device: torch.device | str | None = None) -> torch.Tensor | None:
+        """The additive attention mask (1, 1, n, n) that execution layer ``layer`` must be given
+        when called on its own: 0 where :meth:`mask` allows a key, the dtype's lowest value elsewhere;
+        None for full attention. transformers 5 builds masks at model level, so a block called
+        without this one silently attends to every token."""
+        spec = self.mask(layer)
+        if spec.kind == "full":
+            return None
+        allowed = spec.allowed(n, device=device)
+        out = torch.zeros(n, n, dtype=dtype, device=device)
+        return out.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+    def run_block(self, block: torch.nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
+                  *, ffn: bool = True) -> torch.Tensor:
+        """One block on ``hidden`` (batch, n, d) with ``mask``; ``ffn=False`` drops the
+        feed-forward sublayer together with its norm and its residual."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run blocks one by one (no run_block())")
 
     def config_summary(self) -> dict:
         return {

@@ -1,0 +1,19 @@
+"""Looped-model collapse (consensus paper §5.2, MATH.md §6): loop a model many times over the same
+prompts and watch its tokens reach consensus."""
+
+from __future__ import annotations
+
+from .decode import DecodeResult, greedy_decode, load_causal_lm
+from .loop import LoopedModel
+from .metrics import consensus_stats
+from .plot import collapse_figure
+from .prompts import random_prompt_ids
+from .result import CollapseResult
+from .run import NumericalError, collapse, load_tokenizer, parse_dtype
+from .weights import pass_seed, reinitialize
+
+__all__ = [
+    "CollapseResult", "DecodeResult", "LoopedModel", "NumericalError", "collapse", "collapse_figure",
+    "consensus_stats", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype", "pass_seed", "random_prompt_ids",
+    "reinitialize",
+]

@@ -1,0 +1,125 @@
+"""What a collapse run measured: E, the mean pairwise cosine and the distance to the centroid
+after every block of every pass, per prompt."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+STATS = ("e", "pairwise", "centroid")
+
+
+@dataclasses.dataclass
+class CollapseResult:
+    """``e``, ``pairwise``, ``centroid``: (passes, blocks, prompts); the ``*0`` arrays (prompts,)
+    are the same statistics of the embedded prompts, before the first block. ``options`` holds the
+    run's arguments, ``meta`` the model facts, dtype, device, pass seeds and timings."""
+
+    e: np.ndarray
+    pairwise: np.ndarray
+    centroid: np.ndarray
+    e0: np.ndarray
+    pairwise0: np.ndarray
+    centroid0: np.ndarray
+    token_ids: np.ndarray
+    options: dict
+    meta: dict
+
+    @property
+    def n_passes(self) -> int:
+        return int(self.e.shape[0])
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self.e.shape[1])
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.e.shape[2])
+
+    def curve(self, stat: str = "e") -> np.ndarray:
+        """(1 + passes·blocks, prompts): the embedding first, then block after block; row k ≥ 1 is
+        the k-th block run (layer index k of the paper's figures)."""
+        arr, first = getattr(self, stat), getattr(self, f"{stat}0")
+        return np.concatenate([first[None], arr.reshape(-1, arr.shape[-1])], axis=0)
+
+    def summary(self, stat: str = "e") -> dict[str, np.ndarray]:
+        """Mean, std and :data:`QUANTILES` over prompts at every layer index."""
+        c = self.curve(stat)
+        out = {"mean": c.mean(1), "std": c.std(1)}
+        for q, v in zip(QUANTILES, np.quantile(c, QUANTILES, axis=1)):
+            out[f"q{int(round(q * 100)):02d}"] = v
+        return out
+
+    # ---- persistence -------------------------------------------------------------------------
+    def to_json(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        doc = {
+            "options": self.options, "meta": self.meta,
+            "n_passes": self.n_passes, "n_blocks": self.n_blocks, "n_prompts": self.n_prompts,
+            "layer_index": "0 = embedded prompts, k >= 1 = after the k-th block run (pass (k-1)//n_blocks)",
+            "final": {s: float(getattr(self, s)[-1, -1].mean()) for s in STATS},
+            "summary": {s: {k: v.tolist() for k, v in self.summary(s).items()} for s in STATS},
+        }
+        path.write_text(json.dumps(doc, indent=1, default=str))
+        return path
+
+    def to_npz(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        np.savez_compressed(path, token_ids=self.token_ids,
+                            **{k: getattr(self, k) for k in (*STATS, *(f"{s}0" for s in STATS))},
+                            options=json.dumps(self.options, default=str), meta=json.dumps(self.meta, default=str))
+        return path
+
+    @classmethod
+    def from_npz(cls, path: str | os.PathLike) -> "CollapseResult":
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+        return cls(**{k: arrays[k] for k in (*STATS, *(f"{s}0" for s in STATS), "token_ids")},
+                   options=json.loads(str(arrays["options"])), meta=json.loads(str(arrays["meta"])))
+
+    @classmethod
+    def load(cls, run: str | os.PathLike) -> "CollapseResult":
+        """A finished run (``collapse.npz``) or the completed passes of an interrupted one."""
+        run = Path(run)
+        if run.is_file():
+            return cls.from_npz(run)
+        if (run / "collapse.npz").is_file():
+            return cls.from_npz(run / "collapse.npz")
+        from .store import RunStore
+
+        store = RunStore(run)
+        done = store.completed_passes()
+        if done == 0:
+            from ..errors import bad_argument
+
+            raise bad_argument("run", str(run), "a collapse output folder with at least one completed pass")
+        info, emb, passes = store.read_run(), store.read_embedding(), store.read_passes(done)
+        return cls(**{s: passes[s] for s in STATS}, **{f"{s}0": emb[s] for s in STATS},
+                   token_ids=store.read_prompts(), options=info["options"], meta={**info["meta"], "partial": True})
+
+    def save(self, out: str | os.PathLike) -> dict[str, Path]:
+        """``collapse.json``, ``collapse.npz`` and the figure ``collapse.png`` in folder ``out``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        return {"json": self.to_json(out / "collapse.json"), "npz": self.to_npz(out / "collapse.npz"),
+                **self.plot(out)}
+
+    def label(self) -> str:
+        o = self.options
+        return f"{self.meta.get('model_id', '?')} · {o.get('weights')} · {'FFN' if o.get('ffn') else 'no FFN'}"
+
+    def figure(self, stat: str = "e"):
+        from .plot import collapse_figure
+
+        return collapse_figure([self], stat=stat)
+
+    def plot(self, out: str | os.PathLike) -> dict[str, Path]:
+        path = Path(out) / "collapse.png"
+        self.figure().savefig(path, dpi=130)
+        return {"figure": path}

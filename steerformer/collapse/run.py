@@ -1,0 +1,277 @@
+"""``collapse()``: run prompts through a model looped many times and measure consensus (MATH.md §6)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InvalidArgumentError, SteerformerError, bad_argument
+from .loop import LoopedModel
+from .metrics import consensus_stats
+from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
+from .result import STATS, CollapseResult
+from .store import RunStore
+from .weights import pass_seed, reinitialize
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = ("pretrained", "random", "random-per-pass")
+DTYPES = {
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
+}
+# Options a resumed run must share with the run it continues (passes and the tolerance may change).
+_RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_size", "token_source")
+
+
+class NumericalError(SteerformerError, ArithmeticError):
+    """Hidden states became NaN/inf (typically fp16 overflow in a long run)."""
+
+
+def parse_dtype(dtype: Any) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in DTYPES:
+        raise bad_argument("dtype", dtype, f"one of {', '.join(sorted(DTYPES))} or a torch.dtype")
+    return DTYPES[key]
+
+
+def _check_int(name: str, value: Any, low: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise bad_argument(name, value, f"an integer >= {low} ({what})")
+    return int(value)
+
+
+def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
+    """The model to loop, in eval mode. A model object is copied before anything would change it
+    (dtype, device, or weights when ``own``), so the caller's model is left as it was."""
+    from ..loading import _is_pretrained_model, load_model
+
+    if not _is_pretrained_model(model_or_path):
+        return load_model(model_or_path, dtype=dtype, device=device)
+    model = model_or_path
+    p = next(model.parameters())
+    dev = None if device is None else torch.device(device)
+    moves = (dtype is not None and dtype != p.dtype) or (
+        dev is not None and (dev.type != p.device.type or dev.index not in (None, p.device.index)))
+    if own or moves or model.training:
+        model = copy.deepcopy(model)
+    if moves:
+        model = model.to(dtype=dtype, device=dev)
+    return model.eval()
+
+
+def load_tokenizer(model_or_path: Any):
+    """The checkpoint's tokenizer, or None when it cannot be read (no files, offline)."""
+    try:
+        from transformers import AutoTokenizer
+
+        from ..loading import _is_pretrained_model, resolve_checkpoint
+
+        name = getattr(model_or_path.config, "_name_or_path", "") if _is_pretrained_model(model_or_path) else model_or_path
+        if not name:
+            return None
+        path = resolve_checkpoint(str(name))[0] if not os.path.isdir(str(name)) else name
+        tok = AutoTokenizer.from_pretrained(str(path))
+        # transformers 5 builds an empty GPT-2 tokenizer from a folder without vocabulary files.
+        return tok if tok("hello world")["input_ids"] else None
+    except Exception as exc:  # no tokenizer is a normal case (tiny test models, bare checkpoints)
+        log.info("no tokenizer for %r: %s", model_or_path if isinstance(model_or_path, str) else "model", exc)
+        return None
+
+
+def collapse(
+    model_or_path: Any,
+    *,
+    prompts: int = 100,
+    length: int = 200,
+    passes: int = 10,
+    ffn: bool = True,
+    weights: str = "pretrained",
+    seed: int = 42,
+    dtype: Any = None,
+    device: Any = None,
+    batch_size: int | None = None,
+    token_ids: Any = None,
+    texts: Sequence[str] | None = None,
+    tokenizer: Any = None,
+    out: str | os.PathLike | None = None,
+    resume: bool = False,
+    early_stop_tol: float | None = None,
+    progress: bool = False,
+    on_pass: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+) -> CollapseResult:
+    """Loop ``model_or_path`` ``passes`` times over the same prompts and measure E (eq. 9), the
+    mean pairwise cosine and the mean distance to the centroid after every block.
+
+    The prompts (``prompts × length`` ids uniform over the vocabulary, Python ``random`` seeded
+    with ``seed`` as the reference code; or ``token_ids``; or ``texts``) are embedded once. Each
+    pass runs every block in execution order with the model's own masks, then the final norm; its
+    output is the next pass's input (positions are not re-added). ``ffn=False`` drops every FFN
+    with its norm and its residual. ``weights``: ``"pretrained"``; ``"random"`` (one draw of the
+    model's own initializer, seed ``seed``); ``"random-per-pass"`` (a fresh draw before every
+    pass, seed ``seed + pass``). With ``out``, every pass is appended to that folder as it
+    completes, so Ctrl-C keeps the finished passes and ``resume=True`` continues bit for bit.
+    ``early_stop_tol``: stop after a pass in which E stayed below it for every prompt and block.
+    ``on_pass(index, arrays)`` is called after each stored pass.
+    """
+    passes = _check_int("passes", passes, 1, "how many times the model is looped")
+    if weights not in WEIGHTS:
+        raise bad_argument("weights", weights, f"one of {', '.join(WEIGHTS)}")
+    if batch_size is not None:
+        batch_size = _check_int("batch_size", batch_size, 1, "prompts run together")
+    if early_stop_tol is not None and not (np.isfinite(early_stop_tol) and early_stop_tol > 0):
+        raise bad_argument("early_stop_tol", early_stop_tol, "a positive tolerance on E, or None")
+    if sum(x is not None for x in (token_ids, texts)) > 1:
+        raise InvalidArgumentError("pass token_ids= or texts=, not both")
+    if resume and out is None:
+        raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
+    torch_dtype = parse_dtype(dtype)
+    store = RunStore.open(out, resume=resume) if out is not None else None  # fail before loading a model
+
+    model = _prepare_model(model_or_path, torch_dtype, device, own=weights != "pretrained")
+    looped = LoopedModel(model, ffn=ffn)
+    adapter = looped.adapter
+    param = next(model.parameters())
+    dev, run_dtype = param.device, param.dtype
+
+    if token_ids is not None:
+        ids, source = check_token_ids(token_ids, vocab_size=adapter.vocab_size, max_positions=adapter.max_positions), "token_ids"
+    elif texts is not None:
+        tok = tokenizer if tokenizer is not None else load_tokenizer(model_or_path)
+        ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
+    else:
+        _check_int("prompts", prompts, 1, "how many random prompts")
+        check_length(length, adapter.max_positions)
+        ids, source = random_prompt_ids(int(prompts), int(length), adapter.vocab_size, seed=int(seed)), "random"
+    P, T = ids.shape
+    bs = P if batch_size is None else min(batch_size, P)
+    slices = [slice(i, min(i + bs, P)) for i in range(0, P, bs)]
+
+    options = {"prompts": P, "length": T, "passes": passes, "ffn": bool(ffn), "weights": weights, "seed": int(seed),
+               "dtype": str(run_dtype).removeprefix("torch."), "batch_size": bs, "token_source": source,
+               "early_stop_tol": early_stop_tol}
+    meta = _model_meta(model_or_path, model, adapter, looped, dev)
+
+    start, h, emb = 0, None, None
+    if store is not None and resume:
+        old = store.read_run()
+        diff = {k: (old["options"].get(k), options[k]) for k in _RESUME_KEYS if old["options"].get(k) != options[k]}
+        for k in ("model_type", "n_blocks", "d_model"):
+            if old["meta"].get(k) != meta[k]:
+                diff[k] = (old["meta"].get(k), meta[k])
+        if diff:
+            raise bad_argument("resume", True, "the same options and model as the run being resumed; these differ "
+                               "(stored, now): " + ", ".join(f"{k}={a!r}/{b!r}" for k, (a, b) in diff.items()),
+                               "Resume with the original options, or start a new run in another folder.")
+        if not np.array_equal(store.read_prompts(), ids):
+            raise bad_argument("resume", True, "the prompts of the run being resumed (the token ids differ)")
+        state = store.load_state()
+        if state is not None:
+            start, h, emb = int(state["completed"]), state["hidden"].to(dev), store.read_embedding()
+            log.info("resuming %s after pass %d", store.path, start)
+
+    # The first draw of random weights comes before the embedding, as in the reference code.
+    if weights != "pretrained" and not (weights == "random-per-pass" and start > 0):
+        reinitialize(model, pass_seed(seed, 0))
+    if h is None:
+        h = torch.cat([looped.embed(torch.as_tensor(ids[s], device=dev)) for s in slices])
+        emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h))}
+        if store is not None:
+            store.write_run({"options": options, "meta": meta})
+            store.write_prompts(ids)
+            store.write_embedding(emb)
+    elif store is not None:
+        store.write_run({"options": options, "meta": meta})
+
+    # Every buffer that lives through the run is allocated here, once: small long-lived arrays
+    # allocated between each pass's large temporaries fragment the CPU heap, and the resident
+    # memory then creeps up pass after pass.
+    L = looped.n_blocks
+    buf = {k: np.zeros((passes, L, P)) for k in STATS}
+    if store is not None and start > 0:
+        for k, v in store.read_passes(start).items():
+            if k in buf:
+                buf[k][:start] = v[:passes]
+    on_dev = torch.empty((len(STATS), L, P), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32,
+                         device=dev)
+    done = min(start, passes)
+    stopped_early = False
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=(passes - start) * looped.n_blocks * len(slices), unit="block", desc="collapse",
+               disable=not progress, leave=False)
+    try:
+        for p in range(start, passes):
+            t0 = time.perf_counter()
+            if weights == "random-per-pass" and p > 0:
+                reinitialize(model, pass_seed(seed, p))
+            for s in slices:
+                def on_block(k: int, hk: torch.Tensor, s: slice = s) -> None:
+                    on_dev[:, k, s] = torch.stack(consensus_stats(hk))
+                    bar.update(1)
+
+                if len(slices) == 1:
+                    h = looped.run_pass(h, on_block)
+                else:
+                    h[s] = looped.run_pass(h[s], on_block)
+            for i, k in enumerate(STATS):
+                buf[k][p] = on_dev[i].cpu().numpy()
+            arrays = {k: buf[k][p] for k in STATS}
+            if not bool(torch.isfinite(h).all()):
+                raise NumericalError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
+                                     "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
+            seconds = time.perf_counter() - t0
+            if store is not None:
+                store.append_pass(p, {**arrays, "seconds": np.float64(seconds)})
+                store.save_state(p + 1, h)
+            done = p + 1
+            if on_pass is not None:
+                on_pass(p, arrays)
+            if early_stop_tol is not None and float(arrays["e"].max()) < early_stop_tol:
+                stopped_early = True
+                log.info("E < %g at every block of pass %d for every prompt: stopping", early_stop_tol, p + 1)
+                break
+    except KeyboardInterrupt:
+        if store is not None and done > 0:
+            _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True).save(store.path)
+            log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", done, store.path)
+        raise
+    finally:
+        bar.close()
+    result = _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
+    if store is not None:
+        result.save(store.path)
+    return result
+
+
+def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, partial) -> CollapseResult:
+    seeds = {"pretrained": [], "random": [pass_seed(seed, 0)],
+             "random-per-pass": [pass_seed(seed, p) for p in range(n)]}[weights]
+    meta = {**meta, "passes_run": n, "stopped_early": stopped_early, "partial": partial, "weight_seeds": seeds}
+    return CollapseResult(**{k: buf[k][:n].copy() for k in STATS}, **{f"{k}0": emb[k] for k in STATS},
+                          token_ids=ids, options=options, meta=meta)
+
+
+def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict:
+    import transformers
+
+    from .. import __version__
+
+    name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
+        (getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    return {"model_id": str(name), "model_type": adapter.model_type, "n_blocks": looped.n_blocks,
+            "d_model": adapter.d_model, "n_heads": adapter.n_heads,
+            "masks": [adapter.mask(k).to_dict() for k in range(looped.n_blocks)],
+            "final_norm": looped.norm is not None, "device": str(dev),
+            "steerformer": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
+            "e_definition": "eq. (9) without absolute value (the reference code averages |cos|)"}
