@@ -14,9 +14,9 @@ def main(out_dir: str = "runs/example-minilm") -> None:
     report = sf.analyze("sentence-transformers/all-MiniLM-L6-v2")
     print(report.table())
     sp = report.spectra
-    for k, case in zip(report.layer_ids, sp.case):
+    for i, (k, case) in enumerate(zip(report.layer_ids, sp.case)):
         kind = {1: "real dominant λ1", 2: "complex dominant pair", 3: "no strictly dominant λ"}[case]
-        print(f"layer {k}: {kind}, gap {float(sp.gap[k]):.3g}")
+        print(f"layer {k}: {kind}, gap {float(sp.gap[i]):.3g}")
     paths = report.save(out_dir)
     print(f"wrote {len(paths)} files to {out_dir}/")
 

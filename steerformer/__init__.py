@@ -8,7 +8,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .adapters import ADAPTERS, Adapter, AttentionWeights, MaskSpec, get_adapter
+from .analyze import AnalysisReport, analyze
 from .attention import attention_output, attention_probs
+from .collapse import CollapseResult, DecodeResult, collapse, collapse_figure, greedy_decode
 from .dynamics import Trajectory, dynamics_step, random_tokens, run_dynamics
 from .errors import (
     CheckpointError, InvalidArgumentError, ModelNotFoundError, SteerformerError, UnsupportedModelError,
@@ -18,7 +20,8 @@ from .matrices import LayerMatrices, layer_matrices, read_attention_weights
 from .spectra import Spectra, spectra
 
 __all__ = [
-    "ADAPTERS", "Adapter", "AttentionWeights", "BUNDLED_MINILM", "CheckpointError", "InvalidArgumentError",
+    "ADAPTERS", "Adapter", "AnalysisReport", "CollapseResult", "DecodeResult", "analyze", "collapse",
+    "collapse_figure", "greedy_decode", "AttentionWeights", "BUNDLED_MINILM", "CheckpointError", "InvalidArgumentError",
     "LayerMatrices", "MaskSpec", "ModelNotFoundError", "ModelSource", "Spectra", "SteerformerError",
     "Trajectory", "UnsupportedModelError", "__version__", "attention_output", "attention_probs",
     "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
