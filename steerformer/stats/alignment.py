@@ -61,8 +61,8 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     """
     N = before.shape[0]
     X = torch.cat([before, after]).to(torch.float64)
-    cols = [dirs.basis, S] + ([extra] if extra is not None else [])
-    C = X @ torch.cat(cols, dim=1)
+    B = torch.cat([dirs.basis, S], dim=1)
+    C = X @ B if extra is None else torch.cat([X @ B, X @ extra], dim=1)
     norms = torch.linalg.vector_norm(X, dim=-1)
     m = dirs.basis.shape[1]
     R = dirs.group_correlations(C[:, :m], norms)  # (2N, G)
@@ -116,6 +116,11 @@ def _flatten(states, lengths, step_layers, options):
         lengths = [X.shape[1]]
     if sum(lengths) != X.shape[1]:
         raise bad_argument("lengths", list(lengths), f"prompt lengths summing to the {X.shape[1]} tokens")
+    zero = torch.linalg.vector_norm(X, dim=-1) == 0
+    if bool(zero.any()):
+        s, i = (int(v) for v in torch.nonzero(zero)[0])
+        raise bad_argument("states", f"zero vector at step {s}, token {i}",
+                           "non-zero tokens (a correlation with a zero vector is undefined)")
     if step_layers is None:
         step_layers = list(range(X.shape[0] - 1))
     if len(step_layers) != X.shape[0] - 1:
