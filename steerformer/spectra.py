@@ -74,7 +74,10 @@ def sorted_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.
         raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
     A = torch.as_tensor(matrix).to(dtype=dtype, device=device)
     vals, vecs = torch.linalg.eig(A)  # LAPACK geev on CPU: columns already have unit 2-norm
-    key = vals.real + 1e-12 * torch.sign(vals.imag) * vals.abs().amax(-1, keepdim=True)
+    # Conjugate partners have identical real parts: break the tie towards Im > 0, in float64 so
+    # the nudge survives for float32 spectra too.
+    v64 = vals.to(torch.complex128)
+    key = v64.real + 1e-12 * torch.sign(v64.imag) * v64.abs().amax(-1, keepdim=True)
     order = torch.argsort(key, dim=-1, descending=True)
     vals = torch.gather(vals, -1, order)
     vecs = torch.gather(vecs, -1, order.unsqueeze(-2).expand_as(vecs))

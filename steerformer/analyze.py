@@ -1,0 +1,151 @@
+"""`analyze`: layer matrices and their spectra, as one report (JSON, NPZ, CSV, figures)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+import io
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from . import __version__, plotting
+from .errors import bad_argument
+from .loading import ModelSource, open_source
+from .matrices import LayerMatrices, layer_matrices
+from .spectra import Spectra, spectra
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+#: Columns of the per-layer table / CSV, in order.
+TABLE_COLUMNS = ("layer", "slot", "lambda1", "lambda2", "gap", "relative_gap", "case", "v1v2_overlap", "spectral_radius")
+
+
+def _fmt_complex(z: Sequence[float]) -> str:
+    re, im = z
+    return f"{re:.4g}" if im == 0 else f"{re:.4g}{'+' if im >= 0 else '-'}{abs(im):.3g}j"
+
+
+@dataclasses.dataclass
+class AnalysisReport:
+    """Everything `analyze` measured. ``layers`` holds one JSON-ready record per analysed layer."""
+
+    meta: dict
+    layers: list[dict]
+    spectra: Spectra
+    matrices: LayerMatrices
+
+    @property
+    def layer_ids(self) -> list[int]:
+        return self.matrices.layer_ids
+
+    def to_dict(self) -> dict:
+        return {"meta": self.meta, "layers": self.layers}
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """JSON text of the report; also written to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """One row per layer with the table columns (complex numbers split in re/im)."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        header = []
+        for c in TABLE_COLUMNS:
+            header += [f"{c}_re", f"{c}_im"] if c in ("lambda1", "lambda2") else [c]
+        w.writerow(header + ["de_facto_case3"])
+        for r in self.layers:
+            row = []
+            for c in TABLE_COLUMNS:
+                row += list(r[c]) if c in ("lambda1", "lambda2") else [r[c]]
+            w.writerow(row + [r["de_facto_case3"]])
+        if path is not None:
+            Path(path).write_text(buf.getvalue())
+        return buf.getvalue()
+
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
+        """Write report.json, layers.csv, eigenvalues.npz (and the figures) into ``out_dir``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = [out / "report.json", out / "layers.csv", out / "eigenvalues.npz"]
+        self.to_json(written[0])
+        self.to_csv(written[1])
+        np.savez_compressed(
+            written[2], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.matrices.slot_ids),
+            eigenvalues=self.spectra.eigenvalues.numpy(),
+        )
+        if plots:
+            written += self.plot(out)
+        return written
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Spectral figures: complex planes per layer, top-5 real parts across layers, Re λ histogram."""
+        out = Path(out_dir)
+        ev = self.spectra.eigenvalues.numpy()
+        name = self.meta.get("model_id", "")
+        return [
+            plotting.save_figure(plotting.eigenvalue_planes(ev, self.layer_ids, name), out / "eigenvalues_complex_plane.png"),
+            plotting.save_figure(plotting.top_real_parts(ev, self.layer_ids, 5, name), out / "top5_real_parts.png"),
+            plotting.save_figure(plotting.real_part_histogram(ev, self.layer_ids, name), out / "real_part_histogram.png"),
+        ]
+
+    def table(self) -> str:
+        """Per-layer text table (λ1, λ2, gap, case, |<v1,v2>|)."""
+        lines = [f"{'layer':>5} {'λ1':>18} {'λ2':>18} {'gap':>10} {'rel.gap':>8} {'case':>6} {'|<v1,v2>|':>9}"]
+        for r in self.layers:
+            case = f"{r['case']}{'*' if r['de_facto_case3'] else ''}"
+            lines.append(f"{r['layer']:>5} {_fmt_complex(r['lambda1']):>18} {_fmt_complex(r['lambda2']):>18} "
+                         f"{r['gap']:>10.4g} {r['relative_gap']:>8.3g} {case:>6} {r['v1v2_overlap']:>9.3f}")
+        if any(r["de_facto_case3"] for r in self.layers):
+            lines.append("* de facto case 3: tiny relative gap and nearly parallel v1, v2")
+        return "\n".join(lines)
+
+
+def analyze(
+    model_or_path: Any,
+    *,
+    layers: Sequence[int] | None = None,
+    dtype: str | torch.dtype = "float64",
+    device: str | None = None,
+    revision: str | None = None,
+    progress: bool = False,
+) -> AnalysisReport:
+    """Layer matrices F_k = W_O·V of ``model_or_path`` and their spectra.
+
+    ``dtype`` is the precision of the eigen-decomposition ("float64" default, "float32" faster);
+    the matrices are always formed in float64. Shared-weight layers (ALBERT) are decomposed once.
+    """
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise bad_argument("dtype", dtype, f"one of {sorted(DTYPES)}")
+        tdtype = DTYPES[dtype]
+    else:
+        tdtype = dtype
+    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    mats = layer_matrices(source, layers)
+    wrap = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        wrap = lambda it: tqdm(it, desc="eig per layer", unit="layer")  # noqa: E731
+    sp = spectra(mats, dtype=tdtype, device=device, progress=wrap)
+    records = [{"layer": k, "slot": s, **sp.record(i)} for i, (k, s) in enumerate(zip(mats.layer_ids, mats.slot_ids))]
+    meta = {
+        **source.meta(),
+        "steerformer_version": __version__,
+        "eig_dtype": str(tdtype).replace("torch.", ""),
+        # to_dict(): reading config.torch_dtype directly warns on transformers 5 (renamed dtype).
+        "checkpoint_dtype": str(source.config.to_dict().get("dtype") or source.config.to_dict().get("torch_dtype")),
+        "device": device or "cpu",
+        "config": source.adapter.config_summary(),
+        "layers_analyzed": mats.layer_ids,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return AnalysisReport(meta=meta, layers=records, spectra=sp, matrices=mats)
