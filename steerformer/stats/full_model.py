@@ -75,7 +75,15 @@ def _tokenize(source: ModelSource, prompts: Sequence[str], tokenizer) -> list[li
         except Exception:  # no tokenizer files: say how to go on without one
             raise bad_argument("prompts", f"text prompts for {source.model_id!r}", "a model that ships a tokenizer",
                                "Pass input_ids= (token ids per prompt) or tokenizer= instead.") from None
-    return [list(tokenizer(p)["input_ids"]) for p in prompts]
+    ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if special and all(i in special for seq in ids for i in seq):
+        # transformers 5 builds an empty tokenizer for checkpoints without vocabulary files: every
+        # word becomes <unk>, which would make "real prompts" meaningless.
+        raise bad_argument("prompts", f"text prompts for {source.model_id!r}",
+                           "a model whose tokenizer has a vocabulary (every word became a special/unknown token)",
+                           "Pass input_ids= (token ids per prompt) or tokenizer= instead.")
+    return ids
 
 
 def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
