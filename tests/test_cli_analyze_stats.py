@@ -74,3 +74,14 @@ def test_bad_statistics_options_are_one_clean_line(extra, words, tmp_path) -> No
     assert "Traceback" not in res.output
     for w in words:
         assert w in res.output
+
+
+def test_power_method_stats_on_grouped_albert_skips_full_model_only() -> None:
+    from steerformer.stats import power_method_stats
+
+    model = make_model("albert-2groups-inner2")
+    rep = power_method_stats(model, n_prompts=4, n_tokens=3, prolong=2)
+    assert "inner_group_num" in rep.options["full_model_skipped"]
+    assert len(rep.controlled.layers) == 8 and len(rep.prolonged.layers) == 16
+    # Execution layers run slots 0,1,0,1,2,3,2,3: the statistics follow the layer ids of the run.
+    assert [r["layer"] for r in rep.controlled.layers] == list(range(8))
