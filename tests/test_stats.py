@@ -3,7 +3,6 @@ the models' own forward passes) on constructed cases with planted eigenvectors."
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from steerformer import layer_matrices, run_dynamics, spectra
 from steerformer.errors import InvalidArgumentError
-from steerformer.stats import COLUMNS, alignment_stats, eigen_directions, principal_eigvec
+from steerformer.stats import alignment_stats, eigen_directions, principal_eigvec
 
 from .tiny_models import make_model
 
