@@ -108,7 +108,7 @@ def token_trajectories(stats, title: str = "", max_lines: int = 200) -> Figure:
     ax.plot(x, np.r_[d0["max"], _col(stats, "distance_max")], color="tab:gray", ls="--", label="max")
     ax.set_ylabel("intertoken distance")
     ax.legend(fontsize=8)
-    for ax, key, label in zip(axes[1:], ("rho", "rho_re_v1", "rho_S"), ("ρ(x, v1)", "ρ(x, Re v1)", "ρ_S(x)")):
+    for ax, key, label in zip(axes[1:], ("rho", "rho_re_v1", "rho_S"), ("ρ(x, v1) (complex λ1: 2-D)", "ρ(x, Re v1)", "ρ_S(x)")):
         t = stats.per_token.get(key)
         if t is None or t.size == 0:
             continue
