@@ -27,13 +27,27 @@ def analyze_cmd(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report to stdout instead of the table."),
+    spectra_only: bool = typer.Option(False, "--spectra-only", help="Skip the power-method statistics."),
+    n_prompts: int = typer.Option(100, "--n-prompts", help="Random prompts of the controlled dynamics."),
+    n_tokens: int = typer.Option(10, "--n-tokens", help="Tokens per random prompt."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random initial tokens."),
+    tau: float = typer.Option(1.0, "--tau", help="Step size τ of the dynamics x + τ F A x (paper: 1)."),
+    layer_norm: bool = typer.Option(False, "--layer-norm", help="Apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention."),
+    bias: bool = typer.Option(False, "--bias", help="Keep the value/output biases in the dynamics."),
+    prolong: Optional[int] = typer.Option(None, "--prolong", help="Prolonged run: apply the layers K times (default 10 for shared-weight models such as ALBERT)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file, one prompt per line, for the full-model variant (default: built-in sentences)."),
+    no_full_model: bool = typer.Option(False, "--no-full-model", help="Skip the full-model variant (model's own hidden states)."),
+    no_cumulative: bool = typer.Option(False, "--no-cumulative", help="Skip the cumulative-product statistic (Fig. 8)."),
 ) -> None:
-    """Spectra of the layer matrices: table, report.json, layers.csv, eigenvalues.npz and figures."""
+    """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
+    layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures."""
     from steerformer.analyze import analyze
 
     with user_errors():
         report = analyze(model, layers=parse_layers(layers), dtype=dtype, device=device, revision=revision,
-                         progress=not as_json)
+                         progress=not as_json, stats=not spectra_only, n_prompts=n_prompts, n_tokens=n_tokens,
+                         seed=seed, tau=tau, layer_norm=layer_norm, bias=bias, prolong=prolong,
+                         full_model=not no_full_model, prompts=prompts, cumulative=not no_cumulative)
         out_dir = out or default_out(model)
         report.save(out_dir, plots=not no_plots)
     if as_json:
@@ -43,4 +57,16 @@ def analyze_cmd(
     typer.echo(f"{report.meta['model_id']}: {cfg['model_type']}, {cfg['n_layers']} layers, d={cfg['d_model']}, "
                f"{cfg['n_heads']} heads" + (" (shared weights)" if cfg["shares_weights"] else ""))
     typer.echo(report.table())
+    if report.power is not None:
+        typer.echo("")
+        typer.echo(f"power-method statistics ({report.power.options['n_prompts']} × {n_tokens} random tokens, controlled dynamics):")
+        for line in report.power.verdict_lines():
+            typer.echo("  " + line)
+        typer.echo(report.power.summary())
+        for name in ("full_model", "prolonged"):
+            st = report.power.variants().get(name)
+            if st is not None:
+                typer.echo(f"{name.replace('_', ' ')}: {st.summary()}")
+        if "full_model_skipped" in report.power.options:
+            typer.echo(f"full model skipped: {report.power.options['full_model_skipped']}")
     typer.echo(f"report written to {out_dir}/")

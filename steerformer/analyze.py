@@ -18,6 +18,7 @@ from .errors import bad_argument
 from .loading import ModelSource, open_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, spectra
+from .stats.run import PowerMethodReport, power_method_stats
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -38,13 +39,18 @@ class AnalysisReport:
     layers: list[dict]
     spectra: Spectra
     matrices: LayerMatrices
+    #: power-method statistics (controlled dynamics, full model, prolonged run); None with stats=False
+    power: PowerMethodReport | None = None
 
     @property
     def layer_ids(self) -> list[int]:
         return self.matrices.layer_ids
 
     def to_dict(self) -> dict:
-        return {"meta": self.meta, "layers": self.layers}
+        out = {"meta": self.meta, "layers": self.layers}
+        if self.power is not None:
+            out["power_method"] = self.power.to_dict()
+        return out
 
     def to_json(self, path: str | Path | None = None) -> str:
         """JSON text of the report; also written to ``path`` when given."""
@@ -81,6 +87,8 @@ class AnalysisReport:
             written[2], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.matrices.slot_ids),
             eigenvalues=self.spectra.eigenvalues.numpy(),
         )
+        if self.power is not None:
+            written += self.power.save(out, plots=False)
         if plots:
             written += self.plot(out)
         return written
@@ -90,7 +98,8 @@ class AnalysisReport:
         out = Path(out_dir)
         ev = self.spectra.eigenvalues.numpy()
         name = self.meta.get("model_id", "")
-        return [
+        extra = self.power.plot(out, title=name) if self.power is not None else []
+        return extra + [
             plotting.save_figure(plotting.eigenvalue_planes(ev, self.layer_ids, name), out / "eigenvalues_complex_plane.png"),
             plotting.save_figure(plotting.top_real_parts(ev, self.layer_ids, 5, name), out / "top5_real_parts.png"),
             plotting.save_figure(plotting.real_part_histogram(ev, self.layer_ids, name), out / "real_part_histogram.png"),
@@ -116,11 +125,28 @@ def analyze(
     device: str | None = None,
     revision: str | None = None,
     progress: bool = False,
+    stats: bool = True,
+    n_prompts: int = 100,
+    n_tokens: int = 10,
+    tokens: Any = None,
+    seed: int = 0,
+    tau: float = 1.0,
+    layer_norm: bool = False,
+    bias: bool = False,
+    prolong: int | None = None,
+    full_model: bool = True,
+    prompts: Sequence[str] | str | Path | None = None,
+    cumulative: bool = True,
 ) -> AnalysisReport:
-    """Layer matrices F_k = W_O·V of ``model_or_path`` and their spectra.
+    """Layer matrices F_k = W_O·V of ``model_or_path``, their spectra and (``stats=True``) the
+    power-method statistics of :func:`steerformer.stats.power_method_stats`.
 
     ``dtype`` is the precision of the eigen-decomposition ("float64" default, "float32" faster);
     the matrices are always formed in float64. Shared-weight layers (ALBERT) are decomposed once.
+    Statistics: ``n_prompts × n_tokens`` random tokens (or ``tokens``) through the controlled
+    dynamics with ``seed``, ``tau``, ``layer_norm``, ``bias``; the full model on ``prompts`` (a list,
+    a file, or None for built-in sentences); for shared-weight models a prolonged run of ``prolong``
+    = K passes (default 10). The dynamics run in ``dtype`` too.
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
@@ -148,4 +174,10 @@ def analyze(
         "layers_analyzed": mats.layer_ids,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    return AnalysisReport(meta=meta, layers=records, spectra=sp, matrices=mats)
+    power = None
+    if stats:
+        power = power_method_stats(
+            source, matrices=mats, spectra=sp, n_prompts=n_prompts, n_tokens=n_tokens, tokens=tokens, seed=seed,
+            tau=tau, layer_norm=layer_norm, bias=bias, prolong=prolong, full_model=full_model, prompts=prompts,
+            cumulative=cumulative, dtype=tdtype, device=device, progress=progress)
+    return AnalysisReport(meta=meta, layers=records, spectra=sp, matrices=mats, power=power)

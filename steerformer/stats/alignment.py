@@ -1,0 +1,209 @@
+"""Per-layer power-method statistics of MATH.md §4 (pure functions on tensors).
+
+For step k (one application of layer ℓ = step_layers[k]) with inputs x_i(k) and outputs x_i(k+1):
+ρ_k, Δρ_k (eq. 4), P_k (eq. 5), their baselines over all eigen-directions of F_ℓ (mixed: conjugate
+pairs once through their 2-D subspace; 1-D: real eigenvectors only), ρ(x, Re v1), the subspace
+correlation ρ_S, the cumulative-product correlation and the intertoken distance.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import bad_argument
+from ..spectra import REAL_TOL, Spectra
+from .cumulative import cumulative_principal
+from .directions import Directions, eigen_directions, principal_subspace
+from .result import AlignmentStats, histogram
+
+#: Statistics whose per-token values (steps, N) are kept for plots and the NPZ.
+PER_TOKEN = ("rho_before", "rho", "rho_re_v1", "rho_S", "rho_cumulative")
+
+
+def _mean_std(t: torch.Tensor) -> tuple[float, float]:
+    if t.numel() == 0:
+        return float("nan"), float("nan")
+    return float(t.mean()), float(t.std(unbiased=False))
+
+
+def intertoken_distance(x: torch.Tensor, lengths: Sequence[int]) -> tuple[float, float]:
+    """(mean over prompts of the mean pairwise ‖x_i − x_j‖ within the prompt, max over all pairs)
+    of unit-normalized tokens ``x`` (N, d), prompts given by consecutive ``lengths``."""
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    if len(set(lengths)) == 1:
+        n = lengths[0]
+        if n < 2:
+            return 0.0, 0.0
+        D = torch.cdist(x.reshape(len(lengths), n, -1), x.reshape(len(lengths), n, -1))
+        per = D.sum((-1, -2)) / (n * (n - 1))
+        return float(per.mean()), float(D.max())
+    means, mx, start = [], 0.0, 0
+    for n in lengths:
+        xs = x[start:start + n]
+        start += n
+        if n < 2:
+            continue
+        D = torch.cdist(xs, xs)
+        means.append(float(D.sum()) / (n * (n - 1)))
+        mx = max(mx, float(D.max()))
+    return (float(np.mean(means)) if means else 0.0), mx
+
+
+def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions, S: torch.Tensor,
+                     extra: torch.Tensor | None = None) -> tuple[dict, dict]:
+    """Statistics of one step from tokens ``before``/``after`` (N, d).
+
+    One GEMM projects all 2N tokens on every eigen-direction plus the subspace S (and the
+    cumulative direction(s) ``extra``). Returns (JSON-ready record, per-token arrays).
+    """
+    N = before.shape[0]
+    X = torch.cat([before, after]).to(torch.float64)
+    B = torch.cat([dirs.basis, S], dim=1)
+    C = X @ B if extra is None else torch.cat([X @ B, X @ extra], dim=1)
+    norms = torch.linalg.vector_norm(X, dim=-1)
+    m = dirs.basis.shape[1]
+    R = dirs.group_correlations(C[:, :m], norms)  # (2N, G)
+    Rb, Ra = R[:N], R[N:]
+    dR = Ra - Rb
+    rho, rho_before = Ra[:, 0], Rb[:, 0]
+    rho_S = torch.sqrt((C[N:, m:m + 2] ** 2).sum(-1)) / norms[N:]
+    # Re v1 is the first basis column of group 0 (for a pair, the QR keeps Re v1 / ‖Re v1‖ first).
+    rho_re = C[N:, int(dirs.first[0])].abs() / norms[N:]
+    rec = {}
+    rec["rho_mean"], rec["rho_std"] = _mean_std(rho)
+    rec["rho_before_mean"], rec["rho_before_std"] = _mean_std(rho_before)
+    rec["delta_rho_mean"], rec["delta_rho_std"] = _mean_std(dR[:, 0])
+    rec["P"] = float((dR[:, 0] > 0).double().mean())
+    rec["rho_re_v1_mean"], rec["rho_re_v1_std"] = _mean_std(rho_re)
+    rec["rho_S_mean"], rec["rho_S_std"] = _mean_std(rho_S)
+    # Baselines: mean over directions and tokens; std over all (token, direction) values.
+    one_d = ~dirs.is_pair
+    for tag, sel in (("baseline", slice(None)), ("baseline1d", one_d)):
+        ra, dr = Ra[:, sel], dR[:, sel]
+        rec[f"{tag}_rho_mean"], rec[f"{tag}_rho_std"] = _mean_std(ra)
+        rec[f"{tag}_delta_mean"], rec[f"{tag}_delta_std"] = _mean_std(dr)
+        rec[f"{tag}_P"] = float((dr > 0).double().mean()) if dr.numel() else float("nan")
+    rec["n_real_directions"] = int(one_d.sum())
+    rec["n_pair_directions"] = int(dirs.is_pair.sum())
+    tokens = {"rho_before": rho_before, "rho": rho, "rho_re_v1": rho_re, "rho_S": rho_S}
+    if extra is not None:
+        rho_c = torch.sqrt((C[N:, m + 2:] ** 2).sum(-1)) / norms[N:]
+        rec["cumulative_rho_mean"], rec["cumulative_rho_std"] = _mean_std(rho_c)
+        tokens["rho_cumulative"] = rho_c
+    rec["power_method_step"] = bool(rec["delta_rho_mean"] > 0 and rec["delta_rho_mean"] > rec["baseline_delta_mean"]
+                                    and rec["P"] > rec["baseline_P"])
+    return rec, tokens
+
+
+def _flatten(states, lengths, step_layers, options):
+    """Accept a Trajectory, HiddenStates, or a tensor (steps+1, P, n, d) / (steps+1, N, d)."""
+    if hasattr(states, "states") and hasattr(states, "layer_ids"):
+        opts = {**getattr(states, "options", {}), **(options or {})}
+        lengths = lengths if lengths is not None else getattr(states, "lengths", None)
+        step_layers = step_layers if step_layers is not None else states.layer_ids
+        states, options = states.states, opts
+    X = torch.as_tensor(states)
+    if X.ndim == 4:
+        S1, P, n, d = X.shape
+        lengths = [n] * P if lengths is None else list(lengths)
+        X = X.reshape(S1, P * n, d)
+    elif X.ndim != 3:
+        raise bad_argument("states", tuple(X.shape), "a Trajectory, or states of shape (steps+1, prompts, tokens, d)")
+    if lengths is None:
+        lengths = [X.shape[1]]
+    if sum(lengths) != X.shape[1]:
+        raise bad_argument("lengths", list(lengths), f"prompt lengths summing to the {X.shape[1]} tokens")
+    zero = torch.linalg.vector_norm(X, dim=-1) == 0
+    if bool(zero.any()):
+        s, i = (int(v) for v in torch.nonzero(zero)[0])
+        raise bad_argument("states", f"zero vector at step {s}, token {i}",
+                           "non-zero tokens (a correlation with a zero vector is undefined)")
+    if step_layers is None:
+        step_layers = list(range(X.shape[0] - 1))
+    if len(step_layers) != X.shape[0] - 1:
+        raise bad_argument("step_layers", list(step_layers), f"one layer id per step ({X.shape[0] - 1})")
+    return X, list(lengths), [int(k) for k in step_layers], dict(options or {})
+
+
+def alignment_stats(
+    states,
+    spectra: Spectra,
+    *,
+    spectra_layers: Sequence[int] | None = None,
+    step_layers: Sequence[int] | None = None,
+    matrices: torch.Tensor | None = None,
+    lengths: Sequence[int] | None = None,
+    cumulative: bool = True,
+    bins: int = 20,
+    variant: str = "controlled",
+    options: dict | None = None,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> AlignmentStats:
+    """Power-method statistics of every step of a token trajectory.
+
+    ``states``: a :class:`~steerformer.dynamics.Trajectory`, a
+    :class:`~steerformer.stats.HiddenStates`, or a tensor (steps+1, P, n, d). ``spectra`` holds the
+    eigen-decomposition of the layers ``spectra_layers`` (default 0..L-1), e.g. ``spectra(layer_matrices(m))``;
+    ``step_layers`` maps each step to its layer (a Trajectory brings its own, repeats included for
+    prolonged runs). ``matrices`` (aligned with ``spectra_layers``) enables the cumulative-product
+    statistic; without it, or with ``cumulative=False``, it is skipped.
+    """
+    X, lengths, step_layers, options = _flatten(states, lengths, step_layers, options)
+    L = len(spectra)
+    spectra_layers = list(range(L)) if spectra_layers is None else [int(k) for k in spectra_layers]
+    if len(spectra_layers) != L:
+        raise bad_argument("spectra_layers", spectra_layers, f"one layer id per spectrum ({L})")
+    pos = {k: i for i, k in enumerate(spectra_layers)}
+    missing = sorted(set(step_layers) - set(pos))
+    if missing:
+        raise bad_argument("step_layers", missing, f"layers whose spectra were computed ({spectra_layers})",
+                           "Compute the spectra of every layer the trajectory runs.")
+    d = spectra.eigenvectors.shape[-1]
+    if X.shape[-1] != d:
+        raise bad_argument("states", f"tokens of width {X.shape[-1]}", f"width d={d} of the layer matrices")
+    if not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise bad_argument("bins", bins, "a positive number of histogram bins")
+    cum_iter = None
+    if cumulative and matrices is not None:
+        mats = getattr(matrices, "matrices", matrices)
+        cum_iter = cumulative_principal(mats[pos[k]] for k in step_layers)
+
+    cache: dict[int, tuple[Directions, torch.Tensor, str]] = {}
+    records, tokens = [], {name: [] for name in PER_TOKEN}
+    dist0 = intertoken_distance(X[0].double(), lengths)
+    steps = range(len(step_layers))
+    for k in (progress(steps) if progress is not None else steps):
+        i = pos[step_layers[k]]
+        if i not in cache:
+            vals, vecs = spectra.eigenvalues[i], spectra.eigenvectors[i]
+            S, kind = principal_subspace(vals, vecs, spectra.index2[i])
+            cache[i] = (eigen_directions(vals, vecs), S, kind)
+        dirs, S, kind = cache[i]
+        extra, cum_complex = None, None
+        if cum_iter is not None:
+            _, extra, cum_complex = next(cum_iter)
+        rec, tok = layer_statistics(X[k], X[k + 1], dirs, S, extra)
+        dmean, dmax = intertoken_distance(X[k + 1].double(), lengths)
+        lam1 = spectra.eigenvalues[i, 0]
+        head = {"step": k, "layer": step_layers[k], "case": int(spectra.case[i]),
+                "de_facto_case3": bool(spectra.de_facto_case3[i]),
+                "lambda1_complex": abs(float(lam1.imag)) > REAL_TOL * float(spectra.spectral_radius[i]),
+                "subspace": kind}
+        rec = {**head, **rec, "distance_mean": dmean, "distance_max": dmax}
+        if cum_complex is not None:
+            rec["cumulative_complex"] = bool(cum_complex)
+        records.append(rec)
+        for name, t in tok.items():
+            tokens[name].append(t.cpu().numpy())
+    per_token = {name: np.stack(v) for name, v in tokens.items() if v}
+    hist = {
+        "rho_v1": histogram(per_token["rho_re_v1"][-1], bins),
+        "rho_S": histogram(per_token["rho_S"][-1], bins),
+    } if records else {}
+    meta = {"variant": variant, "n_tokens": int(X.shape[1]), "n_prompts": len(lengths), "n_steps": len(records),
+            "distance_initial": {"mean": dist0[0], "max": dist0[1]}, "options": options,
+            "cumulative": cum_iter is not None}
+    return AlignmentStats(meta=meta, layers=records, per_token=per_token, histograms=hist, lengths=lengths)

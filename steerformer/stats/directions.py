@@ -1,0 +1,125 @@
+"""Eigen-directions of a layer matrix as one real basis, so that correlations of many tokens with
+all eigenvectors cost one GEMM (MATH.md §4).
+
+Every eigenvector becomes a *group* of orthonormal real columns:
+- a real eigenvalue: one column, the unit real eigenvector v (1-D correlation |<x, v>|);
+- a complex-conjugate pair: two columns, an orthonormal basis of span{Re v, Im v}; the pair counts
+  once, through ρ_S(x) = ‖Π_S x‖ / ‖x‖ (eq. (6) of the paper).
+Columns of different groups are *not* orthogonal (F is not normal); only within a group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from ..spectra import REAL_TOL
+
+
+@dataclasses.dataclass
+class Directions:
+    """Real basis ``basis`` (d, m) and its grouping.
+
+    ``first[g]``/``second[g]`` are the basis columns of group g; ``is_pair[g]`` says whether the
+    second column counts (1-D groups repeat their column and ignore it). Group 0 holds v1.
+    """
+
+    basis: torch.Tensor  # (d, m) float64, m = d
+    first: torch.Tensor  # (G,) long
+    second: torch.Tensor  # (G,) long
+    is_pair: torch.Tensor  # (G,) bool
+    eig_index: torch.Tensor  # (G,) column of the eigenvalue in the sorted spectrum (first of a pair)
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.first.shape[0])
+
+    def group_correlations(self, coeffs: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+        """ρ_g for every token and group from the coefficients ``x @ basis`` (N, m) → (N, G)."""
+        a = coeffs[:, self.first] ** 2
+        b = coeffs[:, self.second] ** 2 * self.is_pair.to(coeffs.dtype)
+        return torch.sqrt(a + b) / norms[:, None]
+
+
+def orthonormal_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis (d, 2) of span{a, b} (Gram–Schmidt twice, for the nearly parallel pairs
+    of ALBERT-base-like "de facto case 3" layers). First column = a / ‖a‖."""
+    q1 = a / torch.linalg.vector_norm(a)
+    r = b - (q1 @ b) * q1
+    r = r - (q1 @ r) * q1
+    nr = torch.linalg.vector_norm(r)
+    if float(nr) <= 1e-14 * float(torch.linalg.vector_norm(b)):
+        # b ∥ a: the subspace is 1-D; a zero second column keeps ρ_S = ρ(x, a) exact.
+        return torch.stack([q1, torch.zeros_like(q1)], dim=1)
+    return torch.stack([q1, r / nr], dim=1)
+
+
+def _pairs(vals: np.ndarray, tol: float) -> list[tuple[int, int | None]]:
+    """Groups of the sorted spectrum: (j, None) for real, (j, partner) for conjugate pairs."""
+    d = vals.shape[0]
+    used = np.zeros(d, dtype=bool)
+    out: list[tuple[int, int | None]] = []
+    for j in range(d):
+        if used[j]:
+            continue
+        used[j] = True
+        if abs(vals[j].imag) <= tol:
+            out.append((j, None))
+            continue
+        target = np.conj(vals[j])
+        # spectra() puts the partner right after; search only when ties in Re λ broke the order.
+        if j + 1 < d and not used[j + 1] and abs(vals[j + 1] - target) <= 1e-8 * max(abs(target), 1.0):
+            p = j + 1
+        else:
+            cand = np.flatnonzero(~used)
+            p = int(cand[np.argmin(np.abs(vals[cand] - target))]) if cand.size else None
+        if p is None:
+            out.append((j, None))
+        else:
+            used[p] = True
+            out.append((j, p))
+    return out
+
+
+def eigen_directions(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor) -> Directions:
+    """Build the grouped real basis from a sorted spectrum (as returned by ``spectra``)."""
+    vals = eigenvalues.detach().cpu().numpy()
+    V = eigenvectors.detach().to("cpu")
+    d = V.shape[0]
+    tol = REAL_TOL * max(float(np.abs(vals).max()), 1e-300)
+    basis = torch.empty((d, d), dtype=torch.float64)
+    first, second, pair, eig_index = [], [], [], []
+    col = 0
+    for j, p in _pairs(vals, tol):
+        v = V[:, j]
+        if p is None:
+            # Phase fixed by spectra(): the vector of a real eigenvalue is real up to rounding.
+            u = v.real.to(torch.float64)
+            basis[:, col] = u / torch.linalg.vector_norm(u)
+            first.append(col), second.append(col), pair.append(False)
+            col += 1
+        else:
+            basis[:, col:col + 2] = orthonormal_pair(v.real.to(torch.float64), v.imag.to(torch.float64))
+            first.append(col), second.append(col + 1), pair.append(True)
+            col += 2
+        eig_index.append(j)
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return Directions(basis=basis[:, :col], first=as_long(first), second=as_long(second),
+                      is_pair=torch.tensor(pair, dtype=torch.bool), eig_index=as_long(eig_index))
+
+
+def principal_subspace(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, index2: int) -> tuple[torch.Tensor, str]:
+    """Orthonormal basis (d, 2) of the subspace S of MATH.md §4 and its kind.
+
+    λ1 complex (case 2): S = span{Re v1, Im v1} ("pair"). λ1 real: S = span{v1, v2} ("v1v2"), the
+    case-3 / de-facto-case-3 subspace; for a complex λ2 its real part stands for v2.
+    """
+    vals = eigenvalues.detach().cpu()
+    V = eigenvectors.detach().cpu()
+    tol = REAL_TOL * max(float(vals.abs().max()), 1e-300)
+    v1 = V[:, 0]
+    if abs(float(vals[0].imag)) > tol:
+        return orthonormal_pair(v1.real.double(), v1.imag.double()), "pair"
+    return orthonormal_pair(v1.real.double(), V[:, index2].real.double()), "v1v2"

@@ -1,0 +1,161 @@
+"""The full-model variant (Figs. 10/11, MATH.md §3): the model's own hidden states on real prompts —
+embeddings, FFN and the affine LayerNorm kept — so the same statistics can be compared with the
+controlled dynamics. The states are exactly ``output_hidden_states`` (padding removed).
+
+Note: GPT-2 / GPT-Neo return their last hidden state *after* the final ``ln_f``; the statistics of
+the last step therefore include that norm (recorded in ``options["last_state_after_final_norm"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import bad_argument
+from ..loading import ModelSource, load_model, open_source
+
+#: Built-in prompts: plain English sentences of varied length and topic.
+DEFAULT_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Transformers process every token of a sentence in parallel through a stack of layers.",
+    "In the morning the fishermen pulled their boats onto the cold grey beach.",
+    "She opened the old book and found a letter that nobody had read for fifty years.",
+    "Water boils at one hundred degrees Celsius at sea level.",
+    "The committee will announce its decision after the meeting next Tuesday.",
+    "A small cat slept on the warm windowsill while the rain kept falling outside.",
+    "Prices of fresh vegetables rose sharply during the long dry summer.",
+    "He practiced the violin for hours every day until his fingers hurt.",
+    "The power method finds the dominant eigenvector of a matrix by repeated multiplication.",
+    "Our train was delayed because of snow on the tracks near the mountain pass.",
+    "Children in the village learn to swim in the river before they learn to read.",
+    "The museum reopened with a new exhibition of ancient coins and pottery.",
+    "If you mix blue and yellow paint, you get green.",
+    "The spacecraft sent back pictures of a frozen moon covered in cracks.",
+    "Good bread needs flour, water, salt, yeast and a lot of patience.",
+)
+
+
+@dataclasses.dataclass
+class HiddenStates:
+    """The model's hidden states of real prompts, flattened over prompts.
+
+    ``states[k]`` (N, d) is the input of execution layer k and ``states[k+1]`` its output; prompt p
+    owns tokens ``sum(lengths[:p]) : sum(lengths[:p+1])``.
+    """
+
+    states: torch.Tensor  # (L + 1, N, d)
+    lengths: list[int]
+    layer_ids: list[int]
+    prompts: list[str] | None
+    options: dict
+
+
+def read_prompts_file(path: str | Path) -> list[str]:
+    """One prompt per non-blank line."""
+    p = Path(path)
+    if not p.is_file():
+        raise bad_argument("prompts", str(path), "a text file with one prompt per line", "Check the path.")
+    lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise bad_argument("prompts", str(path), "a file with at least one non-blank line (one prompt per line)",
+                           "The file is empty; write prompts into it or omit --prompts for the built-in sentences.")
+    return lines
+
+
+def _tokenize(source: ModelSource, prompts: Sequence[str], tokenizer) -> list[list[int]]:
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        where = source.path or getattr(source.config, "_name_or_path", None)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(where))
+        except Exception:  # no tokenizer files: say how to go on without one
+            raise bad_argument("prompts", f"text prompts for {source.model_id!r}", "a model that ships a tokenizer",
+                               "Pass input_ids= (token ids per prompt) or tokenizer= instead.") from None
+    ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if special and all(i in special for seq in ids for i in seq):
+        # transformers 5 builds an empty tokenizer for checkpoints without vocabulary files: every
+        # word becomes <unk>, which would make "real prompts" meaningless.
+        raise bad_argument("prompts", f"text prompts for {source.model_id!r}",
+                           "a model whose tokenizer has a vocabulary (every word became a special/unknown token)",
+                           "Pass input_ids= (token ids per prompt) or tokenizer= instead.")
+    return ids
+
+
+def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    if len(ids) == 0:
+        raise bad_argument("input_ids", ids, "at least one prompt")
+    out = []
+    for p, seq in enumerate(ids):
+        seq = [int(t) for t in seq]
+        if not seq:
+            raise bad_argument("prompts", f"prompt {p} (empty)", "prompts of at least one token")
+        if max_pos is not None and len(seq) > max_pos:
+            raise bad_argument("prompts", f"prompt {p} with {len(seq)} tokens",
+                               f"at most {max_pos} tokens (the model's max_position_embeddings)",
+                               "Shorten or split that prompt.")
+        if min(seq) < 0 or max(seq) >= vocab:
+            raise bad_argument("input_ids", f"prompt {p} has ids in [{min(seq)}, {max(seq)}]", f"ids in [0, {vocab - 1}]")
+        out.append(seq)
+    return out
+
+
+def model_hidden_states(
+    model_or_path: Any,
+    prompts: Sequence[str] | str | Path | None = None,
+    *,
+    input_ids: Any = None,
+    tokenizer: Any = None,
+    batch_size: int = 16,
+    revision: str | None = None,
+) -> HiddenStates:
+    """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
+    :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed)."""
+    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    adapter = source.adapter
+    cfg = source.config
+    if getattr(cfg, "model_type", "") == "albert" and int(getattr(cfg, "inner_group_num", 1)) != 1:
+        raise bad_argument("model_or_path", f"ALBERT with inner_group_num={cfg.inner_group_num}",
+                           "inner_group_num = 1: output_hidden_states gives one state per group call, not per layer")
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    texts = None
+    if input_ids is None:
+        if isinstance(prompts, (str, Path)):
+            texts = read_prompts_file(prompts)
+        else:
+            texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+        if not texts:
+            raise bad_argument("prompts", [], "at least one prompt")
+        input_ids = _tokenize(source, texts, tokenizer)
+    ids = _check_ids(input_ids, int(cfg.vocab_size), max_pos)
+    model = source.model if source.model is not None else load_model(source.path)
+    base = model.base_model
+    pad = getattr(cfg, "pad_token_id", None) or 0
+    chunks, lengths = [], [len(s) for s in ids]
+    with torch.no_grad():
+        for start in range(0, len(ids), batch_size):
+            batch = ids[start:start + batch_size]
+            n = max(len(s) for s in batch)
+            # Right padding + attention mask: real tokens never see the pads and keep positions 0..n-1.
+            x = torch.full((len(batch), n), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), n), dtype=torch.long)
+            for i, s in enumerate(batch):
+                x[i, :len(s)] = torch.tensor(s)
+                mask[i, :len(s)] = 1
+            dev = next(base.parameters()).device
+            out = base(input_ids=x.to(dev), attention_mask=mask.to(dev), output_hidden_states=True)
+            hs = torch.stack(out.hidden_states).to("cpu", torch.float64)  # (L+1, B, n, d)
+            chunks.append(torch.cat([hs[:, i, :len(s)] for i, s in enumerate(batch)], dim=1))
+    states = torch.cat(chunks, dim=1)
+    if states.shape[0] != adapter.n_layers + 1:
+        raise bad_argument("model_or_path", f"{states.shape[0]} hidden states",
+                           f"{adapter.n_layers + 1} (one per layer plus the embeddings)")
+    return HiddenStates(states=states, lengths=lengths, layer_ids=list(range(adapter.n_layers)), prompts=texts,
+                        options={"variant": "full_model", "n_prompts": len(ids), "tokens_total": sum(lengths),
+                                 "last_state_after_final_norm": adapter.model_type in ("gpt2", "gpt_neo")})

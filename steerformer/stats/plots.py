@@ -1,0 +1,130 @@
+"""Figures of the power-method statistics, in the layout of the paper's Figs. 2, 6, 7, 8, 10, 11.
+Object-oriented matplotlib only (no pyplot state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
+
+
+def _col(stats, key: str) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else r[key] for r in stats.layers], dtype=float)
+
+
+def _band(ax, x, mean, std, color, label, ls="-"):
+    ax.plot(x, mean, ls, color=color, marker="o", ms=3, label=label)
+    if std is not None:
+        ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
+
+
+def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = "") -> Figure:
+    """Three rows (ρ vs ρ̄, Δρ vs Δρ̄, P vs P̄; std bands over tokens), one column per statistics
+    set — e.g. the controlled dynamics next to the full model (Figs. 2(b), 7, 10, 11)."""
+    ncol = len(stats_list)
+    fig = Figure(figsize=(4.2 * ncol, 8))
+    axes = fig.subplots(3, ncol, squeeze=False, sharex="col")
+    for c, (st, lab) in enumerate(zip(stats_list, labels)):
+        x = _col(st, "step") + 1
+        ax = axes[0, c]
+        _band(ax, x, _col(st, "rho_mean"), _col(st, "rho_std"), "tab:red", "ρ_k (v1)")
+        _band(ax, x, _col(st, "baseline_rho_mean"), _col(st, "baseline_rho_std"), "tab:blue", "ρ̄_k (all, pairs 2-D)")
+        ax.plot(x, _col(st, "baseline1d_rho_mean"), "--", color="tab:cyan", lw=1, label="ρ̄_k (real only)")
+        ax.set_title(lab, fontsize=10)
+        ax = axes[1, c]
+        _band(ax, x, _col(st, "delta_rho_mean"), _col(st, "delta_rho_std"), "tab:red", "Δρ_k")
+        _band(ax, x, _col(st, "baseline_delta_mean"), _col(st, "baseline_delta_std"), "tab:blue", "Δρ̄_k")
+        ax.plot(x, _col(st, "baseline1d_delta_mean"), "--", color="tab:cyan", lw=1, label="Δρ̄_k (real only)")
+        ax.axhline(0, color="0.6", lw=0.6)
+        ax = axes[2, c]
+        ax.plot(x, _col(st, "P"), "-o", ms=3, color="tab:red", label="P_k")
+        ax.plot(x, _col(st, "baseline_P"), "-o", ms=3, color="tab:blue", label="P̄_k")
+        ax.plot(x, _col(st, "baseline1d_P"), "--", color="tab:cyan", lw=1, label="P̄_k (real only)")
+        ax.axhline(0.5, color="0.6", lw=0.6)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("layer k (step)")
+    for r, name in enumerate(("correlation", "increment", "probability of increment")):
+        axes[r, 0].set_ylabel(name)
+        axes[r, -1].legend(fontsize=7, loc="best")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or "power-method statistics per layer", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def cumulative(stats, title: str = "") -> Figure:
+    """Fig. 8: ρ(x(k+1), w_k) for the principal eigenvector w_k of F_k⋯F_1, next to ρ_k."""
+    fig = Figure(figsize=(6, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    x = _col(stats, "step") + 1
+    _band(ax, x, _col(stats, "cumulative_rho_mean"), _col(stats, "cumulative_rho_std"), "tab:green", "ρ(x(k+1), w_k), w_k of F_k⋯F_1")
+    _band(ax, x, _col(stats, "rho_mean"), None, "tab:red", "ρ_k (v1 of F_k)", ls="--")
+    ax.set_xlabel("layer k")
+    ax.set_ylabel("correlation")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "cumulative product", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def last_layer_histograms(stats, title: str = "") -> Figure:
+    """Fig. 2(a)(b): histograms over tokens of ρ(x(L), v1) (Re v1 when λ1 is complex) and ρ_S(x(L))."""
+    fig = Figure(figsize=(8, 3.2))
+    axes = fig.subplots(1, 2)
+    last = stats.layers[-1] if stats.layers else {"subspace": "v1v2"}
+    names = {"rho_v1": "ρ(x(L), v1)" if not last.get("lambda1_complex") else "ρ(x(L), Re v1)",
+             "rho_S": "ρ_S(x(L)), S = " + ("span{Re v1, Im v1}" if last.get("subspace") == "pair" else "span{v1, v2}")}
+    for ax, (key, label) in zip(axes, names.items()):
+        h = stats.histograms.get(key)
+        if h:
+            e = np.asarray(h["edges"])
+            ax.bar(e[:-1], h["counts"], width=np.diff(e), align="edge", color="tab:blue", alpha=0.7)
+        ax.set_xlabel(label)
+        ax.set_ylabel("tokens")
+    fig.suptitle(title or "last layer", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def token_trajectories(stats, title: str = "", max_lines: int = 200) -> Figure:
+    """Fig. 6(a)(b)(c): intertoken distance (mean, max) and per-token ρ(x, v1), ρ(x, Re v1), ρ_S
+    per step — gray lines one token each, red the mean. For a prolonged run, this is Fig. 6(c)."""
+    fig = Figure(figsize=(6.5, 9))
+    axes = fig.subplots(4, 1, sharex=True)
+    x = np.arange(len(stats.layers) + 1)
+    d0 = stats.meta["distance_initial"]
+    ax = axes[0]
+    ax.plot(x, np.r_[d0["mean"], _col(stats, "distance_mean")], color="tab:red", label="mean")
+    ax.plot(x, np.r_[d0["max"], _col(stats, "distance_max")], color="tab:gray", ls="--", label="max")
+    ax.set_ylabel("intertoken distance")
+    ax.legend(fontsize=8)
+    for ax, key, label in zip(axes[1:], ("rho", "rho_re_v1", "rho_S"), ("ρ(x, v1) (complex λ1: 2-D)", "ρ(x, Re v1)", "ρ_S(x)")):
+        t = stats.per_token.get(key)
+        if t is None or t.size == 0:
+            continue
+        xs = x
+        if key == "rho":  # the only one also known before the first step
+            t = np.vstack([stats.per_token["rho_before"][0], t])
+        else:
+            xs = x[1:]
+        idx = np.linspace(0, t.shape[1] - 1, min(max_lines, t.shape[1])).astype(int)
+        ax.plot(xs, t[:, idx], color="0.7", lw=0.4)
+        ax.plot(xs, t.mean(axis=1), color="tab:red", lw=1.8)
+        ax.set_ylabel(label)
+        ax.set_ylim(-0.02, 1.02)
+    axes[-1].set_xlabel("step (layer applications)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or "token trajectories", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,133 @@
+"""The result of :func:`alignment_stats`: JSON / CSV / NPZ and the paper-style figures."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+#: Per-step columns of the CSV and of every JSON layer record, in order (the schema tests pin it).
+COLUMNS = (
+    "step", "layer", "case", "de_facto_case3", "lambda1_complex", "subspace",
+    "rho_mean", "rho_std", "rho_before_mean", "rho_before_std", "delta_rho_mean", "delta_rho_std", "P",
+    "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std",
+    "baseline_rho_mean", "baseline_rho_std", "baseline_delta_mean", "baseline_delta_std", "baseline_P",
+    "baseline1d_rho_mean", "baseline1d_rho_std", "baseline1d_delta_mean", "baseline1d_delta_std", "baseline1d_P",
+    "n_real_directions", "n_pair_directions",
+    "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
+    "distance_mean", "distance_max", "power_method_step",
+)
+
+
+def histogram(values: np.ndarray, bins: int) -> dict:
+    counts, edges = np.histogram(np.clip(values, 0.0, 1.0), bins=bins, range=(0.0, 1.0))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def _clean(v):
+    """JSON has no NaN: write null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclasses.dataclass
+class AlignmentStats:
+    """Per-step power-method statistics of one trajectory.
+
+    ``layers[k]`` is the record of step k (keys :data:`COLUMNS`; the cumulative ones only when the
+    cumulative product was computed). ``per_token[name]`` is (steps, N): the per-token values behind
+    the means (``rho_before``, ``rho``, ``rho_re_v1``, ``rho_S``, ``rho_cumulative``).
+    """
+
+    meta: dict
+    layers: list[dict]
+    per_token: dict[str, np.ndarray]
+    histograms: dict
+    lengths: list[int]
+
+    # ---- summaries ---------------------------------------------------------------------------
+    @property
+    def n_power_steps(self) -> int:
+        return sum(r["power_method_step"] for r in self.layers)
+
+    def summary(self) -> str:
+        """"22 of 24 layers act as a power-method step (Δρ>0, Δρ>Δρ̄, P>P̄)"."""
+        n = len(self.layers)
+        unit = "steps" if self.meta.get("options", {}).get("repeat", 1) > 1 else "layers"
+        return f"{self.n_power_steps} of {n} {unit} act as a power-method step (Δρ > 0, Δρ > Δρ̄, P > P̄)"
+
+    def verdict_lines(self) -> list[str]:
+        """One line per step saying whether it acts as a power-method step, and why not."""
+        out = []
+        for r in self.layers:
+            why = []
+            if not r["delta_rho_mean"] > 0:
+                why.append("Δρ ≤ 0")
+            if not r["delta_rho_mean"] > r["baseline_delta_mean"]:
+                why.append("Δρ ≤ Δρ̄")
+            if not r["P"] > r["baseline_P"]:
+                why.append("P ≤ P̄")
+            verdict = "power-method step" if r["power_method_step"] else "not a power-method step (" + ", ".join(why) + ")"
+            out.append(f"layer {r['layer']:>3}: ρ={r['rho_mean']:.3f} Δρ={r['delta_rho_mean']:+.4f} "
+                       f"(Δρ̄={r['baseline_delta_mean']:+.4f}) P={r['P']:.2f} (P̄={r['baseline_P']:.2f}) → {verdict}")
+        return out
+
+    # ---- serialization -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "meta": self.meta, "summary": self.summary(),
+            "layers": [{c: _clean(r[c]) for c in COLUMNS if c in r} for r in self.layers],
+            "histograms_last_layer": self.histograms,
+        }
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """One row per step, columns :data:`COLUMNS` (empty cell where not computed)."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(COLUMNS)
+        for r in self.layers:
+            w.writerow([r.get(c, "") for c in COLUMNS])
+        if path is not None:
+            Path(path).write_text(buf.getvalue())
+        return buf.getvalue()
+
+    def to_npz(self, path: str | Path) -> None:
+        np.savez_compressed(path, lengths=np.asarray(self.lengths),
+                            layer_ids=np.asarray([r["layer"] for r in self.layers]), **self.per_token)
+
+    def save(self, out_dir: str | Path, *, prefix: str = "alignment", plots: bool = True) -> list[Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / f"{prefix}.json", out / f"{prefix}.csv", out / f"{prefix}_tokens.npz"]
+        self.to_json(paths[0])
+        self.to_csv(paths[1])
+        self.to_npz(paths[2])
+        if plots:
+            paths += self.plot(out, prefix=prefix)
+        return paths
+
+    def plot(self, out_dir: str | Path, *, prefix: str = "alignment", title: str = "") -> list[Path]:
+        """Fig. 2(b)/7 rows, Fig. 8 cumulative, Fig. 2(a)(b) histograms (and Fig. 6(a)(b) trajectories)."""
+        from . import plots
+
+        out = Path(out_dir)
+        figs = {
+            f"{prefix}_power_method.png": plots.power_method_rows([self], [self.meta.get("variant", "")], title),
+            f"{prefix}_histograms.png": plots.last_layer_histograms(self, title),
+            f"{prefix}_trajectories.png": plots.token_trajectories(self, title),
+        }
+        if self.meta.get("cumulative"):
+            figs[f"{prefix}_cumulative.png"] = plots.cumulative(self, title)
+        return [plots.save_figure(fig, out / name) for name, fig in figs.items()]

@@ -1,0 +1,179 @@
+"""The power-method experiment of one model, as `analyze` runs it: controlled dynamics (MATH.md §3),
+the full-model variant (Figs. 10/11) and, for shared-weight models, the prolonged K·L run (Fig. 6(c)),
+each reduced to :class:`AlignmentStats` against the spectra `analyze` already computed."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..dynamics import run_dynamics
+from ..errors import InvalidArgumentError, bad_argument
+from ..loading import ModelSource, open_source
+from ..matrices import LayerMatrices, layer_matrices, read_attention_weights
+from ..spectra import Spectra, spectra as compute_spectra
+from .alignment import alignment_stats
+from .full_model import model_hidden_states
+from .result import COLUMNS, AlignmentStats
+
+log = logging.getLogger(__name__)
+
+#: Default K of the prolonged run (K·L layers) for shared-weight models.
+DEFAULT_PROLONG = 10
+
+
+@dataclasses.dataclass
+class PowerMethodReport:
+    """Statistics of the controlled dynamics, and where run, of the full model and the prolonged run."""
+
+    controlled: AlignmentStats
+    full_model: AlignmentStats | None
+    prolonged: AlignmentStats | None
+    options: dict
+
+    def variants(self) -> dict[str, AlignmentStats]:
+        return {k: v for k, v in (("controlled", self.controlled), ("full_model", self.full_model),
+                                  ("prolonged", self.prolonged)) if v is not None}
+
+    def summary(self) -> str:
+        return self.controlled.summary()
+
+    def verdict_lines(self) -> list[str]:
+        return self.controlled.verdict_lines()
+
+    def to_dict(self) -> dict:
+        return {"options": self.options, "summary": self.summary(),
+                **{name: st.to_dict() for name, st in self.variants().items()}}
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """Every per-step number of every variant: one row per (variant, step), :data:`COLUMNS`."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(("variant",) + COLUMNS)
+        for name, st in self.variants().items():
+            for r in st.layers:
+                w.writerow([name] + [r.get(c, "") for c in COLUMNS])
+        if path is not None:
+            Path(path).write_text(buf.getvalue())
+        return buf.getvalue()
+
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "alignment.csv"]
+        self.to_csv(paths[0])
+        for name, st in self.variants().items():
+            p = out / f"alignment_tokens_{name}.npz"
+            st.to_npz(p)
+            paths.append(p)
+        if plots:
+            paths += self.plot(out)
+        return paths
+
+    def plot(self, out_dir: str | Path, title: str = "") -> list[Path]:
+        """power_method.png (Fig. 2(b)/7; the full model side by side as in Figs. 10/11),
+        cumulative.png (Fig. 8), histograms_last_layer.png (Fig. 2(a)(b)), token_trajectories.png
+        (Fig. 6(a)(b)) and, for shared-weight models, prolonged_run.png (Fig. 6(c))."""
+        from . import plots
+
+        out = Path(out_dir)
+        cols = [self.controlled] + ([self.full_model] if self.full_model is not None else [])
+        labels = ["controlled dynamics (eq. 1)"] + (["full model (embeddings, FFN, LayerNorm)"] if self.full_model else [])
+        figs = {
+            "power_method.png": plots.power_method_rows(cols, labels, title),
+            "histograms_last_layer.png": plots.last_layer_histograms(self.controlled, title),
+            "token_trajectories.png": plots.token_trajectories(self.controlled, title),
+        }
+        if self.controlled.meta.get("cumulative"):
+            figs["cumulative.png"] = plots.cumulative(self.controlled, title)
+        if self.prolonged is not None:
+            figs["prolonged_run.png"] = plots.token_trajectories(
+                self.prolonged, f"{title} prolonged: {self.prolonged.meta['n_steps']} layers".strip())
+        return [plots.save_figure(fig, out / name) for name, fig in figs.items()]
+
+
+def power_method_stats(
+    model_or_path: Any,
+    *,
+    matrices: LayerMatrices | None = None,
+    spectra: Spectra | None = None,
+    layers: Sequence[int] | None = None,
+    n_prompts: int = 100,
+    n_tokens: int = 10,
+    tokens: Any = None,
+    seed: int = 0,
+    tau: float = 1.0,
+    layer_norm: bool = False,
+    bias: bool = False,
+    prolong: int | None = None,
+    full_model: bool = True,
+    prompts: Sequence[str] | str | Path | None = None,
+    cumulative: bool = True,
+    dtype: torch.dtype = torch.float64,
+    device: str | None = None,
+    progress: bool = False,
+) -> PowerMethodReport:
+    """Run the controlled dynamics (``n_prompts × n_tokens`` random tokens, or ``tokens``), the
+    full-model variant on ``prompts`` (built-in sentences when None; skipped when the model has no
+    tokenizer and no prompts were asked for) and, for shared-weight models, a prolonged run of
+    ``prolong`` = K passes (default 10; pass K for any model), then their statistics.
+
+    ``matrices``/``spectra``: reuse what `analyze` computed (one eig per distinct ALBERT slot).
+    """
+    if prolong is not None and not (isinstance(prolong, (int, np.integer)) and prolong >= 1):
+        raise bad_argument("prolong", prolong, "an integer K >= 1 (the prolonged run applies the layers K times)")
+    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path)
+    if matrices is None:
+        matrices = layer_matrices(source, layers)
+    if spectra is None:
+        spectra = compute_spectra(matrices, dtype=dtype, device=device)
+    ids = matrices.layer_ids
+    wrap = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        wrap = lambda desc: (lambda it: tqdm(it, desc=desc, unit="layer", leave=False))  # noqa: E731
+    weights = read_attention_weights(source, ids, dtype=dtype, device=device)
+    dyn = dict(seed=seed, tau=tau, layers=ids, layer_norm=layer_norm, bias=bias, weights=weights, dtype=dtype,
+               device=device)
+    traj = run_dynamics(source, tokens, prompts=n_prompts, n_tokens=n_tokens, **dyn)
+    common = dict(spectra_layers=ids, matrices=matrices)
+    controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=wrap and wrap("statistics"), **common)
+    options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": n_tokens, "seed": seed, "tau": tau,
+               "layer_norm": layer_norm, "bias": bias, "user_tokens": tokens is not None, "cumulative": cumulative}
+
+    full = None
+    if full_model:
+        if ids != list(range(source.adapter.n_layers)):
+            options["full_model_skipped"] = "only runs on all layers (the hidden states chain every layer)"
+        else:
+            try:
+                hs = model_hidden_states(source, prompts)
+            except InvalidArgumentError as exc:
+                if prompts is not None:  # asked for explicitly: the user must hear why it failed
+                    raise
+                # Default run on a model without a usable tokenizer (or with per-group hidden states):
+                # the controlled statistics still stand on their own.
+                options["full_model_skipped"] = str(exc)
+                log.warning("full-model variant skipped: %s", exc)
+            else:
+                full = alignment_stats(hs, spectra, cumulative=cumulative, variant="full_model",
+                                       progress=wrap and wrap("full model"), **common)
+                options["full_model_prompts"] = len(hs.lengths)
+
+    K = prolong if prolong is not None else (DEFAULT_PROLONG if source.adapter.shares_weights else None)
+    pro = None
+    if K is not None:
+        traj_k = run_dynamics(source, tokens, prompts=n_prompts, n_tokens=n_tokens, repeat=int(K), **dyn)
+        # F^k of a shared layer has v1 as principal eigenvector: the cumulative statistic adds nothing.
+        pro = alignment_stats(traj_k, spectra, cumulative=False, variant="prolonged",
+                              progress=wrap and wrap("prolonged"), **common)
+        options["prolong"] = int(K)
+    return PowerMethodReport(controlled=controlled, full_model=full, prolonged=pro, options=options)
