@@ -18,6 +18,9 @@ from .errors import (
 from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
 from .matrices import LayerMatrices, layer_matrices, read_attention_weights
 from .spectra import Spectra, spectra
+from .stats import (
+    AlignmentStats, HiddenStates, PowerMethodReport, alignment_stats, model_hidden_states, power_method_stats,
+)
 
 __all__ = [
     "ADAPTERS", "Adapter", "AnalysisReport", "CollapseResult", "DecodeResult", "analyze", "collapse",
@@ -26,4 +29,6 @@ __all__ = [
     "Trajectory", "UnsupportedModelError", "__version__", "attention_output", "attention_probs",
     "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
     "read_attention_weights", "run_dynamics", "spectra",
+    "AlignmentStats", "HiddenStates", "PowerMethodReport", "alignment_stats", "model_hidden_states",
+    "power_method_stats",
 ]
