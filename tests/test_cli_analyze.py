@@ -17,7 +17,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm")
-    res = runner.invoke(app, ["analyze", "sentence-transformers/all-MiniLM-L6-v2", "--out", str(out), "--json"])
+    res = runner.invoke(app, ["analyze", "sentence-transformers/all-MiniLM-L6-v2", "--out", str(out), "--json",
+                              "--spectra-only"])  # statistics have their own CLI tests
     assert res.exit_code == 0, res.output
     return out, res
 
@@ -45,7 +46,8 @@ def test_json_report_matches_python_api(minilm_run) -> None:
 
 
 def test_table_and_layers_option(tmp_path) -> None:
-    res = runner.invoke(app, ["analyze", "minilm", "--layers", "0,4-5", "--no-plots", "--out", str(tmp_path)])
+    res = runner.invoke(app, ["analyze", "minilm", "--layers", "0,4-5", "--no-plots", "--spectra-only",
+                              "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "λ1" in res.stdout
     report = json.loads((tmp_path / "report.json").read_text())
