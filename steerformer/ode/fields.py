@@ -231,7 +231,7 @@ def iterate(
 
     Stops with NonFiniteStateError (reporting the step) if the state stops being finite.
     """
-    from steerformer.ode.geometry import NonFiniteStateError
+    from steerformer.ode.geometry import NonFiniteStateError, threads_for
 
     if int(steps) != steps or steps < 0:
         raise bad_argument("steps", steps, "an integer ≥ 0")
@@ -239,7 +239,7 @@ def iterate(
         raise bad_argument("save_every", save_every, "an integer ≥ 1")
     x = as_tensor(x0, "x0")
     ks, saved = [0], [x.clone()]
-    with torch.no_grad():
+    with torch.no_grad(), threads_for(x.numel()):
         for k in range(1, int(steps) + 1):
             x = step(x)
             if not bool(torch.isfinite(x).all()):

@@ -6,8 +6,9 @@ vector y_i; any leading axes are independent runs (the batch). Everything is flo
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -166,3 +167,22 @@ def random_tokens(
 
 
 TimeFn = Callable[[float], torch.Tensor]
+
+# Below this many state entries an intra-op thread pool costs more than it saves: on a loaded
+# machine each OpenMP barrier can wait a whole scheduler slice (~40 ms measured for an 18×8
+# GEMM on a busy 2-core host, against 2 µs single-threaded).
+SMALL_STATE = 200_000
+
+
+@contextlib.contextmanager
+def threads_for(numel: int) -> Iterator[None]:
+    """Run small problems single-threaded; restore torch's thread count afterwards."""
+    if numel >= SMALL_STATE or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

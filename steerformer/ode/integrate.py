@@ -28,7 +28,15 @@ import torch
 from scipy.integrate import DOP853, RK45
 
 from steerformer.errors import bad_argument
-from steerformer.ode.geometry import DTYPE, NonFiniteStateError, check_positive, check_time_span
+from steerformer.ode.geometry import (
+    DTYPE,
+    NonFiniteStateError,
+    as_tensor,
+    check_finite,
+    check_positive,
+    check_time_span,
+    threads_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +134,7 @@ def solve(
     elif method == "rk4":
         raise bad_argument("dt", None, "a step size > 0 for the fixed-step method rk4")
     rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
-    if not isinstance(y0, torch.Tensor) or y0.dtype != DTYPE:
-        raise bad_argument("y0", type(y0).__name__, "a float64 torch tensor")
+    y0 = check_finite(as_tensor(y0, "y0"), "y0")
     if batched is None:
         batched = y0.ndim >= 3
     saves = np.array([t0, t1] if save_at is None else sorted(float(s) for s in save_at), dtype=float)
@@ -138,10 +145,11 @@ def solve(
     state = _State(fun, proj, drift, saves, t0, y0)
     bar = _progress(progress, t0, t1)
     try:
-        if dt is not None:
-            _fixed(state, tab, t0, t1, dt, bar)
-        else:
-            _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_steps, bar)
+        with threads_for(y0.numel()):
+            if dt is not None:
+                _fixed(state, tab, t0, t1, dt, bar)
+            else:
+                _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_steps, bar)
     finally:
         if bar is not None:
             bar.close()

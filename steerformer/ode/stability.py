@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from steerformer.errors import bad_argument
-from steerformer.ode.geometry import as_tensor, check_square_stack
+from steerformer.ode.geometry import as_tensor, check_square_stack, threads_for
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -36,11 +36,12 @@ def map_jacobian(step: Map, x: object, *, method: str = "autograd", eps: float =
         return step(z.reshape(n, d)).reshape(-1)
 
     if method == "autograd":
-        return torch.autograd.functional.jacobian(flat, xt.reshape(-1))
+        with threads_for(xt.numel()):
+            return torch.autograd.functional.jacobian(flat, xt.reshape(-1))
     if method == "fd":
         z = xt.reshape(-1)
         cols = []
-        with torch.no_grad():
+        with torch.no_grad(), threads_for(xt.numel()):
             for k in range(z.numel()):
                 e = torch.zeros_like(z)
                 e[k] = eps
