@@ -18,6 +18,7 @@ from steerformer.ode.diagnostics import (
 )
 from steerformer.ode.fields import (
     AttentionField,
+    DiagonalModulation,
     attention,
     continuous_field,
     discrete_step,
@@ -45,7 +46,7 @@ from steerformer.ode.stability import (
 )
 
 __all__ = [
-    "AttentionField", "attention", "continuous_field", "discrete_step", "single_head_step", "oja_step",
+    "AttentionField", "DiagonalModulation", "attention", "continuous_field", "discrete_step", "single_head_step", "oja_step",
     "iterate", "solve", "solve_tokens", "Solution", "METHODS", "project", "random_tokens",
     "manifold_drift", "NonFiniteStateError", "consensus_error", "lyapunov", "alignment",
     "hemisphere_witness", "in_open_hemisphere", "wendel_probability", "wendel_monte_carlo",

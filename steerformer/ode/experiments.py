@@ -23,7 +23,7 @@ from steerformer.ode.diagnostics import (
     in_open_hemisphere,
     lyapunov,
 )
-from steerformer.ode.fields import AttentionField, discrete_step, iterate, single_head_step
+from steerformer.ode.fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
 from steerformer.ode.geometry import DTYPE, random_tokens
 from steerformer.ode.integrate import solve_tokens
 from steerformer.ode.results import SetupResult
@@ -114,12 +114,12 @@ def setup_5_1_1(*, runs: int = 1, seed: int = 0, t1: float = 10.0, dt: float | N
     )
 
 
-def p_512(d: int, heads: int, g: torch.Generator) -> Callable[[float], torch.Tensor]:
+def p_512(d: int, heads: int, g: torch.Generator) -> DiagonalModulation:
     """§5.1.2: P'_η ~ U[−0.5, 0.5]^{d×d}, (D_η)_jj(t) = |2 sin(ω_j t + φ_j)|, ω ~ U(0,1), φ ~ U(0,2π)."""
     Pp = torch.rand((heads, d, d), generator=g, dtype=DTYPE) - 0.5
     om = torch.rand((heads, d), generator=g, dtype=DTYPE)
     ph = 2 * math.pi * torch.rand((heads, d), generator=g, dtype=DTYPE)
-    return lambda t: (2.0 * torch.sin(om * t + ph)).abs_().unsqueeze(-1) * Pp
+    return DiagonalModulation(Pp, lambda t: (2.0 * torch.sin(om * t + ph)).abs_())
 
 
 def setup_5_1_2(*, runs: int = 100, seed: int = 0, t1: float = 200.0, dt: float | None = None,

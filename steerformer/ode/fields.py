@@ -56,6 +56,35 @@ def attention(
     return A / _norm_constant(normalization, y.shape[-1])
 
 
+class DiagonalModulation:
+    """P_η(t) = D_η(t) P'_η with diagonal D_η(t) (the papers' §5.1 construction), callable as t → (h, d, d).
+
+    ``diag(t)`` returns the diagonals, shape (h, d). :class:`AttentionField` recognizes this
+    form and scales the rows of [P'_1 | … | P'_h] in place instead of building P(t) anew.
+    """
+
+    def __init__(self, P_prime: object, diag: Callable[[float], object]) -> None:
+        self.P_prime = check_square_stack(P_prime, "P_prime")
+        self.diag = diag
+        h, d, _ = self.P_prime.shape
+        self._cat = self.P_prime.permute(1, 0, 2).reshape(d, h, d).contiguous()  # [k, η, j] = P'_η[k, j]
+
+    def diagonals(self, t: float) -> torch.Tensor:
+        D = as_tensor(self.diag(t), "diag(t)")
+        if D.shape != self.P_prime.shape[:2]:
+            raise bad_argument("diag(t)", f"shape {tuple(D.shape)}", f"shape {tuple(self.P_prime.shape[:2])} (h, d)")
+        return D
+
+    def __call__(self, t: float) -> torch.Tensor:
+        return self.diagonals(t).unsqueeze(-1) * self.P_prime
+
+    def cat_columns(self, t: float, out: torch.Tensor) -> torch.Tensor:
+        """[P_1(t) | … | P_h(t)] (d, h·d) written into ``out``: row k of block η scaled by D_η(t)_k."""
+        h, d, _ = self.P_prime.shape
+        torch.mul(self._cat, self.diagonals(t).T.unsqueeze(-1), out=out.view(d, h, d))
+        return out
+
+
 class AttentionField:
     """The continuous model (6), callable as ``field(t, y) -> ẏ`` on tokens (..., n, d).
 
@@ -92,7 +121,8 @@ class AttentionField:
         self.scale = _norm_constant(normalization, self.d)
         self.n_evals = 0
         # P_η side by side, [P_1 | … | P_h] (d, h·d): one GEMM computes y_iᵀP_η for all heads.
-        self._Pcat = None if P0 is None or callable(P) else self._cat_columns(P0)
+        self._Pcat = None if callable(P) else self._cat_columns(P0)
+        self._Pbuf: torch.Tensor | None = None
         self._Ucat = None if self._U_const is None else self._stack_transposed(self._U_const)
 
     # -- parameters at time t -------------------------------------------------------------
@@ -127,24 +157,44 @@ class AttentionField:
         yb = y.unsqueeze(0) if single else y.reshape(-1, *y.shape[-2:])
         B, n, d = yb.shape
         h = self.h
-        Pcat = self._Pcat if self._P_fn is None else self._cat_columns(self.P(t))
+        Pcat = self._P_at(t)
         # Z[b, i·h + η, :] = y_iᵀ P_η — one (B·n, d) × (d, h·d) GEMM for every run and head.
         Z = (yb.reshape(B * n, d) @ Pcat).view(B, n * h, d)
         S = torch.bmm(Z, yb.transpose(1, 2)).view(B, n, h, n)  # S[b,i,η,j] = y_iᵀ P_η y_j
         if self.causal:
             S.masked_fill_(_upper_mask(n), float("-inf"))
-        S.sub_(S.amax(dim=-1, keepdim=True))
-        S.exp_()
-        S.div_(S.sum(dim=-1, keepdim=True).mul_(self.scale))  # α^η_ij, in place
+        # one fused softmax pass (fewer parallel regions: each can stall on a busy host)
+        S = torch.softmax(S, dim=-1)
         if self.identity_U:
-            G = torch.bmm(S.sum(dim=2), yb)  # Σ_η A_η y: heads summed before the product
+            A = S.sum(dim=2)
+            if self.scale != 1.0:
+                A.mul_(1.0 / self.scale)  # α = softmax / √d
+            G = torch.bmm(A, yb)  # Σ_η A_η y: heads summed before the product
         else:
             Ucat = self._Ucat if self._U_fn is None else self._stack_transposed(self.U(t))
+            if self.scale != 1.0:
+                S.mul_(1.0 / self.scale)
             AY = torch.bmm(S.view(B, n * h, n), yb)  # rows (i, η): Σ_j α^η_ij y_jᵀ
             G = AY.view(B * n, h * d) @ Ucat  # Σ_η (Σ_j α^η_ij y_j)ᵀ U_ηᵀ
             G = G.view(B, n, d)
-        out = tangent(yb, G, self.W)
+        out = self._tangent(yb, G)
         return out[0] if single else out.view(y.shape)
+
+    def _P_at(self, t: float) -> torch.Tensor:
+        if self._P_fn is None:
+            return self._Pcat
+        if isinstance(self._P_fn, DiagonalModulation):
+            if self._Pbuf is None:
+                self._Pbuf = torch.empty(self.d, self.h * self.d, dtype=DTYPE)
+            return self._P_fn.cat_columns(t, self._Pbuf)
+        return self._cat_columns(self.P(t))
+
+    def _tangent(self, y: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+        """(I − y_i y_iᵀ W) G_i, in place on G (two passes: a batched dot, then one addcmul)."""
+        if self.W is not None:
+            return tangent(y, G, self.W)
+        coef = torch.linalg.vecdot(y, G).unsqueeze(-1)  # y_iᵀ G_i
+        return G.addcmul_(y, coef, value=-1.0)
 
 
 _MASKS: dict[int, torch.Tensor] = {}
@@ -255,6 +305,7 @@ def iterate(
 
 __all__ = [
     "AttentionField",
+    "DiagonalModulation",
     "attention",
     "continuous_field",
     "discrete_step",
