@@ -36,7 +36,7 @@ SETUPS: dict[str, SetupSpec] = {
                   "Thm 3.2: 10 tokens on S², 2 heads, full attention, P(t) = D(t)P'; tokens, ||P(t)||_F, V(t)",
                   {"runs": 1, "t1": 10.0}),
         SetupSpec("5.1.2", ex.setup_5_1_2, "continuous",
-                  "Thm 4.2: causal, 50 tokens on S^499, 2 heads; E for 100 runs (≈10 min on 2 cores)",
+                  "Thm 4.2: causal, 50 tokens on S^499, 2 heads; E for 100 runs (long: thousands of batched evaluations)",
                   {"runs": 100, "t1": 200.0}),
         SetupSpec("5.1.3", ex.setup_5_1_3, "continuous",
                   "Thm 4.5: causal, 1 head, symmetric U; tokens → v; V1, V2",
