@@ -32,3 +32,4 @@ def _main(
 # Command modules register on import (order = order in --help).
 from steerformer_cli import analyze as _analyze  # noqa: E402,F401
 from steerformer_cli import collapse as _collapse  # noqa: E402,F401
+from steerformer_cli import simulate as _simulate  # noqa: E402,F401

@@ -1,0 +1,188 @@
+"""The W-ellipsoid E_W = {x : xᵀWx = 1} and the argument checks every ODE function shares.
+
+Layout: tokens are the **rows** of the last two axes, ``y[..., i, :]`` is the papers' column
+vector y_i; any leading axes are independent runs (the batch). Everything is float64 torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from steerformer.errors import SteerformerError, bad_argument
+
+DTYPE = torch.float64
+
+# Initial tokens farther than this from the ellipsoid are refused (see check_on_manifold).
+MANIFOLD_TOL = 1e-8
+
+
+class NonFiniteStateError(SteerformerError, FloatingPointError):
+    """The state became NaN/inf during integration; ``t`` is the last time it was finite."""
+
+    def __init__(self, message: str, t: float, partial: object | None = None) -> None:
+        super().__init__(message)
+        self.t = t
+        self.partial = partial
+
+
+def as_tensor(x: object, name: str) -> torch.Tensor:
+    """Any array-like → float64 tensor (no copy when it already is one)."""
+    try:
+        t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    except Exception as exc:  # noqa: BLE001 - report what was passed, not torch's message
+        raise bad_argument(name, type(x).__name__, "an array or tensor of real numbers") from exc
+    if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+        raise bad_argument(name, t.dtype, "a real-valued array")
+    return t.to(DTYPE)
+
+
+def check_finite(x: torch.Tensor, name: str) -> torch.Tensor:
+    if not bool(torch.isfinite(x).all()):
+        raise bad_argument(name, "array with NaN/inf", "finite values")
+    return x
+
+
+def check_square_stack(x: object, name: str, d: int | None = None) -> torch.Tensor:
+    """A (d, d) matrix or an (h, d, d) stack → (h, d, d) float64."""
+    t = check_finite(as_tensor(x, name), name)
+    if t.ndim == 2:
+        t = t.unsqueeze(0)
+    if t.ndim != 3 or t.shape[-1] != t.shape[-2]:
+        raise bad_argument(name, f"shape {tuple(t.shape)}", "a (d, d) matrix or an (h, d, d) stack of them")
+    if d is not None and t.shape[-1] != d:
+        raise bad_argument(
+            name, f"shape {tuple(t.shape)}", f"matrices of size {d}×{d} (the tokens have d={d})",
+            "Give one matrix per head of the tokens' dimension.",
+        )
+    return t
+
+
+def check_spd(W: object, d: int | None = None) -> torch.Tensor:
+    """W must be symmetric positive definite (it defines the ellipsoid's metric)."""
+    Wt = check_square_stack(W, "W", d)
+    if Wt.shape[0] != 1:
+        raise bad_argument("W", f"shape {tuple(Wt.shape)}", "one (d, d) matrix")
+    Wt = Wt[0]
+    scale = float(Wt.abs().max()) or 1.0
+    if float((Wt - Wt.T).abs().max()) > 1e-12 * scale:
+        raise bad_argument("W", "a non-symmetric matrix", "a symmetric positive definite matrix",
+                           "Use (W + W.T) / 2 if the asymmetry is rounding.")
+    _, info = torch.linalg.cholesky_ex(Wt)
+    if int(info) != 0:
+        eig = float(torch.linalg.eigvalsh(Wt).min())
+        raise bad_argument("W", f"a symmetric matrix with smallest eigenvalue {eig:.3g}",
+                           "a symmetric positive definite matrix")
+    return Wt
+
+
+def w_norm(y: torch.Tensor, W: torch.Tensor | None = None) -> torch.Tensor:
+    """|y_i|_W = sqrt(y_iᵀ W y_i) for every token (last axis reduced, kept as size 1)."""
+    if W is None:
+        return torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+    return torch.sqrt((y * (y @ W)).sum(-1, keepdim=True))
+
+
+def project(y: object, W: object | None = None) -> torch.Tensor:
+    """π_W(y_i) = y_i / |y_i|_W for every token."""
+    yt = as_tensor(y, "y")
+    Wt = None if W is None else check_spd(W, yt.shape[-1])
+    return yt / w_norm(yt, Wt)
+
+
+def tangent(y: torch.Tensor, X: torch.Tensor, W: torch.Tensor | None = None) -> torch.Tensor:
+    """(I − y_i y_iᵀ W) X_i: the tangent map of π_W at y_i on the ellipsoid (eq. 3)."""
+    WX = X if W is None else X @ W  # rows: (W X_i)ᵀ since W is symmetric
+    return X - y * (y * WX).sum(-1, keepdim=True)
+
+
+def manifold_drift(y: torch.Tensor, W: torch.Tensor | None = None) -> float:
+    """max_i | |y_i|_W − 1 |."""
+    return float((w_norm(y, W) - 1.0).abs().max())
+
+
+def check_tokens(y0: object, W: torch.Tensor | None, name: str = "y0") -> torch.Tensor:
+    """Initial tokens: shape (..., n, d), finite, on the ellipsoid.
+
+    Tokens off the ellipsoid are **refused** (not silently projected): a caller who passes
+    unnormalized data has usually mixed up a layout, and projecting would hide it.
+    """
+    y = check_finite(as_tensor(y0, name), name)
+    if y.ndim < 2 or y.shape[-1] < 2 or y.shape[-2] < 1:
+        raise bad_argument(name, f"shape {tuple(y.shape)}", "tokens of shape (n, d) or (runs, n, d), d ≥ 2")
+    drift = manifold_drift(y, W)
+    if drift > MANIFOLD_TOL:
+        raise bad_argument(
+            name, f"tokens with max | |y_i|_W − 1 | = {drift:.3g}",
+            f"tokens on the ellipsoid yᵀWy = 1 (tolerance {MANIFOLD_TOL:g})",
+            "Project them first with steerformer.ode.project(y0, W).",
+        )
+    return y.clone()
+
+
+def check_time_span(t0: float, t1: float) -> tuple[float, float]:
+    t0, t1 = float(t0), float(t1)
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise bad_argument("t_span", (t0, t1), "finite times")
+    if t1 <= t0:
+        raise bad_argument("t1", t1, f"t1 > t0 = {t0}", "Integration runs forward in time only.")
+    return t0, t1
+
+
+def check_positive(value: float, name: str) -> float:
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise bad_argument(name, value, "a finite number > 0")
+    return v
+
+
+def random_tokens(
+    shape: tuple[int, ...],
+    *,
+    W: object | None = None,
+    generator: torch.Generator | None = None,
+    distribution: str = "normal",
+    hemisphere: object | None = None,
+) -> torch.Tensor:
+    """Random tokens on the ellipsoid, shape (..., n, d).
+
+    ``distribution="normal"`` gives the uniform law on the sphere (before the W-projection);
+    ``"uniform"`` draws entries from U(−0.5, 0.5) and projects (the consensus paper, §5.1.2).
+    ``hemisphere=v`` flips tokens with vᵀy < 0 so all lie in the open hemisphere vᵀy > 0.
+    """
+    if distribution == "normal":
+        y = torch.randn(shape, generator=generator, dtype=DTYPE)
+    elif distribution == "uniform":
+        y = torch.rand(shape, generator=generator, dtype=DTYPE) - 0.5
+    else:
+        raise bad_argument("distribution", distribution, "'normal' or 'uniform'")
+    if hemisphere is not None:
+        v = as_tensor(hemisphere, "hemisphere")
+        y = torch.where((y @ v).unsqueeze(-1) < 0, -y, y)
+    return project(y, W)
+
+
+TimeFn = Callable[[float], torch.Tensor]
+
+# Below this many state entries an intra-op thread pool costs more than it saves: on a loaded
+# machine each OpenMP barrier can wait a whole scheduler slice (~40 ms measured for an 18×8
+# GEMM on a busy 2-core host, against 2 µs single-threaded).
+SMALL_STATE = 200_000
+
+
+@contextlib.contextmanager
+def threads_for(numel: int) -> Iterator[None]:
+    """Run small problems single-threaded; restore torch's thread count afterwards."""
+    if numel >= SMALL_STATE or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,133 @@
+"""Figures of the named setups (matplotlib, Agg backend; never shown, only saved)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Callable
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: pathlib.Path) -> pathlib.Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _plt().close(fig)
+    return path
+
+
+def _sphere(ax, tokens: np.ndarray, title: str) -> None:
+    """Trajectories (T, n, 3) on the unit sphere: blue paths, white start, grey end (as the papers)."""
+    u, v = np.mgrid[0:2 * np.pi:40j, 0:np.pi:20j]
+    ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.3)
+    for i in range(tokens.shape[1]):
+        ax.plot(*tokens[:, i, :].T, color="tab:blue", lw=1)
+    ax.scatter(*tokens[0].T, facecolor="white", edgecolor="k", s=25, depthshade=False)
+    ax.scatter(*tokens[-1].T, color="0.5", edgecolor="k", s=35, depthshade=False)
+    ax.set_title(title)
+    ax.set_box_aspect((1, 1, 1))
+
+
+def _fig_3d(tokens: np.ndarray, title: str, path: pathlib.Path) -> pathlib.Path:
+    plt = _plt()
+    fig = plt.figure(figsize=(5, 5))
+    _sphere(fig.add_subplot(projection="3d"), tokens, title)
+    return _save(fig, path)
+
+
+def _lines(x, ys: dict[str, np.ndarray], xlabel: str, ylabel: str, title: str, path, log=False):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, y in ys.items():
+        y = np.asarray(y)
+        if y.ndim == 1:
+            ax.plot(x, y, label=label)
+        else:
+            ax.plot(x, y.reshape(len(x), -1), lw=0.7, alpha=0.7)
+    if any(np.asarray(y).ndim == 1 for y in ys.values()):
+        ax.legend()
+    if log:
+        ax.set_yscale("log")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _p511(r, out):
+    paths = [_fig_3d(r.trajectory["tokens"][:, 0], "5.1.1: tokens on S² (run 0)", out / "tokens_sphere.png")]
+    pn = np.asarray(r.extra["P_frobenius_norms"])
+    paths.append(_lines(r.extra["P_norm_times"], {"‖P1(t)‖_F": pn[:, 0], "‖P2(t)‖_F": pn[:, 1]},
+                        "t", "Frobenius norm", "5.1.1: ‖P_η(t)‖_F", out / "P_norms.png"))
+    paths.append(_lines(r.times, {"V(t)": r.series["V"][:, 0]} if r.series["V"].shape[1] == 1 else {"V": r.series["V"]},
+                        "t", "V = max_i (1 − vᵀy_i)", "5.1.1: Lyapunov function (7), v = (1,0,0)", out / "lyapunov_V.png"))
+    return paths
+
+
+def _p512(r, out):
+    return [
+        _lines(r.times, {"E": r.series["E"]}, "t", "E", f"5.1.2: E (eq. 9) along {r.series['E'].shape[1]} runs",
+               out / "E_runs.png"),
+        _lines(r.times, {"E": np.maximum(r.series["E"], 1e-16)}, "t", "E", "5.1.2: E (log scale)",
+               out / "E_runs_log.png", log=True),
+    ]
+
+
+def _p513(r, out):
+    return [
+        _fig_3d(r.trajectory["tokens"][:, 0], "5.1.3: tokens on S² (run 0)", out / "tokens_sphere.png"),
+        _lines(r.times, {"V1 = 1 − y1ᵀv": r.series["V1"][:, 0], "V2 = 1 − y2ᵀv": r.series["V2"][:, 0]},
+               "t", "V", "5.1.3: V1 and V2", out / "V1_V2.png"),
+    ]
+
+
+def _p13a(r, out):
+    plt = _plt()
+    fig = plt.figure(figsize=(10, 8))
+    for row, key, label in ((0, "single", "single head (8)"), (1, "multi", f"{r.config['heads']} heads (3)")):
+        _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0], label)
+        ax = fig.add_subplot(2, 2, 2 * row + 2)
+        rho = r.series[f"rho_{key}"][:, 0]  # (T, n)
+        ax.plot(r.times, rho, lw=0.8)
+        ax.plot(r.times, rho.mean(-1), "k:", lw=2, label="mean")
+        ax.set(xlabel="layer k", ylabel="ρ(x_i, v1)", title=label, ylim=(0, 1.02))
+        ax.legend()
+    return [_save(fig, out / "fig13a.png")]
+
+
+def _p13b(r, out):
+    plt = _plt()
+    fig = plt.figure(figsize=(10, 8))
+    for row, key in ((0, "small"), (1, "large")):
+        eps = r.config[key]
+        _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0],
+                f"perturbation {eps} ({key})")
+        ax = fig.add_subplot(2, 2, 2 * row + 2)
+        ax.plot(r.times, r.series[f"v1_component_{key}"][:, 0], lw=0.8)
+        ax.set(xlabel="layer k", ylabel="v1ᵀx_i", title=f"{key}: tokens' v1 component", ylim=(-1.05, 1.05))
+    return [_save(fig, out / "fig13b.png")]
+
+
+def _pbridge(r, out):
+    return [
+        _lines(r.times, {"mean E": r.series["E"].mean(1)}, "layer", "E", "bridge: E (mean over runs)",
+               out / "E.png"),
+        _lines(r.times, {"mean ρ(x, v1)": r.series["rho_v1"].mean(1)}, "layer", "ρ",
+               "bridge: alignment with v1(F)", out / "alignment.png"),
+    ]
+
+
+PLOTTERS: dict[str, Callable] = {
+    "5.1.1": _p511, "5.1.2": _p512, "5.1.3": _p513, "fig13a": _p13a, "fig13b": _p13b, "bridge": _pbridge,
+}
+
+
+def draw(result, out: pathlib.Path) -> list[pathlib.Path]:
+    return PLOTTERS.get(result.setup, _pbridge)(result, out)
