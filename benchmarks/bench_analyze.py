@@ -20,7 +20,6 @@ from _common import gpt2_medium_random, peak_rss_mib  # noqa: E402
 
 
 def main() -> None:
-    import numpy as np
     import scipy.linalg
     import torch
 

@@ -13,10 +13,13 @@ from .attention import attention_output, attention_probs
 from .collapse import CollapseResult, DecodeResult, collapse, collapse_figure, greedy_decode
 from .dynamics import Trajectory, dynamics_step, random_tokens, run_dynamics
 from .errors import (
-    CheckpointError, InvalidArgumentError, ModelNotFoundError, SteerformerError, UnsupportedModelError,
+    CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
+    UnsupportedModelError,
 )
 from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
 from .matrices import LayerMatrices, layer_matrices, read_attention_weights
+from . import ode
+from .ode import SETUPS, SetupResult, run_setup, wendel_probability
 from .spectra import Spectra, spectra
 from .stats import (
     AlignmentStats, HiddenStates, PowerMethodReport, alignment_stats, model_hidden_states, power_method_stats,
@@ -30,5 +33,5 @@ __all__ = [
     "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
     "read_attention_weights", "run_dynamics", "spectra",
     "AlignmentStats", "HiddenStates", "PowerMethodReport", "alignment_stats", "model_hidden_states",
-    "power_method_stats",
+    "power_method_stats", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
 ]

@@ -27,6 +27,16 @@ class CheckpointError(SteerformerError, RuntimeError):
     """A checkpoint exists but cannot be read the way it was asked (missing tensor, non-finite...)."""
 
 
+class NonFiniteStateError(SteerformerError, FloatingPointError):
+    """A simulated or looped state became NaN/inf. ``t`` is the last time (or pass) it was finite,
+    ``partial`` what was computed up to then."""
+
+    def __init__(self, message: str, t: float | None = None, partial: object | None = None) -> None:
+        super().__init__(message)
+        self.t = t
+        self.partial = partial
+
+
 def bad_argument(name: str, value: object, expected: str, fix: str | None = None) -> InvalidArgumentError:
     """Build the standard message: ``name=value is invalid: expected ...; fix``."""
     shown = repr(value)

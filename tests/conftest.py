@@ -15,6 +15,16 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """The test models are tiny: an intra-op thread pool costs more than the arithmetic, and on a
+    shared, busy host each OpenMP hand-off can wait a whole scheduler slice (100x slower)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

@@ -23,13 +23,6 @@ from steerformer.matrices import read_attention_weights
 from .tiny_models import make_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls on 2 shared cores: thread hand-offs cost 100x the arithmetic.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def direct_stats(h: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

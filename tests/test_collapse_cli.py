@@ -16,12 +16,9 @@ from .tiny_models import make_model
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("tiny_gpt2_lm")
     make_model("gpt2", dtype=torch.float32).save_pretrained(path)
-    yield path
-    torch.set_num_threads(n)
+    return path
 
 
 def test_collapse_writes_results_figure_and_decoding(checkpoint, tmp_path) -> None:

@@ -17,13 +17,6 @@ from .tiny_models import make_model
 D = 64  # width of the tiny models
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors on shared, busy cores: torch's thread pool costs 10× more than it gains."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def planted_matrix(top: np.ndarray, rng: np.random.Generator, rest: float = 0.3) -> np.ndarray:

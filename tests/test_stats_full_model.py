@@ -16,12 +16,6 @@ from steerformer.stats.full_model import model_hidden_states
 from .tiny_models import make_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert", "albert"])

@@ -9,11 +9,11 @@ from .metrics import consensus_stats
 from .plot import collapse_figure
 from .prompts import random_prompt_ids
 from .result import CollapseResult
-from .run import NumericalError, collapse, load_tokenizer, parse_dtype
+from .run import NonFiniteStateError, collapse, load_tokenizer, parse_dtype
 from .weights import pass_seed, reinitialize
 
 __all__ = [
-    "CollapseResult", "DecodeResult", "LoopedModel", "NumericalError", "collapse", "collapse_figure",
+    "CollapseResult", "DecodeResult", "LoopedModel", "NonFiniteStateError", "collapse", "collapse_figure",
     "consensus_stats", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype", "pass_seed", "random_prompt_ids",
     "reinitialize",
 ]

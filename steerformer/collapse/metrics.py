@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..consensus import consensus_error
+
 
 def _stat_dtype(h: torch.Tensor) -> torch.dtype:
     return torch.float64 if h.dtype == torch.float64 else torch.float32
@@ -27,7 +29,7 @@ def consensus_stats(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     x = h.to(_stat_dtype(h))
     n = x.shape[-2]
     y = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    e = 0.5 * (y - y[..., :1, :]).square().sum(-1).mean(-1)
+    e = consensus_error(y)
     r = torch.linalg.vector_norm(y - y.mean(-2, keepdim=True), dim=-1)  # ‖y_i − c‖
     pairwise = 1.0 - r.square().sum(-1) / (n - 1) if n > 1 else torch.ones_like(e)
     return e, pairwise, r.mean(-1)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidArgumentError, SteerformerError, bad_argument
+from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
@@ -30,10 +30,6 @@ DTYPES = {
 }
 # Options a resumed run must share with the run it continues (passes and the tolerance may change).
 _RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_size", "token_source")
-
-
-class NumericalError(SteerformerError, ArithmeticError):
-    """Hidden states became NaN/inf (typically fp16 overflow in a long run)."""
 
 
 def parse_dtype(dtype: Any) -> torch.dtype | None:
@@ -228,8 +224,8 @@ def collapse(
                 buf[k][p] = on_dev[i].cpu().numpy()
             arrays = {k: buf[k][p] for k in STATS}
             if not bool(torch.isfinite(h).all()):
-                raise NumericalError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
-                                     "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
+                raise NonFiniteStateError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
+                                          "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
             seconds = time.perf_counter() - t0
             if store is not None:
                 store.append_pass(p, {**arrays, "seconds": np.float64(seconds)})

@@ -12,15 +12,14 @@ import numpy as np
 import torch
 from scipy.optimize import linprog, nnls
 
+from steerformer.consensus import consensus_error as _consensus_error
 from steerformer.errors import bad_argument
 from steerformer.ode.geometry import as_tensor
 
 
 def consensus_error(y: object) -> torch.Tensor:
     """E = 1 − (1/n) Σ_i ⟨y_1, y_i⟩ / (‖y_1‖ ‖y_i‖), i = 1 included (consensus paper eq. 9)."""
-    yt = as_tensor(y, "y")
-    u = yt / torch.linalg.vector_norm(yt, dim=-1, keepdim=True)
-    return 1.0 - (u * u[..., :1, :]).sum(-1).mean(-1)
+    return _consensus_error(as_tensor(y, "y"))
 
 
 def lyapunov(y: object, v: object) -> torch.Tensor:

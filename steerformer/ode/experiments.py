@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
 
 import numpy as np
 import torch

@@ -13,21 +13,12 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from steerformer.errors import SteerformerError, bad_argument
+from steerformer.errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
 
 DTYPE = torch.float64
 
 # Initial tokens farther than this from the ellipsoid are refused (see check_on_manifold).
 MANIFOLD_TOL = 1e-8
-
-
-class NonFiniteStateError(SteerformerError, FloatingPointError):
-    """The state became NaN/inf during integration; ``t`` is the last time it was finite."""
-
-    def __init__(self, message: str, t: float, partial: object | None = None) -> None:
-        super().__init__(message)
-        self.t = t
-        self.partial = partial
 
 
 def as_tensor(x: object, name: str) -> torch.Tensor:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from scipy.optimize import linear_sum_assignment
 
 from steerformer.errors import InvalidArgumentError
