@@ -207,6 +207,16 @@ class Adapter(abc.ABC):
         (used by tests and verification hooks)."""
         raise NotImplementedError
 
+    def layer_block(self, slot: int) -> str:
+        """Module path of the whole layer (attention + FFN + norms) that runs ``slot``; its
+        forward can be re-run on cached inputs (steering measures only the edited layer again).
+        Default: the attention module's parent."""
+        return self.slots()[slot].rsplit(".", 1)[0]
+
+    def final_norm(self) -> str | None:
+        """Module path of the norm applied after the last layer (pre-LN models' ``ln_f``), else None."""
+        return None
+
     def config_summary(self) -> dict:
         return {
             "model_type": self.model_type,

@@ -65,3 +65,6 @@ class GPT2Adapter(Adapter):
 
     def attention_module_output(self, slot: int) -> str:
         return self.slots()[slot]
+
+    def final_norm(self) -> str | None:
+        return "ln_f"

@@ -58,3 +58,9 @@ class GPTNeoAdapter(Adapter):
 
     def attention_module_output(self, slot: int) -> str:
         return self.slots()[slot]
+
+    def final_norm(self) -> str | None:
+        return "ln_f"
+
+    def layer_block(self, slot: int) -> str:
+        return f"h.{slot}"  # the attention slot is h.{i}.attn.attention, two levels down
