@@ -17,6 +17,8 @@ from ..errors import bad_argument
 
 log = logging.getLogger(__name__)
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
 REFERENCE_SENTENCES = (
     "The cat sat quietly on the warm windowsill.",
     "Interest rates rose again after the central bank meeting.",
@@ -62,6 +64,10 @@ def find_tokenizer(model: Any, tokenizer: Any = None):
         return tokenizer
     name = getattr(model.config, "_name_or_path", "") or ""
     if not name or not Path(name).is_dir():
+        return None
+    # Only a folder that ships tokenizer files: AutoTokenizer would otherwise build an empty one
+    # from the model type alone.
+    if not any((Path(name) / f).is_file() for f in TOKENIZER_FILES):
         return None
     try:
         from transformers import AutoTokenizer
