@@ -31,3 +31,4 @@ def _main(
 
 # Command modules register on import (order = order in --help).
 from steerformer_cli import analyze as _analyze  # noqa: E402,F401
+from steerformer_cli import steer as _steer  # noqa: E402,F401

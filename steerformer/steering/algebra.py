@@ -16,6 +16,7 @@ All in float64; the caller casts the result back to the model's dtype.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import scipy.linalg
@@ -33,7 +34,7 @@ class RowSolve:
 
     a: torch.Tensor
     method: str  # "solve", "lstsq", "ridge"
-    cond: float  # condition number of V (1-norm estimate from the LU, or exact 2-norm via SVD)
+    cond: float  # condition number of V: LAPACK 1-norm estimate from the LU; exact 2-norm (SVD) for lstsq
     alpha: float | None = None  # ridge strength (absolute) for "ridge"
     fit_error: float | None = None  # held-out relative error ‖aVX − wᵀX‖ / ‖wᵀX‖ for "ridge"
 
@@ -41,19 +42,35 @@ class RowSolve:
         return {"method": self.method, "cond_V": self.cond, "alpha": self.alpha, "fit_error": self.fit_error}
 
 
+def _lu_rcond(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """LU factors of A and LAPACK's estimate of its reciprocal 1-norm condition number (O(d²)
+    after the LU: no singular value decomposition)."""
+    with warnings.catch_warnings():  # an exactly singular V is handled by the caller (least squares)
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+        lu, piv = scipy.linalg.lu_factor(A, check_finite=False)
+    gecon = scipy.linalg.get_lapack_funcs("gecon", (lu,))
+    rcond, info = gecon(lu, np.linalg.norm(A, 1), norm="1")
+    return lu, piv, float(rcond) if info == 0 else 0.0
+
+
+def cond_estimate(V: torch.Tensor) -> float:
+    """1-norm condition number estimate of V (inf when singular)."""
+    _, _, rcond = _lu_rcond(V.detach().to(torch.float64).cpu().numpy())
+    return float("inf") if rcond <= 0 else 1.0 / rcond
+
+
 def exact_row(V: torch.Tensor, w: torch.Tensor) -> RowSolve:
     """a = wᵀV⁻¹ by one LU (O(d³/3), no eigen- or singular-value decomposition), least squares when
     V is singular. The condition number comes from LAPACK's 1-norm estimate on the same LU."""
     Vn = V.detach().to(torch.float64).cpu().numpy()
     wn = w.detach().to(torch.float64).cpu().numpy()
-    lu, piv = scipy.linalg.lu_factor(Vn.T, check_finite=False)
-    gecon = scipy.linalg.get_lapack_funcs("gecon", (lu,))
-    rcond, info = gecon(lu, np.linalg.norm(Vn.T, 1), norm="1")
-    if info == 0 and rcond > RCOND_LSTSQ:
+    lu, piv, rcond = _lu_rcond(Vn.T)
+    if rcond > RCOND_LSTSQ:
         a = scipy.linalg.lu_solve((lu, piv), wn, check_finite=False)
         return RowSolve(torch.from_numpy(a), "solve", float(1.0 / rcond))
     # Singular (or nearly): minimum-norm least squares; report the exact 2-norm condition number.
-    a, _, _, sv = scipy.linalg.lstsq(Vn.T, wn, lapack_driver="gelsd", check_finite=False)
+    # Pseudo-inverse with the same relative cutoff: singular values below RCOND_LSTSQ·σ_max count as 0.
+    a, _, _, sv = scipy.linalg.lstsq(Vn.T, wn, cond=RCOND_LSTSQ, lapack_driver="gelsd", check_finite=False)
     cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
     return RowSolve(torch.from_numpy(a), "lstsq", cond)
 
@@ -81,7 +98,7 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
     scored = [(err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas]
     best_err, best_alpha = min(scored)
     a = fit(torch.cat([X_fit, X_held]), best_alpha)
-    return RowSolve(a, "ridge", float(torch.linalg.cond(V)), alpha=best_alpha, fit_error=best_err)
+    return RowSolve(a, "ridge", cond_estimate(V), alpha=best_alpha, fit_error=best_err)
 
 
 def delta_output(u: torch.Tensor, a: torch.Tensor, gain: float) -> torch.Tensor:

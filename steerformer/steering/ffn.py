@@ -34,7 +34,7 @@ def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[to
         unit = u / u.norm()
         h = probe.final_states(stored_for(unit))
         score = mean_abs_cos(h, target, probe.mask)
-        val = float(score)
+        val = float(score.detach())
         history.append(val)
         if val > best[0]:
             best = (val, unit.detach().clone())
