@@ -93,14 +93,15 @@ def test_chosen_gain_is_minimal_and_curve_rises(family: str) -> None:
     steer(model, u, gain=0.9 * rec.gain, report=False)
     assert _dynamics_alignment(model, u) < 0.99
     unsteer(model)
-    # Rises with the gain on a log grid (independent runs). Far below the chosen gain the push can
-    # first cancel a token's own u-component, so small dips (< 0.01) are tolerated there.
+    # Rises with the gain on a log grid from 1/100 of the chosen gain (independent runs). Far below
+    # it the push can first cancel a token's own u-component: on the shared-weight ALBERT the curve
+    # dips by 0.013 between 1/1000 and 1/100 of the chosen gain (measured), hence the grid start.
     values = []
-    for g in rec.gain * np.logspace(-3, 1, 5):
+    for g in rec.gain * np.logspace(-2, 1, 4):
         steer(model, u, gain=float(g), report=False)
         values.append(_dynamics_alignment(model, u))
         unsteer(model)
-    assert all(b >= a - 0.01 for a, b in zip(values, values[1:])), values
+    assert all(b >= a for a, b in zip(values, values[1:])), values
     assert values[-1] > 0.99 > values[0]
 
 
