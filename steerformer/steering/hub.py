@@ -30,13 +30,15 @@ def push_to_hub(dir_or_model: Any, repo_id: str, *, private: bool = False, token
     ``token``: the Hub token; default the one huggingface_hub finds (``HF_TOKEN``, the login
     cache); none at all is an error before any request. ``endpoint``: default ``HF_ENDPOINT``.
     Returns the commit URL."""
-    from huggingface_hub import HfApi, get_token
+    from huggingface_hub import HfApi, constants, get_token
 
     check_repo_id(repo_id)
     token = token or get_token()
     if not token:
         raise InvalidArgumentError("push_to_hub needs a Hugging Face token: pass token=..., set HF_TOKEN, or run "
                                    "`hf auth login` (no request was sent).")
+    if constants.is_offline_mode():
+        raise InvalidArgumentError("push_to_hub cannot upload while HF_HUB_OFFLINE is set: unset it to publish.")
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     api = HfApi(endpoint=endpoint, token=token)
     if isinstance(dir_or_model, (str, os.PathLike)):
