@@ -32,6 +32,18 @@ REFERENCE_SENTENCES = (
     "Engineers repaired the bridge before the winter storms.",
     "The museum opened a new exhibition of modern sculpture.",
     "Students prepared for their mathematics exam all week.",
+    "The old lighthouse still guides ships along the rocky coast.",
+    "Prices at the grocery store went up by ten percent this year.",
+    "A young chess player defeated the world champion in Oslo.",
+    "The hospital hired twenty new nurses for the night shift.",
+    "Volcanic ash closed the airport for three days.",
+    "My grandmother grows roses and tomatoes in her garden.",
+    "The orchestra rehearsed the symphony before the premiere.",
+    "Scientists discovered a new species of frog in the rainforest.",
+    "The city council voted to build a new public library.",
+    "He forgot his umbrella and walked home in the rain.",
+    "The startup released an app that translates sign language.",
+    "Wolves returned to the valley after a century of absence.",
 )
 
 HELDOUT_SENTENCES = (
