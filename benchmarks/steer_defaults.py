@@ -23,20 +23,24 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     u = torch.randn(model.config.hidden_size, generator=g, dtype=torch.float64)
     rows = []
-    for measure in ("model", "dynamics"):
-        for solve in ("min-norm", "exact"):
-            for ffn in ((False, True) if measure == "model" else (False,)):
-                t = time.perf_counter()
-                r = steer(model, u, measure=measure, solve=solve, through_ffn=ffn)
-                dt = time.perf_counter() - t
-                unsteer(model)
-                rows.append((measure, solve, ffn, r, dt))
-    print("| measure | solve | through_ffn | strength | real-model align. (held-out) | dynamics align. | "
+    settings = [  # (measure, solve, through_ffn, target)
+        ("model", "min-norm", False, 0.99), ("model", "exact", False, 0.99),
+        ("model", "min-norm", True, 0.99), ("model", "exact", True, 0.99),
+        ("dynamics", "min-norm", False, 0.99), ("dynamics", "exact", False, 0.99),
+        ("model", "min-norm", False, 0.75), ("model", "exact", False, 0.75),
+    ]
+    for measure, solve, ffn, target in settings:
+        t = time.perf_counter()
+        r = steer(model, u, measure=measure, solve=solve, through_ffn=ffn, target_alignment=target)
+        dt = time.perf_counter() - t
+        unsteer(model)
+        rows.append((measure, solve, ffn, target, r, dt))
+    print("| measure | solve | through_ffn | target | strength | real-model align. (held-out) | dynamics align. | "
           "‖ΔW_O‖/‖W_O‖ | KL | align. gain per KL | target reached | time s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for measure, solve, ffn, r, dt in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for measure, solve, ffn, target, r, dt in rows:
         per = (r.alignment_model_after - r.alignment_model_before) / max(r.kl, 1e-12)
-        print(f"| {measure} | {solve} | {ffn} | {r.strength:.4g} | {r.alignment_model_before:.3f} → "
+        print(f"| {measure} | {solve} | {ffn} | {target} | {r.strength:.4g} | {r.alignment_model_before:.3f} → "
               f"{r.alignment_model_after:.3f} | {r.alignment_dynamics_before:.3f} → {r.alignment_dynamics_after:.3f} | "
               f"{r.weight_change:.3g} | {r.kl:.3g} | {per:.3g} | {r.target_reached} | {dt:.1f} |")
 
