@@ -117,3 +117,20 @@ def test_half_precision_models_keep_their_dtype(dtype: torch.dtype) -> None:
         assert torch.isfinite(model(ids).logits.float()).all()
     unsteer(model)
     assert torch.equal(model.transformer.h[1].attn.c_proj.weight, original)
+
+
+def test_record_round_trips_and_plots(tmp_path) -> None:
+    from steerformer.steering import SteeringRecord
+
+    model = make_model("gpt2")
+    rec = steer(model, _unit(64, 7), measure="dynamics", target_alignment=0.9)
+    rec.to_json(tmp_path / "r.json")
+    back = SteeringRecord.from_json(tmp_path / "r.json")
+    assert back == rec
+    assert [p.name for p in rec.plot(tmp_path)] == ["steering_curve.png"]
+    # The strength is the gain over |λ1| of the unedited layer matrix (independent full eig).
+    F = layer_matrices(make_model("gpt2"), [1]).matrices[0]
+    vals = torch.linalg.eigvals(F)
+    l1 = vals[torch.argmax(vals.real)]
+    assert rec.strength == pytest.approx(rec.gain / float(l1.abs()), rel=1e-8)
+    assert rec.spectrum_before["lambda1"][0] == pytest.approx(float(l1.real), rel=1e-8)

@@ -270,6 +270,9 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         kl=rec_kw.get("kl"), kl_kind=rec_kw.get("kl_kind"), state_cosine=rec_kw.get("state_cosine"),
         through_ffn=ffn_info, original_sha256=tensor_sha256(state["originals"][name]),
         steered_sha256=tensor_sha256(new), steerformer_version=__version__,
+        heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
+        else [str(p) for p in heldout_prompts],
+        custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
     )
     state["records"].append(record)
     if choice is not None and not choice.reached:

@@ -55,6 +55,8 @@ class SteeringRecord:
     original_sha256: str  # stored bytes of the original output weight
     steered_sha256: str  # stored bytes after the edit
     steerformer_version: str
+    heldout_prompts: list[str] | None = None  # None: steerformer's default held-out set
+    custom_heldout_ids: bool = False  # held-out prompts were given as token ids (not recorded)
     format: str = RECORD_FORMAT
 
     def to_dict(self) -> dict:

@@ -216,10 +216,12 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         w = torch.tensor(r.left, dtype=torch.float64)
         check("direction hash", vector_hash(u) == r.direction_sha256 and vector_hash(w) == r.left_sha256,
               f"layer {r.layer}")
-    if last.alignment_model_after is not None:
+    if last.alignment_model_after is not None and last.custom_heldout_ids:
+        check("real-model alignment", True, "not recomputed: the held-out prompts were token ids, not recorded")
+    elif last.alignment_model_after is not None:
         adapter = get_adapter(model.config)
         tok = find_tokenizer(model)
-        held = encode(model, None, tok, held_out=True)
+        held = encode(model, last.heldout_prompts, tok, held_out=True)
         probe = model_probe(model, adapter, last.layer, held)
         target = torch.tensor(last.target, dtype=torch.float64)
         from .measure import mean_abs_cos
