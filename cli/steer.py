@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-
 from steerformer_cli._common import user_errors
 from steerformer_cli.main import app
 
@@ -34,7 +33,8 @@ def steer_cmd(
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
 ) -> None:
     """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
-    from steerformer.steering import load_for_steering, push_to_hub as push, save_steered, steer
+    from steerformer.steering import load_for_steering, save_steered, steer
+    from steerformer.steering import push_to_hub as push
 
     with user_errors():
         if push_to_hub is not None and out is None:

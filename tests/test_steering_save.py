@@ -12,7 +12,14 @@ from transformers import AlbertModel, AutoModel, BertForMaskedLM, GPT2LMHeadMode
 
 from steerformer import layer_matrices
 from steerformer.errors import InvalidArgumentError
-from steerformer.steering import push_to_hub, save_steered, steer, unsteer, unsteer_checkpoint, verify_checkpoint
+from steerformer.steering import (
+    push_to_hub,
+    save_steered,
+    steer,
+    unsteer,
+    unsteer_checkpoint,
+    verify_checkpoint,
+)
 from steerformer.steering.save import METADATA_KEY, read_safetensors_metadata
 
 from .hub_server import RecordingHub
@@ -151,9 +158,8 @@ def test_push_refuses_bad_repo_id_and_missing_token(tmp_path: Path, monkeypatch)
 
 def test_cli_steer_unsteer_verify(tmp_path: Path) -> None:
     import numpy as np
-    from typer.testing import CliRunner
-
     from steerformer_cli.main import app
+    from typer.testing import CliRunner
 
     model = make_model("bert")
     model.save_pretrained(tmp_path / "base")

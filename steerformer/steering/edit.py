@@ -20,7 +20,8 @@ from .. import __version__
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
 from ..loading import load_model, open_source
 from ..matrices import read_attention_weights, select_layers
-from . import algebra, direction as dirs
+from . import algebra
+from . import direction as dirs
 from .measure import dynamics_probe, mean_abs_cos, model_probe
 from .price import outputs, price
 from .prompts import encode, find_tokenizer

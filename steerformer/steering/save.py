@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, InvalidArgumentError, bad_argument
+from ..errors import CheckpointError, bad_argument
 from .edit import STATE_ATTR, tensor_sha256
 from .record import SteeringRecord
 from .untie import retie
@@ -192,10 +192,10 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
     """Check a saved steered checkpoint: hashes of the edited and original weights and of the
     direction, and the real-model alignment recomputed on the held-out prompts vs the record.
     Returns {"ok": bool, "checks": [{"name", "ok", "detail"}]}."""
+    from ..adapters import get_adapter
     from .direction import vector_hash
     from .measure import model_probe
     from .prompts import encode, find_tokenizer
-    from ..adapters import get_adapter
 
     records, _, originals = read_steering(directory)
     model = load_for_steering(directory)
