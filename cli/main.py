@@ -33,3 +33,4 @@ def _main(
 from steerformer_cli import analyze as _analyze  # noqa: E402,F401
 from steerformer_cli import collapse as _collapse  # noqa: E402,F401
 from steerformer_cli import simulate as _simulate  # noqa: E402,F401
+from steerformer_cli import steer as _steer  # noqa: E402,F401

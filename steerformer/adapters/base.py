@@ -261,6 +261,12 @@ class Adapter(abc.ABC):
         feed-forward sublayer together with its norm and its residual."""
         raise NotImplementedError(f"{type(self).__name__} cannot run blocks one by one (no run_block())")
 
+    def layer_block(self, slot: int) -> str:
+        """Module path of the whole layer (attention + FFN + norms) that runs ``slot``; its
+        forward can be re-run on cached inputs (steering measures only the edited layer again).
+        Default: the attention module's parent."""
+        return self.slots()[slot].rsplit(".", 1)[0]
+
     def config_summary(self) -> dict:
         return {
             "model_type": self.model_type,

@@ -76,3 +76,6 @@ class GPTNeoAdapter(Adapter):
             return first_output(block(hidden, attention_mask=mask))
         # Pre-LN: x + attn(ln_1 x); the FFN, its norm ln_2 and its residual are all dropped.
         return hidden + first_output(block.attn(block.ln_1(hidden), attention_mask=mask))
+
+    def layer_block(self, slot: int) -> str:
+        return f"h.{slot}"  # the attention slot is h.{i}.attn.attention, two levels down

@@ -1,0 +1,85 @@
+"""`steerformer steer | unsteer | verify`: rank-1 steering from the command line (thin)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from steerformer_cli._common import user_errors
+from steerformer_cli.main import app
+
+
+@app.command("steer")
+def steer_cmd(
+    model: str = typer.Argument(..., help="Checkpoint folder, Hub id, or 'minilm' (the bundled MiniLM)."),
+    direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries."),
+    token: Optional[str] = typer.Option(None, "--token", help="Steer toward this token's (un)embedding row."),
+    eigvec: Optional[int] = typer.Option(None, "--eigvec", help="Steer toward eigenvector K of F_layer (by real part)."),
+    text: Optional[str] = typer.Option(None, "--text", help="Steer toward the mean final hidden state of this text."),
+    strength: Optional[float] = typer.Option(None, "--strength", help="gain = strength x |lambda1(F_layer)|."),
+    gain: Optional[float] = typer.Option(None, "--gain", help="Absolute gain (instead of --strength)."),
+    target_alignment: float = typer.Option(0.99, "--target-alignment", help="Choose the smallest gain reaching this."),
+    measure: str = typer.Option("model", "--measure", help="Where the target is measured: model | dynamics."),
+    solve: str = typer.Option("min-norm", "--solve", help="How wᵀV⁺ is obtained: min-norm | exact."),
+    layer: int = typer.Option(-1, "--layer", help="Execution layer to edit (negative counts from the end)."),
+    through_ffn: bool = typer.Option(False, "--through-ffn", help="Pre-compensate the FFN (align final states)."),
+    untie_last: bool = typer.Option(False, "--untie-last", help="ALBERT: give the last layer its own weights."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Save the steered checkpoint here."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
+    private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
+    record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
+) -> None:
+    """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
+    from steerformer.steering import load_for_steering, save_steered, steer
+    from steerformer.steering import push_to_hub as push
+
+    with user_errors():
+        if push_to_hub is not None and out is None:
+            raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+        m = load_for_steering(model)
+        rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
+                    strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
+                    layer=layer, through_ffn=through_ffn, untie_last=untie_last)
+        typer.echo(rec.summary())
+        if record_json is not None:
+            rec.to_json(record_json)
+        if out is not None:
+            path = save_steered(m, out, overwrite=overwrite)
+            typer.echo(f"saved to {path}")
+            if push_to_hub is not None:
+                typer.echo(f"pushed: {push(path, push_to_hub, private=private)}")
+
+
+@app.command("unsteer")
+def unsteer_cmd(
+    directory: Path = typer.Argument(..., help="A checkpoint written by `steerformer steer --out`."),
+    out: Path = typer.Option(..., "--out", help="Where to write the restored original model."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+) -> None:
+    """Restore the original weights (bit-identical) from a steered checkpoint alone."""
+    from steerformer.steering import unsteer_checkpoint
+
+    with user_errors():
+        typer.echo(f"restored original model to {unsteer_checkpoint(directory, out, overwrite=overwrite)}")
+
+
+@app.command("verify")
+def verify_cmd(
+    directory: Path = typer.Argument(..., help="A checkpoint written by `steerformer steer --out`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Check the recorded hashes and recompute the alignment of a steered checkpoint."""
+    from steerformer.steering import verify_checkpoint
+
+    with user_errors():
+        res = verify_checkpoint(directory)
+        if as_json:
+            typer.echo(json.dumps(res, indent=1))
+        else:
+            for c in res["checks"]:
+                typer.echo(f"{'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}")
+        if not res["ok"]:
+            raise typer.Exit(code=1)

@@ -1,0 +1,127 @@
+"""The provenance of one edit: enough to explain it, verify it and undo it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+RECORD_FORMAT = "steerformer.steering/1"
+
+
+@dataclasses.dataclass
+class SteeringRecord:
+    """One rank-1 edit W_O' = W_O + γ u (wᵀV⁺) of one attention layer's output weight."""
+
+    # what was edited
+    model_id: str
+    model_commit: str | None
+    model_type: str
+    layer: int  # execution layer
+    slot: int  # weight slot (ALBERT: shared by several layers)
+    module: str  # stored output weight, relative to the base model
+    layers_changed: list[int]  # every execution layer that runs the edited weights
+    untied: bool  # ALBERT: the last layer was given its own group first
+    dtype: str
+    # the edit
+    direction: list[float]  # u actually used by the edit (unit)
+    direction_sha256: str
+    direction_source: dict
+    target: list[float]  # u* the alignment is measured against (= u unless through_ffn)
+    left: list[float]  # w (unit)
+    left_sha256: str
+    gain: float  # γ
+    strength: float  # γ / |λ1(F_L)|
+    solve: dict  # method ("solve" | "lstsq" | "ridge"), cond_V, alpha, fit_error
+    # how the gain was chosen
+    measure: str | None  # "dynamics" | "model" | None (gain/strength given)
+    target_alignment: float | None
+    target_reached: bool | None
+    message: str
+    curve: list[list[float]]  # (gain, alignment) evaluated by the search
+    # results
+    alignment_dynamics_before: float | None
+    alignment_dynamics_after: float | None
+    alignment_model_before: float | None
+    alignment_model_after: float | None
+    weight_change: float  # ‖ΔW_O‖_F / ‖W_O‖_F of the stored (cast) weights
+    spectrum_before: dict | None  # lambda1, lambda2, gap of F_L
+    spectrum_after: dict | None
+    kl: float | None
+    kl_kind: str | None
+    state_cosine: float | None
+    through_ffn: dict | None
+    original_sha256: str  # stored bytes of the original output weight
+    steered_sha256: str  # stored bytes after the edit
+    steerformer_version: str
+    heldout_prompts: list[str] | None = None  # None: steerformer's default held-out set
+    custom_heldout_ids: bool = False  # held-out prompts were given as token ids (not recorded)
+    format: str = RECORD_FORMAT
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SteeringRecord":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "SteeringRecord":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def summary(self) -> str:
+        """A few human-readable lines (the CLI prints them)."""
+        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        lines = [
+            f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
+            f"gain {self.gain:.6g} = strength {self.strength:.4g} x |lambda1|",
+            f"alignment, controlled dynamics: {f(self.alignment_dynamics_before)} -> {f(self.alignment_dynamics_after)}",
+            f"alignment, real model final states: {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}",
+            f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
+            f"state cosine = {f(self.state_cosine)}",
+        ]
+        if self.spectrum_before and self.spectrum_after:
+            lines.append(f"lambda1 {self.spectrum_before['lambda1'][0]:.4g} -> {self.spectrum_after['lambda1'][0]:.4g}, "
+                         f"gap {self.spectrum_before['gap']:.4g} -> {self.spectrum_after['gap']:.4g}")
+        if len(self.layers_changed) > 1:
+            lines.append(f"shared weights: layers {self.layers_changed} all changed")
+        if self.message:
+            lines.append(self.message)
+        return "\n".join(lines)
+
+    def plot(self, directory: str | Path) -> list[Path]:
+        """The alignment-vs-gain curve of the search (if any) → ``steering_curve.png``."""
+        from matplotlib.figure import Figure
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        if not self.curve:
+            return []
+        fig = Figure(figsize=(5, 3.5))
+        ax = fig.add_subplot()
+        g, a = zip(*sorted(self.curve))
+        ax.semilogx([max(x, 1e-12) for x in g], a, "o-", ms=3)
+        ax.axvline(self.gain, color="k", lw=0.8, ls="--", label=f"chosen γ = {self.gain:.3g}")
+        if self.target_alignment is not None:
+            ax.axhline(self.target_alignment, color="r", lw=0.8, ls=":", label="target")
+        ax.set_xlabel("gain γ")
+        ax.set_ylabel(f"mean alignment ({self.measure})")
+        ax.legend(fontsize=8)
+        path = out / "steering_curve.png"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        return [path]
+
+
+def to_jsonable(x: Any) -> Any:
+    """Plain floats/lists for numpy and torch scalars (json.dumps would refuse them)."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return x

@@ -1,0 +1,184 @@
+"""Save, reload with plain transformers, undo (in memory and from disk), ALBERT untying, the
+model card, the Hub upload against a local recording endpoint, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AlbertModel, AutoModel, BertForMaskedLM, GPT2LMHeadModel
+
+from steerformer import layer_matrices
+from steerformer.errors import InvalidArgumentError
+from steerformer.steering import (
+    push_to_hub,
+    save_steered,
+    steer,
+    unsteer,
+    unsteer_checkpoint,
+    verify_checkpoint,
+)
+from steerformer.steering.save import METADATA_KEY, read_safetensors_metadata
+
+from .hub_server import RecordingHub
+from .tiny_models import make_model
+
+
+def _u(d: int = 64, seed: int = 0) -> torch.Tensor:
+    return torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("family,cls", [("gpt2", GPT2LMHeadModel), ("bert-mlm", BertForMaskedLM)])
+def test_save_reload_matches_in_memory_and_undo_is_bit_identical(tmp_path: Path, family: str, cls) -> None:
+    model = make_model(family)
+    original = _state(model)
+    rec = steer(model, _u(), strength=20.0, report=False)
+    out = save_steered(model, tmp_path / "steered")
+    loaded = cls.from_pretrained(out, attn_implementation="eager").eval()  # plain transformers
+    steered = _state(model)
+    assert all(torch.equal(steered[k], v) for k, v in loaded.state_dict().items())
+    ids = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(input_ids=ids).logits, loaded(input_ids=ids).logits
+    # Same weights; float64 BLAS may still differ in the last bit between two model objects.
+    assert (a - b).abs().max().item() < 1e-12
+    # Provenance: JSON and safetensors metadata both hold the record.
+    meta = json.loads(read_safetensors_metadata(out / "model.safetensors")[METADATA_KEY])
+    assert meta["records"][0]["gain"] == rec.gain
+    assert json.loads((out / "steerformer" / "record.json").read_text())["records"][0]["module"] == rec.module
+    # Undo in memory, and from the checkpoint alone.
+    unsteer(model)
+    assert all(torch.equal(original[k], v) for k, v in model.state_dict().items())
+    restored = unsteer_checkpoint(out, tmp_path / "restored")
+    back = cls.from_pretrained(restored).state_dict()
+    assert all(torch.equal(original[k], v) for k, v in back.items())
+    assert not (restored / "steerformer").exists()
+    assert verify_checkpoint(out)["ok"]
+
+
+def test_target_folder_rules_and_failed_save_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    model = make_model("gpt2")
+    steer(model, _u(), strength=5.0, report=False)
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "keep.txt").write_text("x")
+    with pytest.raises(InvalidArgumentError, match="directory=.*overwrite"):
+        save_steered(model, target)
+    assert (target / "keep.txt").read_text() == "x"
+    save_steered(model, target, overwrite=True)
+    assert (target / "config.json").is_file() and not (target / "keep.txt").exists()
+
+    def broken(path, **kw):
+        Path(path, "config.json").write_text("{}")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model, "save_pretrained", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save_steered(model, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no partial or temporary folder
+
+
+def test_albert_shared_and_untied_both_load_in_plain_transformers(tmp_path: Path) -> None:
+    base = make_model("albert")  # 4 layers, one shared group
+    original = _state(base)
+    F0 = layer_matrices(base).matrices.clone()
+    rec = steer(base, _u(), strength=3.0, solve="exact", report=False)
+    assert rec.layers_changed == [0, 1, 2, 3] and not rec.untied
+    shared_dir = save_steered(base, tmp_path / "shared")
+    F_shared = layer_matrices(AlbertModel.from_pretrained(shared_dir)).matrices
+    assert all(not torch.allclose(F_shared[k], F0[k]) for k in range(4))
+    unsteer(base)
+
+    rec = steer(base, _u(), strength=3.0, solve="exact", untie_last=True, report=False)
+    assert rec.untied and rec.layers_changed == [3]
+    untied_dir = save_steered(base, tmp_path / "untied")
+    loaded = AlbertModel.from_pretrained(untied_dir)
+    assert loaded.config.num_hidden_groups == 4
+    F_untied = layer_matrices(loaded).matrices
+    assert all(torch.equal(F_untied[k], F0[k]) for k in range(3))
+    assert not torch.allclose(F_untied[3], F0[3])
+    unsteer(base)  # also re-ties the groups
+    assert base.config.num_hidden_groups == 1
+    assert set(base.state_dict()) == set(original)
+    assert all(torch.equal(original[k], v) for k, v in base.state_dict().items())
+    back = AlbertModel.from_pretrained(unsteer_checkpoint(untied_dir, tmp_path / "back"))
+    assert back.config.num_hidden_groups == 1
+    assert all(torch.equal(original[k], v) for k, v in back.state_dict().items())
+
+
+def test_push_to_hub_sends_the_folder_and_card(tmp_path: Path, monkeypatch) -> None:
+    model = make_model("gpt2")
+    rec = steer(model, _u(), strength=7.0)
+    out = save_steered(model, tmp_path / "steered")
+    card = (out / "README.md").read_text()
+    for field in (f"{rec.gain:.6g}", f"{rec.alignment_model_after:.4f}", f"{rec.weight_change:.4g}", "steerformer unsteer",
+                  "library_name: transformers", "- steerformer"):
+        assert field in card, field
+    import huggingface_hub.constants
+
+    # The suite runs offline (conftest); this test talks to 127.0.0.1 only.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with RecordingHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        url = push_to_hub(out, "alice/tiny-steered", private=True, token="hf_test_token")
+    assert url.startswith(hub.url + "/alice/tiny-steered/commit/")
+    create = next(r for r in hub.requests if r["path"] == "/api/repos/create")
+    assert create["json"]["name"] == "tiny-steered" and create["json"]["organization"] == "alice"
+    assert create["json"].get("private") is True or create["json"].get("visibility") == "private"
+    assert all(r["auth"] == "Bearer hf_test_token" for r in hub.requests)
+    expected = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert set(hub.files) == expected
+    assert hub.files["model.safetensors"] == (out / "model.safetensors").read_bytes()
+    assert hub.files["README.md"].decode() == card
+
+
+def test_push_refuses_bad_repo_id_and_missing_token(tmp_path: Path, monkeypatch) -> None:
+    model = make_model("gpt2")
+    steer(model, _u(), strength=2.0, report=False)
+    out = save_steered(model, tmp_path / "m")
+    with pytest.raises(InvalidArgumentError, match="repo_id="):
+        push_to_hub(out, "not a repo//id", token="x")
+    import huggingface_hub.constants
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
+    with RecordingHub() as hub:
+        with pytest.raises(InvalidArgumentError, match="token"):
+            push_to_hub(out, "alice/x", endpoint=hub.url)
+    assert hub.requests == []
+
+
+def test_cli_steer_unsteer_verify(tmp_path: Path) -> None:
+    import numpy as np
+    from steerformer_cli.main import app
+    from typer.testing import CliRunner
+
+    model = make_model("bert")
+    model.save_pretrained(tmp_path / "base")
+    vec = tmp_path / "u.npy"
+    np.save(vec, _u().numpy())
+    runner = CliRunner()
+    res = runner.invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(vec), "--strength", "4",
+                              "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "gain" in res.output and "->" in res.output and "KL" in res.output
+    res = runner.invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(vec), "--strength", "4",
+                              "--out", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "overwrite" in res.output
+    res = runner.invoke(app, ["verify", str(tmp_path / "s")])
+    assert res.exit_code == 0 and "FAIL" not in res.output, res.output
+    res = runner.invoke(app, ["unsteer", str(tmp_path / "s"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    a = AutoModel.from_pretrained(tmp_path / "base").state_dict()
+    b = AutoModel.from_pretrained(tmp_path / "o").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    res = runner.invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(vec), "--strength", "-1"])
+    assert res.exit_code == 2 and "strength=-1.0" in res.output
