@@ -21,6 +21,10 @@ from .matrices import LayerMatrices, layer_matrices, read_attention_weights
 from . import ode
 from .ode import SETUPS, SetupResult, run_setup, wendel_probability
 from .spectra import Spectra, spectra
+from .steering import (
+    SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,
+    unsteer_checkpoint, verify_checkpoint,
+)
 from .stats import (
     AlignmentStats, HiddenStates, PowerMethodReport, alignment_stats, model_hidden_states, power_method_stats,
 )
@@ -33,5 +37,6 @@ __all__ = [
     "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
     "read_attention_weights", "run_dynamics", "spectra",
     "AlignmentStats", "HiddenStates", "PowerMethodReport", "alignment_stats", "model_hidden_states",
-    "power_method_stats", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
+    "power_method_stats", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "save_steered",
+    "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
 ]
