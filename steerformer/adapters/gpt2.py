@@ -7,12 +7,12 @@ from typing import Sequence
 
 import torch
 
-from .base import Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
+from ._decoder import PreLNDecoderAdapter
+from .base import AttentionWeights, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
 
 
-class GPT2Adapter(Adapter):
+class GPT2Adapter(PreLNDecoderAdapter):
     model_type = "gpt2"
-    base_model_prefix = "transformer"
 
     @property
     def d_model(self) -> int:
@@ -59,27 +59,3 @@ class GPT2Adapter(Adapter):
 
     def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
         return stored.T
-
-    def pre_attention_norm(self, layer: int) -> str | None:
-        return f"h.{self.layer_sequence()[layer]}.ln_1"
-
-    def attention_module_output(self, slot: int) -> str:
-        return self.slots()[slot]
-
-    # ---- block-by-block execution ------------------------------------------------------------
-    def embed(self, base: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(input_ids.shape[-1], device=input_ids.device)[None]
-        return base.drop(base.wte(input_ids) + base.wpe(pos))  # dropout: identity in eval mode
-
-    def blocks(self, base: torch.nn.Module) -> list[torch.nn.Module]:
-        return [base.h[s] for s in self.layer_sequence()]
-
-    def final_norm(self, base: torch.nn.Module) -> torch.nn.Module | None:
-        return base.ln_f
-
-    def run_block(self, block: torch.nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
-                  *, ffn: bool = True) -> torch.Tensor:
-        if ffn:
-            return first_output(block(hidden, attention_mask=mask))
-        # Pre-LN: x + attn(ln_1 x); the FFN, its norm ln_2 and its residual are all dropped.
-        return hidden + first_output(block.attn(block.ln_1(hidden), attention_mask=mask))
