@@ -23,20 +23,26 @@ def gpt2_medium_random(seed: int = 0) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16))
+    model = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257))
     tmp = path.with_suffix(".tmp")
     model.save_pretrained(tmp)
     tmp.rename(path)
     return path
 
 
-def peak_rss_mib(code: str) -> float:
-    """Peak resident memory (MiB) of a fresh Python process running ``code``."""
+def peak_rss_mib(code: str, *args: str) -> float:
+    """Peak resident memory (MiB) of a fresh Python process running ``code`` (``sys.argv[1:]`` =
+    ``args``).
+
+    Read from /proc/self/status VmHWM, not ``getrusage``: Linux carries ru_maxrss across
+    fork+exec, so a child of a big benchmark process would report the parent's peak.
+    """
     wrapper = textwrap.dedent(code) + textwrap.dedent("""
-        import resource, json, sys
-        print("__RSS__" + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+        import json
+        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        print("__RSS__" + json.dumps(int(hwm) / 1024))
     """)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, env=env, check=True)
     line = [l for l in out.stdout.splitlines() if l.startswith("__RSS__")][-1]
     return float(json.loads(line[len("__RSS__"):]))

@@ -30,21 +30,31 @@ def main() -> None:
           f"torch threads={torch.get_num_threads()}")
 
     # (a) spectra as analyze runs them vs bare eig calls on the same matrices, same process.
+    # One warm-up eig first (thread pool, workspace), and the bare loop runs both before and after
+    # ours so a drift in machine load shows up as a spread instead of a bias.
     F = layer_matrices(path).matrices
+    torch.linalg.eig(F[0])
+
+    def bare() -> tuple[float, float]:
+        t_torch = t_scipy = 0.0
+        for k in range(F.shape[0]):
+            t = time.perf_counter()
+            torch.linalg.eig(F[k])
+            t_torch += time.perf_counter() - t
+            A = F[k].numpy()
+            t = time.perf_counter()
+            scipy.linalg.eig(A)
+            t_scipy += time.perf_counter() - t
+        return t_torch, t_scipy
+
+    before = bare()
     t = time.perf_counter()
     spectra(F)
     t_ours = time.perf_counter() - t
-    t_torch = t_scipy = 0.0
-    for k in range(F.shape[0]):
-        t = time.perf_counter()
-        torch.linalg.eig(F[k])
-        t_torch += time.perf_counter() - t
-        A = F[k].numpy()
-        t = time.perf_counter()
-        scipy.linalg.eig(A)
-        t_scipy += time.perf_counter() - t
-    per = t_torch / F.shape[0]
-    print(f"(a) spectra {t_ours:.2f} s; bare torch.linalg.eig sum {t_torch:.2f} s ({per:.2f} s/layer); "
+    after = bare()
+    t_torch, t_scipy = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
+    print(f"(a) spectra {t_ours:.2f} s; bare torch.linalg.eig sum {t_torch:.2f} s "
+          f"(before {before[0]:.2f}, after {after[0]:.2f}; {t_torch / F.shape[0]:.2f} s/layer); "
           f"scipy.linalg.eig sum {t_scipy:.2f} s")
     print(f"(a) ratio spectra / bare torch eig = {t_ours / t_torch:.3f}  (target <= 1.15); "
           f"vs scipy eig = {t_ours / t_scipy:.3f}")

@@ -6,7 +6,7 @@ parameters, fp32), built once from its config into benchmarks/.cache/.
    float64 — target ≤ 1.2. The edit computes no eigendecomposition; spectrum reporting
    (ARPACK top eigenvalues) is timed separately and reported, not counted.
 2. peak RSS of a fresh process that loads the checkpoint, edits it and saves it with
-   ``save_steered`` ÷ checkpoint size — target ≤ 1.5. Measured in a subprocess (ru_maxrss).
+   ``save_steered`` ÷ checkpoint size — target ≤ 1.5. Measured in a fresh subprocess (VmHWM).
 
 Run:  python benchmarks/bench_steer.py
 """
@@ -14,27 +14,14 @@ Run:  python benchmarks/bench_steer.py
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-CACHE = Path(__file__).resolve().parent / ".cache" / "gpt2-medium-random"
-
-
-def build_once() -> Path:
-    if (CACHE / "model.safetensors").is_file():
-        return CACHE
-    import torch
-    from transformers import GPT2Config, GPT2Model
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024, vocab_size=50257)
-    GPT2Model(cfg).save_pretrained(str(CACHE))
-    return CACHE
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import gpt2_medium_random, peak_rss_mib  # noqa: E402
 
 
 def checkpoint_bytes(path: Path) -> int:
@@ -75,7 +62,7 @@ def timing(path: Path) -> dict:
 
 
 RSS_CHILD = r"""
-import json, resource, sys, tempfile, torch
+import sys, tempfile, torch
 sys.path.insert(0, sys.argv[2])
 from steerformer.loading import load_model
 from steerformer.steering import save_steered, steer
@@ -84,21 +71,17 @@ u = torch.randn(model.config.n_embd, generator=torch.Generator().manual_seed(0),
 steer(model, u, gain=1.0, solve="exact", report=False)
 with tempfile.TemporaryDirectory() as tmp:
     save_steered(model, tmp + "/out")
-print(json.dumps({"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
 
 def peak_rss(path: Path) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(path), str(ROOT)], capture_output=True, text=True,
-                         env=env, check=True)
-    peak = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"]
+    peak = peak_rss_mib(RSS_CHILD, str(path), str(ROOT)) * 2**20
     size = checkpoint_bytes(path)
     return {"peak_rss_gib": peak / 2**30, "checkpoint_gib": size / 2**30, "rss_over_checkpoint": peak / size}
 
 
 def main() -> None:
-    path = build_once()
+    path = gpt2_medium_random()
     res = {**timing(path), **peak_rss(path)}
     print(json.dumps(res, indent=1))
     print(f"edit / eig(F_L): {res['edit_over_eig']:.3f} (target <= 1.2); "

@@ -105,18 +105,23 @@ def layer_matrices(
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
     seq = adapter.layer_sequence()
-    # Stream: read one slot's value/output tensors, form F and the bias, let the weights go, so
-    # peak memory is the result plus one layer (the lazy path's whole point).
-    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    # Stream: read one slot's value/output tensors, form F and the bias straight into the result,
+    # let the weights go. Peak memory is the result plus one layer (the lazy path's whole point);
+    # no per-layer list + stack, which would hold the result twice.
+    d = adapter.d_model
+    mats = torch.empty((len(ids), d, d), dtype=dtype, device=device)
+    biases = torch.empty((len(ids), d), dtype=dtype, device=device)
+    first: dict[int, int] = {}
     with source.tensors() as get:
-        for k in ids:
-            if seq[k] not in cache:
-                w = adapter.read_attention(k, get, ("vo",)).to(dtype=dtype, device=device)
-                cache[seq[k]] = (w.layer_matrix(), w.output_bias())
-    mats = [cache[seq[k]][0] for k in ids]
-    biases = [cache[seq[k]][1] for k in ids]
+        for i, k in enumerate(ids):
+            if seq[k] in first:  # shared weights (ALBERT): same F as an earlier layer
+                mats[i], biases[i] = mats[first[seq[k]]], biases[first[seq[k]]]
+                continue
+            first[seq[k]] = i
+            w = adapter.read_attention(k, get, ("vo",)).to(dtype=dtype, device=device)
+            mats[i], biases[i] = w.layer_matrix(), w.output_bias()
     return LayerMatrices(
-        matrices=torch.stack(mats), biases=torch.stack(biases), layer_ids=ids, slot_ids=[seq[k] for k in ids],
+        matrices=mats, biases=biases, layer_ids=ids, slot_ids=[seq[k] for k in ids],
         model_type=adapter.model_type, d_model=adapter.d_model, n_heads=adapter.n_heads,
         n_layers=adapter.n_layers, source=source.meta(),
     )
