@@ -42,12 +42,15 @@ def analyze_cmd(
     """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
     layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures."""
     from steerformer.analyze import analyze
+    from steerformer.stats import StatsConfig
 
     with user_errors():
         report = analyze(model, layers=parse_layers(layers), dtype=dtype, device=device, revision=revision,
-                         progress=not as_json, stats=not spectra_only, n_prompts=n_prompts, n_tokens=n_tokens,
-                         seed=seed, tau=tau, layer_norm=layer_norm, bias=bias, prolong=prolong,
-                         full_model=not no_full_model, prompts=prompts, cumulative=not no_cumulative)
+                         progress=not as_json,
+                         stats=False if spectra_only else StatsConfig(
+                             n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,
+                             bias=bias, prolong=prolong, full_model=not no_full_model, prompts=prompts,
+                             cumulative=not no_cumulative))
         out_dir = out or default_out(model)
         report.save(out_dir, plots=not no_plots)
     if as_json:

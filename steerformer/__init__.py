@@ -26,7 +26,7 @@ from .steering import (
     unsteer_checkpoint, verify_checkpoint,
 )
 from .stats import (
-    AlignmentStats, HiddenStates, PowerMethodReport, alignment_stats, model_hidden_states, power_method_stats,
+    AlignmentStats, HiddenStates, PowerMethodReport, StatsConfig, alignment_stats, model_hidden_states, power_method_stats,
 )
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
     "Trajectory", "UnsupportedModelError", "__version__", "attention_output", "attention_probs",
     "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
     "read_attention_weights", "run_dynamics", "spectra",
-    "AlignmentStats", "HiddenStates", "PowerMethodReport", "alignment_stats", "model_hidden_states",
+    "AlignmentStats", "HiddenStates", "PowerMethodReport", "StatsConfig", "alignment_stats", "model_hidden_states",
     "power_method_stats", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "save_steered",
     "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
 ]

@@ -18,6 +18,7 @@ from .errors import bad_argument
 from .loading import ModelSource, open_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, spectra
+from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -125,29 +126,25 @@ def analyze(
     device: str | None = None,
     revision: str | None = None,
     progress: bool = False,
-    stats: bool = True,
-    n_prompts: int = 100,
-    n_tokens: int = 10,
-    tokens: Any = None,
-    seed: int = 0,
-    tau: float = 1.0,
-    layer_norm: bool = False,
-    bias: bool = False,
-    prolong: int | None = None,
-    full_model: bool = True,
-    prompts: Sequence[str] | str | Path | None = None,
-    cumulative: bool = True,
+    stats: bool | StatsConfig = True,
+    **stats_options: Any,
 ) -> AnalysisReport:
     """Layer matrices F_k = W_O·V of ``model_or_path``, their spectra and (``stats=True``) the
     power-method statistics of :func:`steerformer.stats.power_method_stats`.
 
     ``dtype`` is the precision of the eigen-decomposition ("float64" default, "float32" faster);
     the matrices are always formed in float64. Shared-weight layers (ALBERT) are decomposed once.
-    Statistics: ``n_prompts × n_tokens`` random tokens (or ``tokens``) through the controlled
-    dynamics with ``seed``, ``tau``, ``layer_norm``, ``bias``; the full model on ``prompts`` (a list,
-    a file, or None for built-in sentences); for shared-weight models a prolonged run of ``prolong``
-    = K passes (default 10). The dynamics run in ``dtype`` too.
+    ``stats``: False for spectra only, True or a :class:`~steerformer.stats.StatsConfig` to run the
+    statistics; ``stats_options`` are StatsConfig fields by keyword (``n_prompts=50, prolong=20``).
+    The dynamics run in ``dtype`` too.
     """
+    config = None
+    if stats is not False:
+        base = stats if isinstance(stats, StatsConfig) else StatsConfig()
+        config = dataclasses.replace(base, **stats_options)  # checks the options before any work
+    elif stats_options:
+        raise bad_argument("stats", False, "True or a StatsConfig when statistics options are given "
+                           f"({', '.join(sorted(stats_options))})")
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise bad_argument("dtype", dtype, f"one of {sorted(DTYPES)}")
@@ -175,9 +172,7 @@ def analyze(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     power = None
-    if stats:
-        power = power_method_stats(
-            source, matrices=mats, spectra=sp, n_prompts=n_prompts, n_tokens=n_tokens, tokens=tokens, seed=seed,
-            tau=tau, layer_norm=layer_norm, bias=bias, prolong=prolong, full_model=full_model, prompts=prompts,
-            cumulative=cumulative, dtype=tdtype, device=device, progress=progress)
+    if config is not None:
+        power = power_method_stats(source, config, matrices=mats, spectra=sp, dtype=tdtype, device=device,
+                                   progress=progress)
     return AnalysisReport(meta=meta, layers=records, spectra=sp, matrices=mats, power=power)

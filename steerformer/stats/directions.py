@@ -84,30 +84,36 @@ def _pairs(vals: np.ndarray, tol: float) -> list[tuple[int, int | None]]:
 
 
 def eigen_directions(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor) -> Directions:
-    """Build the grouped real basis from a sorted spectrum (as returned by ``spectra``)."""
+    """Build the grouped real basis from a sorted spectrum (as returned by ``spectra``).
+
+    Vectorized over the groups (a per-column loop cost ~50 ms per layer at d = 1024, as much as
+    the projection GEMM it prepares): real eigenvectors are normalized all at once, and every
+    conjugate pair gets the same double Gram–Schmidt as :func:`orthonormal_pair`, column-wise.
+    """
     vals = eigenvalues.detach().cpu().numpy()
     V = eigenvectors.detach().to("cpu")
-    d = V.shape[0]
     tol = REAL_TOL * max(float(np.abs(vals).max()), 1e-300)
-    basis = torch.empty((d, d), dtype=torch.float64)
-    first, second, pair, eig_index = [], [], [], []
-    col = 0
-    for j, p in _pairs(vals, tol):
-        v = V[:, j]
-        if p is None:
-            # Phase fixed by spectra(): the vector of a real eigenvalue is real up to rounding.
-            u = v.real.to(torch.float64)
-            basis[:, col] = u / torch.linalg.vector_norm(u)
-            first.append(col), second.append(col), pair.append(False)
-            col += 1
-        else:
-            basis[:, col:col + 2] = orthonormal_pair(v.real.to(torch.float64), v.imag.to(torch.float64))
-            first.append(col), second.append(col + 1), pair.append(True)
-            col += 2
-        eig_index.append(j)
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    return Directions(basis=basis[:, :col], first=as_long(first), second=as_long(second),
-                      is_pair=torch.tensor(pair, dtype=torch.bool), eig_index=as_long(eig_index))
+    groups = _pairs(vals, tol)
+    j = torch.tensor([g[0] for g in groups], dtype=torch.long)
+    is_pair = torch.tensor([g[1] is not None for g in groups], dtype=torch.bool)
+    width = torch.where(is_pair, 2, 1)
+    first = torch.cumsum(width, 0) - width
+    second = torch.where(is_pair, first + 1, first)
+    # Phase fixed by spectra(): the vector of a real eigenvalue is real up to rounding, and a pair's
+    # subspace is span{Re v, Im v} of its first member.
+    a = V[:, j].real.to(torch.float64)
+    b = V[:, j].imag.to(torch.float64)
+    q1 = a / torch.linalg.vector_norm(a, dim=0)
+    r = b - (q1 * b).sum(0) * q1
+    r = r - (q1 * r).sum(0) * q1
+    nr = torch.linalg.vector_norm(r, dim=0)
+    # b ∥ a: the subspace is 1-D; a zero second column keeps ρ_S = ρ(x, a) exact.
+    q2 = torch.where(nr > 1e-14 * torch.linalg.vector_norm(b, dim=0), r / nr.clamp_min(1e-300), 0.0)
+    m = int(width.sum())
+    basis = torch.empty((V.shape[0], m), dtype=torch.float64)
+    basis[:, first] = q1
+    basis[:, first[is_pair] + 1] = q2[:, is_pair]
+    return Directions(basis=basis, first=first, second=second, is_pair=is_pair, eig_index=j)
 
 
 def principal_subspace(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, index2: int) -> tuple[torch.Tensor, str]:

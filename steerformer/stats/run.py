@@ -11,15 +11,15 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from ..dynamics import run_dynamics
-from ..errors import InvalidArgumentError, bad_argument
+from ..errors import InvalidArgumentError
 from ..loading import ModelSource, open_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
+from .config import StatsConfig
 from .full_model import model_hidden_states
 from .result import COLUMNS, AlignmentStats
 
@@ -101,34 +101,26 @@ class PowerMethodReport:
 
 def power_method_stats(
     model_or_path: Any,
+    config: StatsConfig | None = None,
     *,
     matrices: LayerMatrices | None = None,
     spectra: Spectra | None = None,
     layers: Sequence[int] | None = None,
-    n_prompts: int = 100,
-    n_tokens: int = 10,
-    tokens: Any = None,
-    seed: int = 0,
-    tau: float = 1.0,
-    layer_norm: bool = False,
-    bias: bool = False,
-    prolong: int | None = None,
-    full_model: bool = True,
-    prompts: Sequence[str] | str | Path | None = None,
-    cumulative: bool = True,
     dtype: torch.dtype = torch.float64,
     device: str | None = None,
     progress: bool = False,
+    **options: Any,
 ) -> PowerMethodReport:
     """Run the controlled dynamics (``n_prompts × n_tokens`` random tokens, or ``tokens``), the
     full-model variant on ``prompts`` (built-in sentences when None; skipped when the model has no
     tokenizer and no prompts were asked for) and, for shared-weight models, a prolonged run of
     ``prolong`` = K passes (default 10; pass K for any model), then their statistics.
 
+    Options come as a :class:`StatsConfig` or as its fields by keyword (``n_prompts=4``).
     ``matrices``/``spectra``: reuse what `analyze` computed (one eig per distinct ALBERT slot).
     """
-    if prolong is not None and not (isinstance(prolong, (int, np.integer)) and prolong >= 1):
-        raise bad_argument("prolong", prolong, "an integer K >= 1 (the prolonged run applies the layers K times)")
+    cfg = dataclasses.replace(config or StatsConfig(), **options) if options else (config or StatsConfig())
+    tokens, prompts, prolong, cumulative = cfg.tokens, cfg.prompts, cfg.prolong, cfg.cumulative
     source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path)
     if matrices is None:
         matrices = layer_matrices(source, layers)
@@ -141,16 +133,17 @@ def power_method_stats(
 
         wrap = lambda desc: (lambda it: tqdm(it, desc=desc, unit="layer", leave=False))  # noqa: E731
     weights = read_attention_weights(source, ids, dtype=dtype, device=device)
-    dyn = dict(seed=seed, tau=tau, layers=ids, layer_norm=layer_norm, bias=bias, weights=weights, dtype=dtype,
-               device=device)
-    traj = run_dynamics(source, tokens, prompts=n_prompts, n_tokens=n_tokens, **dyn)
+    dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=cfg.layer_norm, bias=cfg.bias, weights=weights,
+               dtype=dtype, device=device)
+    traj = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
     common = dict(spectra_layers=ids, matrices=matrices)
     controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=wrap and wrap("statistics"), **common)
-    options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": n_tokens, "seed": seed, "tau": tau,
-               "layer_norm": layer_norm, "bias": bias, "user_tokens": tokens is not None, "cumulative": cumulative}
+    options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
+               "tau": cfg.tau, "layer_norm": cfg.layer_norm, "bias": cfg.bias, "user_tokens": tokens is not None,
+               "cumulative": cumulative}
 
     full = None
-    if full_model:
+    if cfg.full_model:
         if ids != list(range(source.adapter.n_layers)):
             options["full_model_skipped"] = "only runs on all layers (the hidden states chain every layer)"
         else:
@@ -171,7 +164,7 @@ def power_method_stats(
     K = prolong if prolong is not None else (DEFAULT_PROLONG if source.adapter.shares_weights else None)
     pro = None
     if K is not None:
-        traj_k = run_dynamics(source, tokens, prompts=n_prompts, n_tokens=n_tokens, repeat=int(K), **dyn)
+        traj_k = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, repeat=int(K), **dyn)
         # F^k of a shared layer has v1 as principal eigenvector: the cumulative statistic adds nothing.
         pro = alignment_stats(traj_k, spectra, cumulative=False, variant="prolonged",
                               progress=wrap and wrap("prolonged"), **common)
