@@ -1,4 +1,5 @@
-"""Figures of the named setups (matplotlib, Agg backend; never shown, only saved)."""
+"""Figures of the named setups. Object-oriented matplotlib only (``Figure``, no pyplot): the library
+never touches the global backend or figure registry, and every figure is saved, never shown."""
 
 from __future__ import annotations
 
@@ -8,19 +9,15 @@ from typing import Callable
 import numpy as np
 
 
-def _plt():
-    import matplotlib
+def _figure(figsize: tuple[float, float]):
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(figsize=figsize)
 
 
 def _save(fig, path: pathlib.Path) -> pathlib.Path:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    _plt().close(fig)
     return path
 
 
@@ -37,15 +34,14 @@ def _sphere(ax, tokens: np.ndarray, title: str) -> None:
 
 
 def _fig_3d(tokens: np.ndarray, title: str, path: pathlib.Path) -> pathlib.Path:
-    plt = _plt()
-    fig = plt.figure(figsize=(5, 5))
+    fig = _figure((5, 5))
     _sphere(fig.add_subplot(projection="3d"), tokens, title)
     return _save(fig, path)
 
 
 def _lines(x, ys: dict[str, np.ndarray], xlabel: str, ylabel: str, title: str, path, log=False):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = _figure((6, 4))
+    ax = fig.add_subplot(1, 1, 1)
     for label, y in ys.items():
         y = np.asarray(y)
         if y.ndim == 1:
@@ -89,8 +85,7 @@ def _p513(r, out):
 
 
 def _p13a(r, out):
-    plt = _plt()
-    fig = plt.figure(figsize=(10, 8))
+    fig = _figure((10, 8))
     for row, key, label in ((0, "single", "single head (8)"), (1, "multi", f"{r.config['heads']} heads (3)")):
         _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0], label)
         ax = fig.add_subplot(2, 2, 2 * row + 2)
@@ -103,8 +98,7 @@ def _p13a(r, out):
 
 
 def _p13b(r, out):
-    plt = _plt()
-    fig = plt.figure(figsize=(10, 8))
+    fig = _figure((10, 8))
     for row, key in ((0, "small"), (1, "large")):
         eps = r.config[key]
         _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0],
