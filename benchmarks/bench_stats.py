@@ -53,6 +53,8 @@ def main() -> None:
     t0 = time.perf_counter()
     traj = run_dynamics(src, prompts=args.prompts, n_tokens=args.tokens, seed=0, weights=weights, dtype=dtype)
     t_dyn = time.perf_counter() - t0
+    # Warm-up on the first two steps (first-call allocations and lazy imports are not per-layer cost).
+    alignment_stats(traj.states[:3], sp, matrices=lm, step_layers=traj.layer_ids[:2], cumulative=True)
     t0 = time.perf_counter()
     st = alignment_stats(traj, sp, matrices=lm, cumulative=False)
     t_stats = time.perf_counter() - t0
