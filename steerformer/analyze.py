@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime as _dt
-import io
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +11,7 @@ import numpy as np
 import torch
 
 from . import __version__, plotting
+from ._text import csv_text, json_text
 from .errors import bad_argument
 from .loading import ModelSource, open_source
 from .matrices import LayerMatrices, layer_matrices
@@ -55,27 +53,16 @@ class AnalysisReport:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """JSON text of the report; also written to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=2)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return json_text(self.to_dict(), path)
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per layer with the table columns (complex numbers split in re/im)."""
-        buf = io.StringIO()
-        w = csv.writer(buf)
         header = []
         for c in TABLE_COLUMNS:
             header += [f"{c}_re", f"{c}_im"] if c in ("lambda1", "lambda2") else [c]
-        w.writerow(header + ["de_facto_case3"])
-        for r in self.layers:
-            row = []
-            for c in TABLE_COLUMNS:
-                row += list(r[c]) if c in ("lambda1", "lambda2") else [r[c]]
-            w.writerow(row + [r["de_facto_case3"]])
-        if path is not None:
-            Path(path).write_text(buf.getvalue())
-        return buf.getvalue()
+        rows = ([x for c in TABLE_COLUMNS for x in (r[c] if c in ("lambda1", "lambda2") else [r[c]])]
+                + [r["de_facto_case3"]] for r in self.layers)
+        return csv_text(header + ["de_facto_case3"], rows, path)
 
     def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
         """Write report.json, layers.csv, eigenvalues.npz (and the figures) into ``out_dir``."""

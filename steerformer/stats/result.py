@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import math
 from pathlib import Path
+
+from .._text import csv_text, json_text
 
 import numpy as np
 
@@ -87,21 +86,11 @@ class AlignmentStats:
         }
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return json_text(self.to_dict(), path, allow_nan=False)
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per step, columns :data:`COLUMNS` (empty cell where not computed)."""
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(COLUMNS)
-        for r in self.layers:
-            w.writerow([r.get(c, "") for c in COLUMNS])
-        if path is not None:
-            Path(path).write_text(buf.getvalue())
-        return buf.getvalue()
+        return csv_text(COLUMNS, ([r.get(c, "") for c in COLUMNS] for r in self.layers), path)
 
     def to_npz(self, path: str | Path) -> None:
         np.savez_compressed(path, lengths=np.asarray(self.lengths),

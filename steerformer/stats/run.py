@@ -4,15 +4,14 @@ each reduced to :class:`AlignmentStats` against the spectra `analyze` already co
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import logging
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from .._text import csv_text
 from ..dynamics import run_dynamics
 from ..errors import InvalidArgumentError
 from ..loading import ModelSource, open_source
@@ -54,15 +53,8 @@ class PowerMethodReport:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """Every per-step number of every variant: one row per (variant, step), :data:`COLUMNS`."""
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(("variant",) + COLUMNS)
-        for name, st in self.variants().items():
-            for r in st.layers:
-                w.writerow([name] + [r.get(c, "") for c in COLUMNS])
-        if path is not None:
-            Path(path).write_text(buf.getvalue())
-        return buf.getvalue()
+        rows = ([name] + [r.get(c, "") for c in COLUMNS] for name, st in self.variants().items() for r in st.layers)
+        return csv_text(("variant",) + COLUMNS, rows, path)
 
     def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
         out = Path(out_dir)

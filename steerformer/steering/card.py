@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ..loading import name_looks_like_path
 from .record import SteeringRecord
 
 # steerformer/model_cards links to the repository's model_cards/ folder, so the template is both
@@ -18,7 +19,8 @@ def _fmt(x, spec: str = ".4f") -> str:
 
 
 def _looks_like_hub_id(name: str) -> bool:
-    return bool(name) and not name.startswith((".", "/", "~")) and name.count("/") == 1
+    # base_model metadata wants a namespaced repo id ("org/name"), never a local path.
+    return bool(name) and not name_looks_like_path(name) and name.count("/") == 1
 
 
 def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None):

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._text import emit
+
 RECORD_FORMAT = "steerformer.steering/1"
 
 
@@ -63,10 +65,7 @@ class SteeringRecord:
         return dataclasses.asdict(self)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return emit(json.dumps(self.to_dict(), indent=1), path)
 
     @classmethod
     def from_dict(cls, data: dict) -> "SteeringRecord":

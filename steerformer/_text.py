@@ -1,0 +1,28 @@
+"""The one way results become JSON/CSV text: returned, and also written when a path is given."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+
+def emit(text: str, path: str | Path | None) -> str:
+    """Write ``text`` to ``path`` when one is given; return it either way."""
+    if path is not None:
+        Path(path).write_text(text)
+    return text
+
+
+def json_text(obj: Any, path: str | Path | None = None, **dumps: Any) -> str:
+    return emit(json.dumps(obj, indent=2, **dumps), path)
+
+
+def csv_text(header: Sequence[Any], rows: Iterable[Sequence[Any]], path: str | Path | None = None) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    w.writerows(rows)
+    return emit(buf.getvalue(), path)
