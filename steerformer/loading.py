@@ -77,7 +77,8 @@ def open_source(model_or_path: Any, *, revision: str | None = None) -> ModelSour
     if _is_pretrained_model(model_or_path):
         model = model_or_path
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-        return ModelSource(config=model.config, adapter=get_adapter(model.config), model_id=str(name), model=model)
+        return ModelSource(config=model.config, adapter=get_adapter(model.config), model_id=_public_id(str(name)),
+                           model=model)
     if not isinstance(model_or_path, (str, os.PathLike)):
         raise ModelNotFoundError(
             f"model_or_path={type(model_or_path).__name__} is not a model: pass a transformers "
@@ -94,6 +95,18 @@ def open_source(model_or_path: Any, *, revision: str | None = None) -> ModelSour
         return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, model=model,
                            revision=revision, commit=commit)
     return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, revision=revision, commit=commit)
+
+
+def _public_id(name: str) -> str:
+    """A model loaded from the bundled MiniLM's package folder is reported by its Hub id, so
+    messages, records and model cards name the model rather than a site-packages path."""
+    bundled = bundled_minilm_path()
+    try:
+        if bundled is not None and Path(name).resolve() == bundled.resolve():
+            return BUNDLED_MINILM
+    except (OSError, ValueError):
+        pass
+    return name
 
 
 def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:

@@ -161,21 +161,6 @@ def steer(
     return record
 
 
-def _base_model_id(source) -> str:
-    """The Hub id when the weights are the bundled MiniLM (loaded from its package folder)."""
-    from pathlib import Path
-
-    from ..loading import BUNDLED_MINILM, bundled_minilm_path
-
-    bundled = bundled_minilm_path()
-    try:
-        if bundled is not None and Path(source.model_id).resolve() == bundled.resolve():
-            return BUNDLED_MINILM
-    except (OSError, ValueError):
-        pass
-    return source.model_id
-
-
 def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, strength, gain, solve, measure,
            through_ffn, prompts, heldout_prompts, tokenizer, dynamics_prompts, dynamics_tokens, seed, report,
            untied_info) -> SteeringRecord:
@@ -267,7 +252,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         W_new = adapter.output_weight_from_stored(new.to(torch.float64))
         rec_kw["spectrum_after"] = top_summary(W_new @ V)
     record = SteeringRecord(
-        model_id=_base_model_id(source), model_commit=source.commit, model_type=adapter.model_type, layer=L, slot=slot,
+        model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type, layer=L, slot=slot,
         module=name, layers_changed=[k for k, s in enumerate(seq) if s == slot], untied=untied_info is not None,
         dtype=str(param.dtype).replace("torch.", ""),
         direction=u.tolist(), direction_sha256=dirs.vector_hash(u), direction_source=dsource.to_dict(),
