@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import transformers
 import torch.nn.functional as F
 
 from steerformer.adapters import get_adapter
@@ -116,9 +117,9 @@ def test_causality_kept_in_every_pass(family: str) -> None:
     for k, (sa, sb) in enumerate(zip(a, b)):
         torch.testing.assert_close(sa[:, :t], sb[:, :t], atol=1e-12, rtol=0, msg=f"block run {k}")
         assert (sa[:, t:] - sb[:, t:]).abs().max() > 1e-6  # the change did propagate forward
-    if family == "gpt2":
+    if family == "gpt2" and int(transformers.__version__.split(".")[0]) >= 5:
         # The test bites: without the masks transformers 5 builds at model level, GPT-2 blocks
-        # attend to later tokens.
+        # attend to later tokens (4.x blocks still build their own causal mask).
         leak = states(ids, masks=False), states(other, masks=False)
         assert (leak[0][0][:, :t] - leak[1][0][:, :t]).abs().max() > 1e-6
 

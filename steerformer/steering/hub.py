@@ -37,7 +37,9 @@ def push_to_hub(dir_or_model: Any, repo_id: str, *, private: bool = False, token
     if not token:
         raise InvalidArgumentError("push_to_hub needs a Hugging Face token: pass token=..., set HF_TOKEN, or run "
                                    "`hf auth login` (no request was sent).")
-    if constants.is_offline_mode():
+    # huggingface_hub < 1.0 (what transformers 4.x pins) has no is_offline_mode(): read the flag.
+    offline = getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)
+    if offline():
         raise InvalidArgumentError("push_to_hub cannot upload while HF_HUB_OFFLINE is set: unset it to publish.")
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     api = HfApi(endpoint=endpoint, token=token)
