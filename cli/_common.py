@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from typing import Iterator
 
 import typer
@@ -39,7 +38,3 @@ def parse_layers(spec: str | None) -> list[int] | None:
         lo = int(m.group(1))
         out.extend(range(lo, int(m.group(2)) + 1) if m.group(2) is not None else [lo])
     return out
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
