@@ -19,7 +19,7 @@ import torch
 
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .errors import CheckpointError, ModelNotFoundError
+from .errors import CheckpointError, ModelNotFoundError, SteerformerError
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,40 @@ def _load_config(path: Path):
 
         raise CheckpointError(f"cannot read the config in {path} ({str(exc).splitlines()[0][:200]}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
+
+
+#: Files whose presence means a checkpoint folder ships a tokenizer. Without one, transformers 5's
+#: AutoTokenizer builds an *empty* tokenizer from the model type alone (every word <unk>).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
+def load_tokenizer(model_or_path: Any, tokenizer: Any = None):
+    """``tokenizer`` when given; else the tokenizer stored with the checkpoint of ``model_or_path``
+    (a model object, a ModelSource, a local folder, the bundled MiniLM or a cached Hub id); else
+    None — a missing tokenizer is a normal case (tiny test models, bare checkpoints)."""
+    if tokenizer is not None:
+        return tokenizer
+    if isinstance(model_or_path, ModelSource):
+        name = model_or_path.path or getattr(model_or_path.config, "_name_or_path", "")
+    elif _is_pretrained_model(model_or_path):
+        name = getattr(model_or_path.config, "_name_or_path", "")
+    else:
+        name = model_or_path
+    if not name:
+        return None
+    try:
+        path = Path(name) if Path(name).is_dir() else resolve_checkpoint(str(name))[0]
+    except SteerformerError:
+        return None
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # unreadable tokenizer files: carry on without, as for none
+        log.info("no usable tokenizer in %s (%s)", path, exc)
+        return None
 
 
 def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,

@@ -9,7 +9,8 @@ from .metrics import consensus_stats
 from .plot import collapse_figure
 from .prompts import random_prompt_ids
 from .result import CollapseResult
-from .run import NonFiniteStateError, collapse, load_tokenizer, parse_dtype
+from ..loading import load_tokenizer
+from .run import NonFiniteStateError, collapse, parse_dtype
 from .weights import pass_seed, reinitialize
 
 __all__ = [

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
+from ..loading import load_tokenizer
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
@@ -64,25 +65,6 @@ def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, o
     if moves:
         model = model.to(dtype=dtype, device=dev)
     return model.eval()
-
-
-def load_tokenizer(model_or_path: Any):
-    """The checkpoint's tokenizer, or None when it cannot be read (no files, offline)."""
-    try:
-        from transformers import AutoTokenizer
-
-        from ..loading import _is_pretrained_model, resolve_checkpoint
-
-        name = getattr(model_or_path.config, "_name_or_path", "") if _is_pretrained_model(model_or_path) else model_or_path
-        if not name:
-            return None
-        path = resolve_checkpoint(str(name))[0] if not os.path.isdir(str(name)) else name
-        tok = AutoTokenizer.from_pretrained(str(path))
-        # transformers 5 builds an empty GPT-2 tokenizer from a folder without vocabulary files.
-        return tok if tok("hello world")["input_ids"] else None
-    except Exception as exc:  # no tokenizer is a normal case (tiny test models, bare checkpoints)
-        log.info("no tokenizer for %r: %s", model_or_path if isinstance(model_or_path, str) else "model", exc)
-        return None
 
 
 def collapse(
@@ -143,7 +125,7 @@ def collapse(
     if token_ids is not None:
         ids, source = check_token_ids(token_ids, vocab_size=adapter.vocab_size, max_positions=adapter.max_positions), "token_ids"
     elif texts is not None:
-        tok = tokenizer if tokenizer is not None else load_tokenizer(model_or_path)
+        tok = load_tokenizer(model_or_path, tokenizer)
         ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
     else:
         _check_int("prompts", prompts, 1, "how many random prompts")

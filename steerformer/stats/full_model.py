@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import bad_argument
-from ..loading import ModelSource, load_model, open_source
+from ..loading import ModelSource, load_model, load_tokenizer, open_source
 
 #: Built-in prompts: plain English sentences of varied length and topic.
 DEFAULT_PROMPTS = (
@@ -66,15 +66,10 @@ def read_prompts_file(path: str | Path) -> list[str]:
 
 
 def _tokenize(source: ModelSource, prompts: Sequence[str], tokenizer) -> list[list[int]]:
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        where = source.path or getattr(source.config, "_name_or_path", None)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(where))
-        except Exception:  # no tokenizer files: say how to go on without one
-            raise bad_argument("prompts", f"text prompts for {source.model_id!r}", "a model that ships a tokenizer",
-                               "Pass input_ids= (token ids per prompt) or tokenizer= instead.") from None
+    tokenizer = load_tokenizer(source, tokenizer)
+    if tokenizer is None:  # no tokenizer files: say how to go on without one
+        raise bad_argument("prompts", f"text prompts for {source.model_id!r}", "a model that ships a tokenizer",
+                           "Pass input_ids= (token ids per prompt) or tokenizer= instead.")
     ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     if special and all(i in special for seq in ids for i in seq):

@@ -18,13 +18,13 @@ import torch
 
 from .. import __version__
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
-from ..loading import load_model, open_source
+from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
 from . import algebra
 from . import direction as dirs
 from .measure import dynamics_probe, mean_abs_cos, model_probe
 from .price import outputs, price
-from .prompts import encode, find_tokenizer
+from .prompts import encode
 from .record import SteeringRecord
 from .spectrum import top_summary
 from .strength import choose_gain
@@ -144,7 +144,7 @@ def steer(
     L = select_layers(layer, adapter.n_layers, name="layer")[0]
     seq = adapter.layer_sequence()
     slot = seq[L]
-    tokenizer = find_tokenizer(model, tokenizer)
+    tokenizer = load_tokenizer(model, tokenizer)
     try:
         u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
                                               text=text, tokenizer=tokenizer)

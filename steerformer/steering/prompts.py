@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -16,8 +15,6 @@ import torch
 from ..errors import bad_argument
 
 log = logging.getLogger(__name__)
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 REFERENCE_SENTENCES = (
     "The cat sat quietly on the warm windowsill.",
@@ -68,26 +65,6 @@ class PromptBatch:
 
     def inputs(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
-
-
-def find_tokenizer(model: Any, tokenizer: Any = None):
-    """The given tokenizer, else the one stored next to the model's checkpoint, else None."""
-    if tokenizer is not None:
-        return tokenizer
-    name = getattr(model.config, "_name_or_path", "") or ""
-    if not name or not Path(name).is_dir():
-        return None
-    # Only a folder that ships tokenizer files: AutoTokenizer would otherwise build an empty one
-    # from the model type alone.
-    if not any((Path(name) / f).is_file() for f in TOKENIZER_FILES):
-        return None
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(name)
-    except Exception as exc:  # no tokenizer files: fine, random ids are used instead
-        log.info("no tokenizer found next to %s (%s)", name, exc)
-        return None
 
 
 def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool = False,

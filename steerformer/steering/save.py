@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, bad_argument
+from ..loading import load_tokenizer
 from .edit import STATE_ATTR, tensor_sha256
 from .record import SteeringRecord
 from .untie import retie
@@ -100,14 +101,13 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``."""
     from safetensors.torch import save_file
 
-    from .prompts import find_tokenizer
 
     state = getattr(model, STATE_ATTR, None)
     if state is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
                            "Steer it first, or save it with model.save_pretrained(...).")
     records: list[SteeringRecord] = state["records"]
-    tok = find_tokenizer(model, tokenizer)
+    tok = load_tokenizer(model, tokenizer)
     payload = {"records": [r.to_dict() for r in records], "untie": state.get("untie")}
 
     def fill(tmp: Path) -> None:
@@ -161,7 +161,6 @@ def load_for_steering(path: str | os.PathLike, *, dtype: torch.dtype | None = No
 
 def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """From a saved steered checkpoint alone, write the original model (bit-identical weights) to ``out``."""
-    from .prompts import find_tokenizer
 
     records, untie, originals = read_steering(directory)
     model = load_for_steering(directory)
@@ -178,7 +177,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
             raise CheckpointError(f"{directory}: the restored {r.module} does not match the recorded original hash")
     if untie:
         retie(model, untie)
-    tok = find_tokenizer(model)
+    tok = load_tokenizer(model)
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
@@ -195,7 +194,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
     from ..adapters import get_adapter
     from .direction import vector_hash
     from .measure import model_probe
-    from .prompts import encode, find_tokenizer
+    from .prompts import encode
 
     records, _, originals = read_steering(directory)
     model = load_for_steering(directory)
@@ -220,7 +219,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         check("real-model alignment", True, "not recomputed: the held-out prompts were token ids, not recorded")
     elif last.alignment_model_after is not None:
         adapter = get_adapter(model.config)
-        tok = find_tokenizer(model)
+        tok = load_tokenizer(model)
         held = encode(model, last.heldout_prompts, tok, held_out=True)
         probe = model_probe(model, adapter, last.layer, held)
         target = torch.tensor(last.target, dtype=torch.float64)
