@@ -17,11 +17,55 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except SteerformerError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {cli_message(exc)}", err=True)
         raise typer.Exit(code=2) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(code=130) from None
+
+
+# Library argument name -> CLI flag, where the command's own parameter has another name.
+# Names that match a parameter of the running command (``direction`` -> ``--direction``) need no entry.
+FLAG_OF_ARGUMENT: dict[str, str] = {
+    "early_stop_tol": "--early-stop",
+    "texts": "--text",
+}
+
+
+def flag_of(argument: str) -> str | None:
+    """The flag the running command uses for a library argument name; ``None`` outside a command,
+    for a positional argument (its message keeps the name) or when the command has no such option."""
+    try:  # typer >= 0.2x vendors click; older typer runs on click itself
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    params = {p.name: p for p in ctx.command.params} if ctx is not None else {}
+    name = FLAG_OF_ARGUMENT.get(argument, argument)
+    if name.startswith("-"):
+        return name
+    p = params.get(name)
+    if p is None:
+        return None
+    if getattr(p, "param_type_name", "") != "option":
+        return None
+    long = [o for o in p.opts if o.startswith("--")]
+    return (long or list(p.opts))[0]
+
+
+def cli_message(exc: BaseException) -> str:
+    """The error's message with the library's argument name replaced by the command's flag.
+
+    Library errors name Python arguments (``direction='x.npy' is invalid``); on the command line
+    the same error names the flag (``--direction='x.npy' is invalid``).
+    """
+    msg = str(exc)
+    argument = getattr(exc, "argument", None)
+    if argument and not argument.startswith("-"):
+        flag = flag_of(argument)
+        if flag is not None and msg.startswith(f"{argument}="):
+            msg = flag + msg[len(argument):]
+    return msg
 
 
 def parse_layers(spec: str | None) -> list[int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +11,13 @@ import typer
 
 from steerformer_cli._common import parse_layers, user_errors
 from steerformer_cli.main import app
+
+
+class EigDtype(str, Enum):
+    """Precision of the eigen-decomposition (``--dtype``)."""
+
+    float64 = "float64"
+    float32 = "float32"
 
 
 def default_out(model: str) -> Path:
@@ -22,7 +30,7 @@ def analyze_cmd(
                                           "'sentence-transformers/all-MiniLM-L6-v2' (bundled, offline)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to analyse, e.g. '0,5,10-12' or '-1'. Default: all."),
     out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default runs/<model name>)."),
-    dtype: str = typer.Option("float64", "--dtype", help="Precision of the eigen-decomposition: float64 or float32."),
+    dtype: EigDtype = typer.Option(EigDtype.float64, "--dtype", help="Precision of the eigen-decomposition."),
     device: Optional[str] = typer.Option(None, "--device", help="Torch device for the eigen-decomposition (cpu, cuda)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
@@ -40,12 +48,15 @@ def analyze_cmd(
     no_cumulative: bool = typer.Option(False, "--no-cumulative", help="Skip the cumulative-product statistic (Fig. 8)."),
 ) -> None:
     """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
-    layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures."""
+    layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures.
+
+    Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --layers 0-2 --out runs/minilm
+    """
     from steerformer.analyze import analyze
     from steerformer.stats import StatsConfig
 
     with user_errors():
-        report = analyze(model, layers=parse_layers(layers), dtype=dtype, device=device, revision=revision,
+        report = analyze(model, layers=parse_layers(layers), dtype=dtype.value, device=device, revision=revision,
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(
                              n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,

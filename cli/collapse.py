@@ -3,6 +3,7 @@ consensus paper §5.2. Thin: parse options, call steerformer.collapse, show a su
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,6 +11,31 @@ import typer
 
 from steerformer_cli._common import user_errors
 from steerformer_cli.main import app
+
+
+class Weights(str, Enum):
+    """Which weights are looped (``--weights``)."""
+
+    pretrained = "pretrained"
+    random = "random"
+    random_per_pass = "random-per-pass"
+
+
+class RunDtype(str, Enum):
+    """Precision of the looped run (``--dtype``)."""
+
+    fp16 = "fp16"
+    bf16 = "bf16"
+    fp32 = "fp32"
+    fp64 = "fp64"
+
+
+class Stat(str, Enum):
+    """Statistic plotted by ``plot-collapse`` (``--stat``)."""
+
+    e = "e"
+    pairwise = "pairwise"
+    centroid = "centroid"
 
 
 def _int_list(spec: str, name: str) -> list[int]:
@@ -30,10 +56,10 @@ def collapse_cmd(
     length: int = typer.Option(200, "--length", help="Tokens per random prompt."),
     text: Optional[List[str]] = typer.Option(None, "--text", help="Use this text as a prompt instead (repeatable)."),
     no_ffn: bool = typer.Option(False, "--no-ffn", help="Drop every FFN with its norm and its residual."),
-    weights: str = typer.Option("pretrained", "--weights", help="pretrained | random | random-per-pass."),
+    weights: Weights = typer.Option(Weights.pretrained, "--weights", help="Pretrained weights, one random draw, or a new draw every pass."),
     seed: int = typer.Option(42, "--seed", help="Seed of the random prompts and of the random weights."),
     out: Path = typer.Option(Path("runs/collapse"), "--out", "-o", help="Output folder (appended pass by pass)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp16 | bf16 | fp32 (default: the checkpoint's)."),
+    dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Run precision (default: the checkpoint's)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cpu)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Prompts run together (default: all)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run stored in --out."),
@@ -43,7 +69,12 @@ def collapse_cmd(
     decode_tokens: int = typer.Option(20, "--decode-tokens", help="New tokens per continuation."),
     decode_prompt: str = typer.Option("The capital of France is", "--decode-prompt", help="Prompt of the decoding experiment."),
 ) -> None:
-    """Loop MODEL over the same prompts and measure how fast its tokens reach consensus (E, eq. 9)."""
+    """Loop MODEL over the same prompts and measure how fast its tokens reach consensus (E, eq. 9).
+
+    Example: steerformer collapse sentence-transformers/all-MiniLM-L6-v2 --passes 20 --prompts 8 --length 32
+    """
+    weights = weights.value
+    dtype = dtype.value if dtype is not None else None
     with user_errors():
         from steerformer.collapse import collapse, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype
         from steerformer.loading import load_model
@@ -86,9 +117,13 @@ def plot_collapse_cmd(
     runs: List[Path] = typer.Argument(..., help="Collapse output folders (or collapse.npz files)."),
     out: Path = typer.Option(Path("collapse_runs.png"), "--out", "-o", help="Figure file to write."),
     labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated legend labels, one per run."),
-    stat: str = typer.Option("e", "--stat", help="e | pairwise | centroid."),
+    stat: Stat = typer.Option(Stat.e, "--stat", help="Which statistic to plot."),
 ) -> None:
-    """Put several collapse runs (e.g. the paper's four variants) on one figure."""
+    """Put several collapse runs (e.g. the paper's four variants) on one figure.
+
+    Example: steerformer plot-collapse runs/minilm runs/minilm-random --labels pretrained,random
+    """
+    stat = stat.value
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure
         from steerformer.errors import bad_argument

@@ -39,7 +39,10 @@ def simulate(
     layer: int = typer.Option(-1, "--layer", help="bridge only: which layer's F (default last)."),
     progress: bool = typer.Option(False, "--progress", help="Show a progress bar (continuous setups)."),
 ) -> None:
-    """Run one of the papers' simulations and write its JSON summary and figures."""
+    """Run one of the papers' simulations and write its JSON summary and figures.
+
+    Example: steerformer simulate fig13a --out runs/fig13a
+    """
     from steerformer.ode import SETUPS, run_setup
 
     if setup == "list":

@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from steerformer_cli._common import user_errors
 from steerformer_cli.main import app
+
+
+class Measure(str, Enum):
+    """Where the target alignment is measured (``--measure``)."""
+
+    model = "model"
+    dynamics = "dynamics"
+
+
+class Solve(str, Enum):
+    """How wᵀV⁺ is obtained (``--solve``)."""
+
+    min_norm = "min-norm"
+    exact = "exact"
 
 
 @app.command("steer")
@@ -21,8 +36,8 @@ def steer_cmd(
     strength: Optional[float] = typer.Option(None, "--strength", help="gain = strength x |lambda1(F_layer)|."),
     gain: Optional[float] = typer.Option(None, "--gain", help="Absolute gain (instead of --strength)."),
     target_alignment: float = typer.Option(0.99, "--target-alignment", help="Choose the smallest gain reaching this."),
-    measure: str = typer.Option("model", "--measure", help="Where the target is measured: model | dynamics."),
-    solve: str = typer.Option("min-norm", "--solve", help="How wᵀV⁺ is obtained: min-norm | exact."),
+    measure: Measure = typer.Option(Measure.model, "--measure", help="Where the target is measured."),
+    solve: Solve = typer.Option(Solve.min_norm, "--solve", help="How wᵀV⁺ is obtained."),
     layer: int = typer.Option(-1, "--layer", help="Execution layer to edit (negative counts from the end)."),
     through_ffn: bool = typer.Option(False, "--through-ffn", help="Pre-compensate the FFN (align final states)."),
     untie_last: bool = typer.Option(False, "--untie-last", help="ALBERT: give the last layer its own weights."),
@@ -32,7 +47,10 @@ def steer_cmd(
     private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
 ) -> None:
-    """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
+    """Edit one attention layer's output weight so tokens align with a direction; print the cost.
+
+    Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
+    """
     from steerformer.steering import load_for_steering, save_steered, steer
     from steerformer.steering import push_to_hub as push
 
@@ -41,7 +59,7 @@ def steer_cmd(
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
         m = load_for_steering(model)
         rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
-                    strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
+                    strength=strength, gain=gain, target_alignment=target_alignment, measure=measure.value, solve=solve.value,
                     layer=layer, through_ffn=through_ffn, untie_last=untie_last)
         typer.echo(rec.summary())
         if record_json is not None:
@@ -59,7 +77,10 @@ def unsteer_cmd(
     out: Path = typer.Option(..., "--out", help="Where to write the restored original model."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
 ) -> None:
-    """Restore the original weights (bit-identical) from a steered checkpoint alone."""
+    """Restore the original weights (bit-identical) from a steered checkpoint alone.
+
+    Example: steerformer unsteer runs/minilm-steered --out runs/minilm-restored
+    """
     from steerformer.steering import unsteer_checkpoint
 
     with user_errors():
@@ -71,7 +92,10 @@ def verify_cmd(
     directory: Path = typer.Argument(..., help="A checkpoint written by `steerformer steer --out`."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
 ) -> None:
-    """Check the recorded hashes and recompute the alignment of a steered checkpoint."""
+    """Check the recorded hashes and recompute the alignment of a steered checkpoint.
+
+    Example: steerformer verify runs/minilm-steered --json
+    """
     from steerformer.steering import verify_checkpoint
 
     with user_errors():

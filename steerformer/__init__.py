@@ -1,42 +1,94 @@
 """steerformer: see, measure and steer how tokens move through a transformer's layers.
 
-The public API is re-exported here; everything else is private.
+The public API is re-exported here; everything else is private. The exports are lazy: ``import
+steerformer`` loads nothing heavy (no torch, transformers, matplotlib or scipy) until a name is
+first used, so that ``steerformer --help`` starts fast. ``steerformer.X`` and
+``from steerformer import X`` work as before.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .adapters import ADAPTERS, Adapter, AttentionWeights, MaskSpec, get_adapter
-from .analyze import AnalysisReport, analyze
-from .attention import attention_output, attention_probs
-from .collapse import CollapseResult, DecodeResult, collapse, collapse_figure, greedy_decode
-from .dynamics import Trajectory, dynamics_step, random_tokens, run_dynamics
-from .errors import (
-    CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
-    UnsupportedModelError,
-)
-from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
-from .matrices import LayerMatrices, layer_matrices, read_attention_weights
-from . import ode
-from .ode import SETUPS, SetupResult, run_setup, wendel_probability
-from .spectra import Spectra, spectra
-from .steering import (
-    SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,
-    unsteer_checkpoint, verify_checkpoint,
-)
-from .stats import (
-    AlignmentStats, HiddenStates, PowerMethodReport, StatsConfig, alignment_stats, model_hidden_states, power_method_stats,
-)
+# public name -> submodule that defines it (relative to this package)
+_EXPORTS: dict[str, str] = {
+    # adapters
+    "ADAPTERS": ".adapters", "Adapter": ".adapters", "AttentionWeights": ".adapters", "MaskSpec": ".adapters",
+    "get_adapter": ".adapters",
+    # analysis
+    "AnalysisReport": ".analyze", "analyze": ".analyze",
+    "attention_output": ".attention", "attention_probs": ".attention",
+    # collapse
+    "CollapseResult": ".collapse", "DecodeResult": ".collapse", "collapse": ".collapse",
+    "collapse_figure": ".collapse", "greedy_decode": ".collapse",
+    # dynamics
+    "Trajectory": ".dynamics", "dynamics_step": ".dynamics", "random_tokens": ".dynamics",
+    "run_dynamics": ".dynamics",
+    # errors
+    "CheckpointError": ".errors", "InvalidArgumentError": ".errors", "ModelNotFoundError": ".errors",
+    "NonFiniteStateError": ".errors", "SteerformerError": ".errors", "UnsupportedModelError": ".errors",
+    # loading, matrices, spectra
+    "BUNDLED_MINILM": ".loading", "ModelSource": ".loading", "load_model": ".loading", "open_source": ".loading",
+    "LayerMatrices": ".matrices", "layer_matrices": ".matrices", "read_attention_weights": ".matrices",
+    "Spectra": ".spectra", "spectra": ".spectra",
+    # ODE module
+    "SETUPS": ".ode", "SetupResult": ".ode", "run_setup": ".ode", "wendel_probability": ".ode",
+    # steering
+    "SteeringRecord": ".steering", "is_steered": ".steering", "load_for_steering": ".steering",
+    "push_to_hub": ".steering", "save_steered": ".steering", "steer": ".steering",
+    "steering_records": ".steering", "unsteer": ".steering", "unsteer_checkpoint": ".steering",
+    "verify_checkpoint": ".steering",
+    # statistics
+    "AlignmentStats": ".stats", "HiddenStates": ".stats", "PowerMethodReport": ".stats", "StatsConfig": ".stats",
+    "alignment_stats": ".stats", "model_hidden_states": ".stats", "power_method_stats": ".stats",
+}
 
-__all__ = [
-    "ADAPTERS", "Adapter", "AnalysisReport", "CollapseResult", "DecodeResult", "analyze", "collapse",
-    "collapse_figure", "greedy_decode", "AttentionWeights", "BUNDLED_MINILM", "CheckpointError", "InvalidArgumentError",
-    "LayerMatrices", "MaskSpec", "ModelNotFoundError", "ModelSource", "Spectra", "SteerformerError",
-    "Trajectory", "UnsupportedModelError", "__version__", "attention_output", "attention_probs",
-    "dynamics_step", "get_adapter", "layer_matrices", "load_model", "open_source", "random_tokens",
-    "read_attention_weights", "run_dynamics", "spectra",
-    "AlignmentStats", "HiddenStates", "PowerMethodReport", "StatsConfig", "alignment_stats", "model_hidden_states",
-    "power_method_stats", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "save_steered",
-    "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
-]
+# subpackages reachable as attributes (``steerformer.ode``)
+_SUBMODULES = ("adapters", "collapse", "ode", "results", "stats", "steering")
+
+__all__ = sorted([*_EXPORTS, "__version__", "ode"])
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first use (PEP 562) and cache the value."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from . import ode
+    from .adapters import ADAPTERS, Adapter, AttentionWeights, MaskSpec, get_adapter
+    from .analyze import AnalysisReport, analyze
+    from .attention import attention_output, attention_probs
+    from .collapse import CollapseResult, DecodeResult, collapse, collapse_figure, greedy_decode
+    from .dynamics import Trajectory, dynamics_step, random_tokens, run_dynamics
+    from .errors import (
+        CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
+        UnsupportedModelError,
+    )
+    from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
+    from .matrices import LayerMatrices, layer_matrices, read_attention_weights
+    from .ode import SETUPS, SetupResult, run_setup, wendel_probability
+    from .spectra import Spectra, spectra
+    from .steering import (
+        SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,
+        unsteer_checkpoint, verify_checkpoint,
+    )
+    from .stats import (
+        AlignmentStats, HiddenStates, PowerMethodReport, StatsConfig, alignment_stats, model_hidden_states,
+        power_method_stats,
+    )

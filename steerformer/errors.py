@@ -12,7 +12,13 @@ class SteerformerError(Exception):
 
 
 class InvalidArgumentError(SteerformerError, ValueError):
-    """An argument has a value that cannot be used (wrong shape, range, type...)."""
+    """An argument has a value that cannot be used (wrong shape, range, type...).
+
+    ``argument`` is the name of the argument when known (set by :func:`bad_argument`); the CLI
+    uses it to name the flag instead (``--direction`` for ``direction``).
+    """
+
+    argument: str | None = None
 
 
 class UnsupportedModelError(SteerformerError, ValueError):
@@ -45,4 +51,6 @@ def bad_argument(name: str, value: object, expected: str, fix: str | None = None
     msg = f"{name}={shown} is invalid: expected {expected}."
     if fix:
         msg += f" {fix}"
-    return InvalidArgumentError(msg)
+    err = InvalidArgumentError(msg)
+    err.argument = name
+    return err
