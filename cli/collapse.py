@@ -91,7 +91,7 @@ def collapse_cmd(
             typer.echo(f"interrupted: the completed passes are kept in {out}; rerun with --resume to continue",
                        err=True)
             raise
-        s = res.summary("e")
+        s = res.quantiles("e")
         typer.echo(f"{res.meta['model_id']} ({res.meta['model_type']}, {res.n_blocks} blocks, {res.options['dtype']}, "
                    f"{res.options['weights']} weights, {'with' if res.options['ffn'] else 'without'} FFN): "
                    f"{res.n_passes} passes over {res.n_prompts} prompts × {res.options['length']} tokens"
@@ -108,7 +108,7 @@ def collapse_cmd(
             typer.echo("greedy continuation after looping:")
             for line in dec.lines():
                 typer.echo("  " + line)
-            dec.to_json(Path(out) / "decode.json")
+            dec.save(out)
             typer.echo(f"wrote {out}/decode.json")
 
 

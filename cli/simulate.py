@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Optional
 
@@ -60,10 +59,8 @@ def simulate(
                 raise bad_argument("--model", model, "used with the `bridge` setup only")
             kwargs["F"] = _layer_matrix(model, layer)
         result = run_setup(setup, **kwargs)
-        typer.echo(f"{result.setup}: {result.description}")
-        for key, value in result.summary.items():
-            typer.echo(f"  {key}: {json.dumps(value, default=str)}")
+        typer.echo(result.summary())
         if out is not None:
-            result.to_json(out / "result.json")
-            paths = result.plot(out)
-            typer.echo(f"wrote {out / 'result.json'} and {len(paths)} figure(s) to {out}")
+            written = result.save(out)
+            n_figures = sum(p.suffix == ".png" for p in written.values())
+            typer.echo(f"wrote {written['json']} and {n_figures} figure(s) to {out}")

@@ -9,6 +9,8 @@ first used, so that ``steerformer --help`` starts fast. ``steerformer.X`` and
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -41,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "push_to_hub": ".steering", "save_steered": ".steering", "steer": ".steering",
     "steering_records": ".steering", "unsteer": ".steering", "unsteer_checkpoint": ".steering",
     "verify_checkpoint": ".steering",
+    # the result protocol
+    "ResultProtocol": ".results",
     # statistics
     "AlignmentStats": ".stats", "HiddenStates": ".stats", "PowerMethodReport": ".stats", "StatsConfig": ".stats",
     "alignment_stats": ".stats", "model_hidden_states": ".stats", "power_method_stats": ".stats",
@@ -50,6 +54,22 @@ _EXPORTS: dict[str, str] = {
 _SUBMODULES = ("adapters", "collapse", "ode", "results", "stats", "steering")
 
 __all__ = sorted([*_EXPORTS, "__version__", "ode"])
+
+
+# Public functions named like the submodule that defines them (``steerformer.analyze`` is the
+# function, as it always was). Importing such a submodule makes Python set the package attribute to
+# the module; the package class below refuses that, so the name resolves to the function.
+_SHADOWED = frozenset(n for n in _EXPORTS if _EXPORTS[n] == f".{n}")
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return  # the submodule stays in sys.modules; the attribute is the public function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
@@ -83,6 +103,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
+    from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
         SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,

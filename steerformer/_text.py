@@ -17,7 +17,11 @@ def emit(text: str, path: str | Path | None) -> str:
 
 
 def json_text(obj: Any, path: str | Path | None = None, **dumps: Any) -> str:
-    return emit(json.dumps(obj, indent=2, **dumps), path)
+    """JSON text through the one encoder (:func:`steerformer.results.json_text`: NaN → null, numpy,
+    complex, paths); ``dumps`` options are accepted for compatibility and ignored."""
+    from .results import json_text as _json_text
+
+    return _json_text(obj, path)
 
 
 def csv_text(header: Sequence[Any], rows: Iterable[Sequence[Any]], path: str | Path | None = None) -> str:

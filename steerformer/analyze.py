@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from . import __version__, plotting
-from ._text import csv_text, json_text
+from ._text import csv_text
+from .results import VERSION_KEY, json_text, read_json
 from .errors import bad_argument
 from .loading import ModelSource, open_source
 from .matrices import LayerMatrices, layer_matrices
@@ -32,18 +33,43 @@ def _fmt_complex(z: Sequence[float]) -> str:
 
 @dataclasses.dataclass
 class AnalysisReport:
-    """Everything `analyze` measured. ``layers`` holds one JSON-ready record per analysed layer."""
+    """Everything `analyze` measured. ``layers`` holds one JSON-ready record per analysed layer.
+
+    Speaks the result protocol (:mod:`steerformer.results`). A report read back with :meth:`load`
+    has the saved eigenvalues but no eigenvectors or matrices (``spectra`` and ``matrices`` are
+    None: recompute them with :func:`analyze`).
+    """
 
     meta: dict
     layers: list[dict]
-    spectra: Spectra
-    matrices: LayerMatrices
+    spectra: Spectra | None
+    matrices: LayerMatrices | None
     #: power-method statistics (controlled dynamics, full model, prolonged run); None with stats=False
     power: PowerMethodReport | None = None
+    #: (layers, d) complex eigenvalues, ordered as in ``spectra`` (filled from it when not given)
+    eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.eigenvalues is None and self.spectra is not None:
+            self.eigenvalues = self.spectra.eigenvalues.numpy()
 
     @property
     def layer_ids(self) -> list[int]:
-        return self.matrices.layer_ids
+        return self.matrices.layer_ids if self.matrices is not None else [r["layer"] for r in self.layers]
+
+    @property
+    def slot_ids(self) -> list[int]:
+        return self.matrices.slot_ids if self.matrices is not None else [r["slot"] for r in self.layers]
+
+    def summary(self) -> str:
+        """The model line and the per-layer table (and the power-method verdict when computed)."""
+        cfg = self.meta.get("config", {})
+        head = (f"{self.meta.get('model_id', '?')}: {cfg.get('model_type')}, {cfg.get('n_layers')} layers, "
+                f"d={cfg.get('d_model')}, {cfg.get('n_heads')} heads")
+        lines = [head, self.table()]
+        if self.power is not None:
+            lines.append(self.power.summary())
+        return "\n".join(lines)
 
     def to_dict(self) -> dict:
         out = {"meta": self.meta, "layers": self.layers}
@@ -64,27 +90,40 @@ class AnalysisReport:
                 + [r["de_facto_case3"]] for r in self.layers)
         return csv_text(header + ["de_facto_case3"], rows, path)
 
-    def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
-        """Write report.json, layers.csv, eigenvalues.npz (and the figures) into ``out_dir``."""
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
+        """Write report.json, layers.csv, eigenvalues.npz, the statistics' files (and the figures)
+        into ``out_dir``; returns the written paths by role (``json``, ``csv``, ``npz``, then the
+        statistics' and the figures' file names)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        written = [out / "report.json", out / "layers.csv", out / "eigenvalues.npz"]
-        self.to_json(written[0])
-        self.to_csv(written[1])
+        written = {"json": out / "report.json", "csv": out / "layers.csv", "npz": out / "eigenvalues.npz"}
+        self.to_json(written["json"])
+        self.to_csv(written["csv"])
         np.savez_compressed(
-            written[2], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.matrices.slot_ids),
-            eigenvalues=self.spectra.eigenvalues.numpy(),
+            written["npz"], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.slot_ids),
+            eigenvalues=self.eigenvalues,
         )
         if self.power is not None:
-            written += self.power.save(out, plots=False)
+            written.update(self.power.save(out, plots=False))
         if plots:
-            written += self.plot(out)
+            written.update({p.name: p for p in self.plot(out)})
         return written
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> "AnalysisReport":
+        """The report :meth:`save` wrote into ``out_dir`` (eigenvalues, records, statistics)."""
+        out = Path(out_dir)
+        doc = read_json(out / "report.json")
+        with np.load(out / "eigenvalues.npz") as z:
+            eigenvalues = z["eigenvalues"]
+        power = PowerMethodReport.load(out, doc["power_method"]) if "power_method" in doc else None
+        return cls(meta=doc["meta"], layers=doc["layers"], spectra=None, matrices=None, power=power,
+                   eigenvalues=eigenvalues)
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Spectral figures: complex planes per layer, top-5 real parts across layers, Re λ histogram."""
         out = Path(out_dir)
-        ev = self.spectra.eigenvalues.numpy()
+        ev = self.eigenvalues
         name = self.meta.get("model_id", "")
         extra = self.power.plot(out, title=name) if self.power is not None else []
         return extra + [
@@ -149,7 +188,7 @@ def analyze(
     records = [{"layer": k, "slot": s, **sp.record(i)} for i, (k, s) in enumerate(zip(mats.layer_ids, mats.slot_ids))]
     meta = {
         **source.meta(),
-        "steerformer_version": __version__,
+        VERSION_KEY: __version__,
         "eig_dtype": str(tdtype).replace("torch.", ""),
         # to_dict(): reading config.torch_dtype directly warns on transformers 5 (renamed dtype).
         "checkpoint_dtype": str(source.config.to_dict().get("dtype") or source.config.to_dict().get("torch_dtype")),

@@ -55,8 +55,8 @@ def test_spectra_only_skips_statistics(albert_dir, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--prolong", "0"], ["prolong=0", "K >= 1"]),
-    (["--n-tokens", "0"], ["n_tokens=0", "positive"]),
+    (["--prolong", "0"], ["--prolong=0", "K >= 1"]),
+    (["--n-tokens", "0"], ["--n-tokens=0", "positive"]),
     (["--prompts", "EMPTY"], ["at least one non-blank line"]),
 ])
 def test_bad_statistics_options_are_one_clean_line(extra, words, tmp_path) -> None:

@@ -86,5 +86,5 @@ def test_minilm_end_to_end_finite_probabilities_and_schema(minilm, tmp_path) -> 
     # On the real model the controlled dynamics act as power-method steps in most layers (paper §3.2).
     assert controlled.n_power_steps >= 4
     paths = controlled.save(tmp_path)
-    assert all(p.exists() and p.stat().st_size > 0 for p in paths)
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths.values())
     assert (tmp_path / "alignment.csv").read_text().splitlines()[0].split(",") == list(COLUMNS)

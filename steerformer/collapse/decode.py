@@ -5,7 +5,6 @@ sequence, as the reference code does (no key/value cache: the loop has no fixed 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -13,13 +12,15 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import InvalidArgumentError, bad_argument
+from ..results import json_text, read_json
 from .loop import LoopedModel
 
 
 @dataclasses.dataclass
 class DecodeResult:
     """``continuations[k]``: the new token ids after looping ``k`` times; ``texts[k]`` their
-    decoding (None without a tokenizer)."""
+    decoding (None without a tokenizer). Speaks the result protocol (:mod:`steerformer.results`);
+    it has no figure."""
 
     prompt_ids: list[int]
     prompt_text: str | None
@@ -35,14 +36,43 @@ class DecodeResult:
             out.append(f"{k:>5} pass{'es' if k != 1 else '  '}: {shown!r}")
         return out
 
-    def to_json(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps({
+    def summary(self) -> str:
+        """The prompt, then one line per loop count with its continuation."""
+        return "\n".join(self.lines())
+
+    def to_dict(self) -> dict:
+        return {
             "prompt_ids": self.prompt_ids, "prompt_text": self.prompt_text, "options": self.options,
             "continuations": {str(k): v for k, v in self.continuations.items()},
             "texts": {str(k): v for k, v in self.texts.items()},
-        }, indent=1))
-        return path
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "DecodeResult":
+        """Rebuild from :meth:`to_dict` data (loop counts back to ints)."""
+        return cls(prompt_ids=[int(i) for i in doc["prompt_ids"]], prompt_text=doc["prompt_text"],
+                   continuations={int(k): [int(i) for i in v] for k, v in doc["continuations"].items()},
+                   texts={int(k): v for k, v in doc["texts"].items()}, options=doc["options"])
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """JSON text of :meth:`to_dict`; also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
+
+    def save(self, out_dir: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]:
+        """``decode.json`` in folder ``out_dir``."""
+        path = Path(out_dir) / "decode.json"
+        self.to_json(path)
+        return {"json": path}
+
+    @classmethod
+    def load(cls, out_dir: str | os.PathLike) -> "DecodeResult":
+        """The result :meth:`save` wrote (a folder, or the JSON file itself)."""
+        path = Path(out_dir)
+        return cls.from_dict(read_json(path / "decode.json" if path.is_dir() else path))
+
+    def plot(self, out_dir: str | os.PathLike) -> list[Path]:
+        """No figure for a decoding run: returns an empty list."""
+        return []
 
 
 def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int] = (1, 5, 10, 100),

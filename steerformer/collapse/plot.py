@@ -18,7 +18,7 @@ def collapse_figure(runs: Sequence, *, labels: Sequence[str] | None = None, stat
     fig = Figure(figsize=(8, 4.5), constrained_layout=True)
     ax = fig.add_subplot()
     for i, run in enumerate(runs):
-        s = run.summary(stat)
+        s = run.quantiles(stat)
         x = np.arange(len(s["mean"]))
         label = labels[i] if labels is not None else run.label()
         line, = ax.plot(x, np.maximum(s["mean"], _FLOOR), lw=1.2, label=label)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..results import json_text, save_figure, to_jsonable
+
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 STATS = ("e", "pairwise", "centroid")
 
@@ -18,7 +20,10 @@ STATS = ("e", "pairwise", "centroid")
 class CollapseResult:
     """``e``, ``pairwise``, ``centroid``: (passes, blocks, prompts); the ``*0`` arrays (prompts,)
     are the same statistics of the embedded prompts, before the first block. ``options`` holds the
-    run's arguments, ``meta`` the model facts, dtype, device, pass seeds and timings."""
+    run's arguments, ``meta`` the model facts, dtype, device, pass seeds and timings.
+
+    Speaks the result protocol (:mod:`steerformer.results`); :meth:`quantiles` gives the curves
+    behind :meth:`summary`."""
 
     e: np.ndarray
     pairwise: np.ndarray
@@ -48,7 +53,7 @@ class CollapseResult:
         arr, first = getattr(self, stat), getattr(self, f"{stat}0")
         return np.concatenate([first[None], arr.reshape(-1, arr.shape[-1])], axis=0)
 
-    def summary(self, stat: str = "e") -> dict[str, np.ndarray]:
+    def quantiles(self, stat: str = "e") -> dict[str, np.ndarray]:
         """Mean, std and :data:`QUANTILES` over prompts at every layer index."""
         c = self.curve(stat)
         out = {"mean": c.mean(1), "std": c.std(1)}
@@ -56,24 +61,36 @@ class CollapseResult:
             out[f"q{int(round(q * 100)):02d}"] = v
         return out
 
+    def summary(self) -> str:
+        """The run in one line, then mean E (with its 5–95 % band) after a few pass counts."""
+        o, s = self.options, self.quantiles("e")
+        head = (f"{self.meta.get('model_id', '?')}: {self.n_passes} passes × {self.n_blocks} blocks over "
+                f"{self.n_prompts} prompts ({o.get('weights')} weights, {'with' if o.get('ffn') else 'without'} FFN)")
+        ks = sorted({0, *[p * self.n_blocks for p in (1, 10, 100, 1000) if p <= self.n_passes],
+                     self.n_passes * self.n_blocks})
+        return "\n".join([head] + [f"  after {k // self.n_blocks:>4} passes (layer {k:>6}): E mean {s['mean'][k]:.3e}  "
+                                    f"[q05 {s['q05'][k]:.2e}, q95 {s['q95'][k]:.2e}]" for k in ks])
+
     # ---- persistence -------------------------------------------------------------------------
-    def to_json(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        doc = {
+    def to_dict(self) -> dict:
+        """Options, meta, sizes, final means and the :meth:`quantiles` curves (the collapse.json)."""
+        return to_jsonable({
             "options": self.options, "meta": self.meta,
             "n_passes": self.n_passes, "n_blocks": self.n_blocks, "n_prompts": self.n_prompts,
             "layer_index": "0 = embedded prompts, k >= 1 = after the k-th block run (pass (k-1)//n_blocks)",
             "final": {s: float(getattr(self, s)[-1, -1].mean()) for s in STATS},
-            "summary": {s: {k: v.tolist() for k, v in self.summary(s).items()} for s in STATS},
-        }
-        path.write_text(json.dumps(doc, indent=1, default=str))
-        return path
+            "summary": {s: {k: v.tolist() for k, v in self.quantiles(s).items()} for s in STATS},
+        })
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
 
     def to_npz(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         np.savez_compressed(path, token_ids=self.token_ids,
                             **{k: getattr(self, k) for k in (*STATS, *(f"{s}0" for s in STATS))},
-                            options=json.dumps(self.options, default=str), meta=json.dumps(self.meta, default=str))
+                            options=json.dumps(to_jsonable(self.options)), meta=json.dumps(to_jsonable(self.meta)))
         return path
 
     @classmethod
@@ -103,12 +120,15 @@ class CollapseResult:
         return cls(**{s: passes[s] for s in STATS}, **{f"{s}0": emb[s] for s in STATS},
                    token_ids=store.read_prompts(), options=info["options"], meta={**info["meta"], "partial": True})
 
-    def save(self, out: str | os.PathLike) -> dict[str, Path]:
+    def save(self, out: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]:
         """``collapse.json``, ``collapse.npz`` and the figure ``collapse.png`` in folder ``out``."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        return {"json": self.to_json(out / "collapse.json"), "npz": self.to_npz(out / "collapse.npz"),
-                **self.plot(out)}
+        self.to_json(out / "collapse.json")
+        written = {"json": out / "collapse.json", "npz": self.to_npz(out / "collapse.npz")}
+        if plots:
+            written["figure"] = self.plot(out)[0]
+        return written
 
     def label(self) -> str:
         o = self.options
@@ -119,7 +139,6 @@ class CollapseResult:
 
         return collapse_figure([self], stat=stat)
 
-    def plot(self, out: str | os.PathLike) -> dict[str, Path]:
-        path = Path(out) / "collapse.png"
-        self.figure().savefig(path, dpi=130)
-        return {"figure": path}
+    def plot(self, out: str | os.PathLike) -> list[Path]:
+        """``collapse.png`` (E against the layer index) in folder ``out``."""
+        return [save_figure(self.figure(), Path(out) / "collapse.png", tight=False)]

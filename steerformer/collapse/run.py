@@ -251,5 +251,5 @@ def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict
             "d_model": adapter.d_model, "n_heads": adapter.n_heads,
             "masks": [adapter.mask(k).to_dict() for k in range(looped.n_blocks)],
             "final_norm": looped.norm is not None, "device": str(dev),
-            "steerformer": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
+            "steerformer_version": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
             "e_definition": "eq. (9) without absolute value (the reference code averages |cos|)"}

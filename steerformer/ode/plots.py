@@ -4,9 +4,10 @@ never touches the global backend or figure registry, and every figure is saved, 
 from __future__ import annotations
 
 import pathlib
-from typing import Callable
 
 import numpy as np
+
+from ..results import save_figure
 
 
 def _figure(figsize: tuple[float, float]):
@@ -17,8 +18,7 @@ def _figure(figsize: tuple[float, float]):
 
 def _save(fig, path: pathlib.Path) -> pathlib.Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, tight=False)
 
 
 def _sphere(ax, tokens: np.ndarray, title: str) -> None:
@@ -57,7 +57,7 @@ def _lines(x, ys: dict[str, np.ndarray], xlabel: str, ylabel: str, title: str, p
     return _save(fig, path)
 
 
-def _p511(r, out):
+def plot_5_1_1(r, out):
     paths = [_fig_3d(r.trajectory["tokens"][:, 0], "5.1.1: tokens on S² (run 0)", out / "tokens_sphere.png")]
     pn = np.asarray(r.extra["P_frobenius_norms"])
     paths.append(_lines(r.extra["P_norm_times"], {"‖P1(t)‖_F": pn[:, 0], "‖P2(t)‖_F": pn[:, 1]},
@@ -67,7 +67,7 @@ def _p511(r, out):
     return paths
 
 
-def _p512(r, out):
+def plot_5_1_2(r, out):
     return [
         _lines(r.times, {"E": r.series["E"]}, "t", "E", f"5.1.2: E (eq. 9) along {r.series['E'].shape[1]} runs",
                out / "E_runs.png"),
@@ -76,7 +76,7 @@ def _p512(r, out):
     ]
 
 
-def _p513(r, out):
+def plot_5_1_3(r, out):
     return [
         _fig_3d(r.trajectory["tokens"][:, 0], "5.1.3: tokens on S² (run 0)", out / "tokens_sphere.png"),
         _lines(r.times, {"V1 = 1 − y1ᵀv": r.series["V1"][:, 0], "V2 = 1 − y2ᵀv": r.series["V2"][:, 0]},
@@ -84,7 +84,7 @@ def _p513(r, out):
     ]
 
 
-def _p13a(r, out):
+def plot_fig13a(r, out):
     fig = _figure((10, 8))
     for row, key, label in ((0, "single", "single head (8)"), (1, "multi", f"{r.config['heads']} heads (3)")):
         _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0], label)
@@ -97,7 +97,7 @@ def _p13a(r, out):
     return [_save(fig, out / "fig13a.png")]
 
 
-def _p13b(r, out):
+def plot_fig13b(r, out):
     fig = _figure((10, 8))
     for row, key in ((0, "small"), (1, "large")):
         eps = r.config[key]
@@ -109,19 +109,10 @@ def _p13b(r, out):
     return [_save(fig, out / "fig13b.png")]
 
 
-def _pbridge(r, out):
+def plot_bridge(r, out):
     return [
         _lines(r.times, {"mean E": r.series["E"].mean(1)}, "layer", "E", "bridge: E (mean over runs)",
                out / "E.png"),
         _lines(r.times, {"mean ρ(x, v1)": r.series["rho_v1"].mean(1)}, "layer", "ρ",
                "bridge: alignment with v1(F)", out / "alignment.png"),
     ]
-
-
-PLOTTERS: dict[str, Callable] = {
-    "5.1.1": _p511, "5.1.2": _p512, "5.1.3": _p513, "fig13a": _p13a, "fig13b": _p13b, "bridge": _pbridge,
-}
-
-
-def draw(result, out: pathlib.Path) -> list[pathlib.Path]:
-    return PLOTTERS.get(result.setup, _pbridge)(result, out)

@@ -2,41 +2,28 @@
 
 from __future__ import annotations
 
-import json
-import math
 import pathlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from steerformer import __version__
+from .. import __version__
+from ..results import VERSION_KEY, json_text, read_json, to_jsonable
 
-
-def _jsonable(x: object) -> object:
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        v = float(x)
-        return v if math.isfinite(v) else None  # JSON has no NaN/inf
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
+#: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).
+_SERIES = "series__"
 
 
 @dataclass
 class SetupResult:
-    """Output of one named setup (see :data:`steerformer.ode.SETUPS`).
+    """Output of one named setup (see :data:`steerformer.ode.SETUPS`); speaks the result protocol
+    (:mod:`steerformer.results`).
 
     ``times``: the saved times (continuous setups) or step indices (discrete maps).
     ``series``: name → array whose first axis follows ``times`` (e.g. ``"E"`` of shape
     (T, runs)); written to JSON. ``trajectory``: saved tokens (T, runs, n, d) when small enough
-    to keep (the 3-D views); written only to the NPZ. ``summary``: the scalar findings.
+    to keep (the 3-D views); written only to the NPZ. ``findings``: the scalar findings (the
+    ``"summary"`` entry of the JSON; :meth:`summary` prints them).
     """
 
     setup: str
@@ -44,38 +31,66 @@ class SetupResult:
     config: dict
     times: np.ndarray
     series: dict[str, np.ndarray] = field(default_factory=dict)
-    summary: dict[str, object] = field(default_factory=dict)
+    findings: dict[str, object] = field(default_factory=dict)
     trajectory: dict[str, np.ndarray] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
+    def summary(self) -> str:
+        """The setup and its description, then one ``key: value`` line per finding."""
+        import json
+
+        lines = [f"{self.setup}: {self.description}"]
+        lines += [f"  {k}: {json.dumps(to_jsonable(v), ensure_ascii=False)}" for k, v in self.findings.items()]
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
-        return _jsonable({
+        return to_jsonable({
             "setup": self.setup,
             "description": self.description,
-            "steerformer_version": __version__,
+            VERSION_KEY: __version__,
             "config": self.config,
-            "summary": self.summary,
+            "summary": self.findings,
             "times": self.times,
             "series": self.series,
             "extra": self.extra,
         })
 
-    def to_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write config, summary and series as JSON; the token trajectories go to a sibling .npz."""
-        p = pathlib.Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), indent=1))
-        if self.trajectory:
-            np.savez_compressed(p.with_suffix(".npz"), times=self.times, **self.trajectory)
-        return p
+    def to_json(self, path: str | pathlib.Path | None = None) -> str:
+        """JSON text of config, findings and series (NaN as null); also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
+
+    def save(self, out_dir: str | pathlib.Path, *, plots: bool = True) -> dict[str, pathlib.Path]:
+        """``result.json``, ``result.npz`` (times, series and token trajectories, exact) and the
+        figures in folder ``out_dir``; returns the paths by role (figures by file name)."""
+        out = pathlib.Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = {"json": out / "result.json", "npz": out / "result.npz"}
+        self.to_json(written["json"])
+        np.savez_compressed(written["npz"], times=self.times, **self.trajectory,
+                            **{_SERIES + k: np.asarray(v) for k, v in self.series.items()})
+        if plots:
+            written.update({p.name: p for p in self.plot(out)})
+        return written
+
+    @classmethod
+    def load(cls, out_dir: str | pathlib.Path) -> "SetupResult":
+        """The result :meth:`save` wrote into ``out_dir``."""
+        out = pathlib.Path(out_dir)
+        doc = read_json(out / "result.json")
+        with np.load(out / "result.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        series = {k[len(_SERIES):]: v for k, v in arrays.items() if k.startswith(_SERIES)}
+        trajectory = {k: v for k, v in arrays.items() if not k.startswith(_SERIES) and k != "times"}
+        return cls(doc["setup"], doc["description"], doc["config"], arrays["times"], series, doc["summary"],
+                   trajectory, doc["extra"])
 
     def plot(self, out_dir: str | pathlib.Path) -> list[pathlib.Path]:
         """Draw this setup's figures (PNG) into ``out_dir``; returns their paths."""
-        from steerformer.ode import plots
+        from .setups import plot_setup
 
         out = pathlib.Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        return plots.draw(self, out)
+        return plot_setup(self, out)
 
 
 __all__ = ["SetupResult"]

@@ -9,11 +9,9 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..results import save_figure  # noqa: F401  (the one figure saver, re-exported)
 
-def save_figure(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    return path
+
 
 
 def _col(stats, key: str) -> np.ndarray:

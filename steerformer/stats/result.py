@@ -6,7 +6,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from .._text import csv_text, json_text
+from .._text import csv_text
+from ..results import json_text, read_json
 
 import numpy as np
 
@@ -86,7 +87,8 @@ class AlignmentStats:
         }
 
     def to_json(self, path: str | Path | None = None) -> str:
-        return json_text(self.to_dict(), path, allow_nan=False)
+        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per step, columns :data:`COLUMNS` (empty cell where not computed)."""
@@ -96,16 +98,35 @@ class AlignmentStats:
         np.savez_compressed(path, lengths=np.asarray(self.lengths),
                             layer_ids=np.asarray([r["layer"] for r in self.layers]), **self.per_token)
 
-    def save(self, out_dir: str | Path, *, prefix: str = "alignment", plots: bool = True) -> list[Path]:
+    def save(self, out_dir: str | Path, *, prefix: str = "alignment", plots: bool = True) -> dict[str, Path]:
+        """``<prefix>.json``, ``<prefix>.csv``, ``<prefix>_tokens.npz`` (and the figures) in
+        ``out_dir``; returns the paths by role (``json``, ``csv``, ``npz``, then figure file names)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = [out / f"{prefix}.json", out / f"{prefix}.csv", out / f"{prefix}_tokens.npz"]
-        self.to_json(paths[0])
-        self.to_csv(paths[1])
-        self.to_npz(paths[2])
+        paths = {"json": out / f"{prefix}.json", "csv": out / f"{prefix}.csv", "npz": out / f"{prefix}_tokens.npz"}
+        self.to_json(paths["json"])
+        self.to_csv(paths["csv"])
+        self.to_npz(paths["npz"])
         if plots:
-            paths += self.plot(out, prefix=prefix)
+            paths.update({p.name: p for p in self.plot(out, prefix=prefix)})
         return paths
+
+    @classmethod
+    def load(cls, out_dir: str | Path, *, prefix: str = "alignment") -> "AlignmentStats":
+        """The statistics :meth:`save` wrote into ``out_dir`` (``null`` read back as NaN)."""
+        out = Path(out_dir)
+        return cls.from_dict(read_json(out / f"{prefix}.json"), out / f"{prefix}_tokens.npz")
+
+    @classmethod
+    def from_dict(cls, doc: dict, npz: str | Path) -> "AlignmentStats":
+        """Rebuild from :meth:`to_dict` data and the per-token arrays of :meth:`to_npz`."""
+        with np.load(npz) as z:
+            arrays = {k: z[k] for k in z.files}
+        lengths = [int(n) for n in arrays.pop("lengths")]
+        arrays.pop("layer_ids", None)
+        layers = [{c: (float("nan") if v is None else v) for c, v in r.items()} for r in doc["layers"]]
+        return cls(meta=doc["meta"], layers=layers, per_token=arrays, histograms=doc["histograms_last_layer"],
+                   lengths=lengths)
 
     def plot(self, out_dir: str | Path, *, prefix: str = "alignment", title: str = "") -> list[Path]:
         """Fig. 2(b)/7 rows, Fig. 8 cumulative, Fig. 2(a)(b) histograms (and Fig. 6(a)(b) trajectories)."""

@@ -51,22 +51,44 @@ class PowerMethodReport:
         return {"options": self.options, "summary": self.summary(),
                 **{name: st.to_dict() for name, st in self.variants().items()}}
 
+    def to_json(self, path: str | Path | None = None) -> str:
+        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
+        from ..results import json_text
+
+        return json_text(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, out_dir: str | Path, doc: dict | None = None) -> "PowerMethodReport":
+        """The statistics saved in ``out_dir``: ``doc`` is this report's :meth:`to_dict` (read from
+        ``power_method.json``, or the ``power_method`` entry of `analyze`'s report.json, when None)."""
+        from ..results import read_json
+
+        out = Path(out_dir)
+        if doc is None:
+            doc = read_json(out / "power_method.json")
+        parts = {name: AlignmentStats.from_dict(doc[name], out / f"alignment_tokens_{name}.npz") if name in doc else None
+                 for name in ("controlled", "full_model", "prolonged")}
+        return cls(**parts, options=doc["options"])
+
     def to_csv(self, path: str | Path | None = None) -> str:
         """Every per-step number of every variant: one row per (variant, step), :data:`COLUMNS`."""
         rows = ([name] + [r.get(c, "") for c in COLUMNS] for name, st in self.variants().items() for r in st.layers)
         return csv_text(("variant",) + COLUMNS, rows, path)
 
-    def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
+        """power_method.json, alignment.csv, one alignment_tokens_<variant>.npz per variant (and the
+        figures) in ``out_dir``; returns the paths by file name (``csv`` for alignment.csv)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "alignment.csv"]
-        self.to_csv(paths[0])
+        paths = {"power_method.json": out / "power_method.json", "csv": out / "alignment.csv"}
+        self.to_json(paths["power_method.json"])
+        self.to_csv(paths["csv"])
         for name, st in self.variants().items():
             p = out / f"alignment_tokens_{name}.npz"
             st.to_npz(p)
-            paths.append(p)
+            paths[p.name] = p
         if plots:
-            paths += self.plot(out)
+            paths.update({p.name: p for p in self.plot(out)})
         return paths
 
     def plot(self, out_dir: str | Path, title: str = "") -> list[Path]:

@@ -24,10 +24,11 @@ def test_setups_default_to_the_papers_sizes():
 
 def test_result_writes_json_npz_and_figures(tmp_path):
     r = run_setup("5.1.1", t1=2.0, save_points=21)
-    path = r.to_json(tmp_path / "r.json")
-    data = json.loads(path.read_text())
+    written = r.save(tmp_path, plots=False)
+    data = json.loads(written["json"].read_text())
+    assert json.loads(r.to_json()) == data
     assert data["setup"] == "5.1.1" and len(data["series"]["V"]) == 21
-    assert np.load(tmp_path / "r.npz")["tokens"].shape == (21, 1, 10, 3)
+    assert np.load(tmp_path / "result.npz")["tokens"].shape == (21, 1, 10, 3)
     pngs = r.plot(tmp_path)
     assert {p.name for p in pngs} == {"tokens_sphere.png", "P_norms.png", "lyapunov_V.png"}
     assert all(p.stat().st_size > 1000 for p in pngs)
@@ -35,16 +36,16 @@ def test_result_writes_json_npz_and_figures(tmp_path):
 
 def test_fig13a_both_models_reach_v1():
     r = run_setup("fig13a")
-    assert r.summary["single_head_final_min_rho"] > 1 - 1e-8
-    assert r.summary["multi_head_final_min_rho"] > 1 - 1e-8
+    assert r.findings["single_head_final_min_rho"] > 1 - 1e-8
+    assert r.findings["multi_head_final_min_rho"] > 1 - 1e-8
 
 
 def test_bridge_with_a_given_layer_matrix_aligns_with_its_top_eigenvector():
     F = random_layer_matrix(16, spike=4.0, seed=1)
     r = layer_matrix_dynamics(F, runs=5, steps=40)
     lam = np.linalg.eigvals(F.numpy())
-    assert r.summary["lambda1"][0] == pytest.approx(lam.real.max())
-    assert r.summary["rho_v1_final_mean"] > 0.999 > r.summary["rho_v1_initial_mean"]
+    assert r.findings["lambda1"][0] == pytest.approx(lam.real.max())
+    assert r.findings["rho_v1_final_mean"] > 0.999 > r.findings["rho_v1_initial_mean"]
     with pytest.raises(InvalidArgumentError, match="P="):
         layer_matrix_dynamics(F, P=np.zeros((2, 16, 16)), heads=1)
 

@@ -92,7 +92,7 @@ def test_theorem_3_verdict_matches_the_numeric_spectral_radius():
 
 def test_fig13b_small_perturbation_returns_larger_escapes():
     r = run_setup("fig13b", runs=2)
-    assert r.summary["theorem3_stable"] and r.summary["spectral_radius"] < 1
+    assert r.findings["theorem3_stable"] and r.findings["spectral_radius"] < 1
     assert r.series["distance_small"][-1].max() < 1e-6  # back to the bipartite point
     comp = r.series["v1_component_large"][-1]  # (runs, n): every token at +v1 — consensus
     assert np.abs(comp - 1).max() < 1e-6

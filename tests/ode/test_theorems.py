@@ -19,11 +19,11 @@ from steerformer.ode.experiments import p_512
 def test_theorem_3_2_lyapunov_never_increases_5_1_1():
     r = run_setup("5.1.1", runs=3, seed=1)
     V = r.series["V"]  # (T, runs), V = max_i(1 − vᵀy_i) with v = (1, 0, 0)
-    assert r.summary["start_in_hemisphere"]
+    assert r.findings["start_in_hemisphere"]
     assert np.diff(V, axis=0).max() <= 1e-10  # Theorem 3.2: V is non-increasing
     assert V[-1].max() < V[0].min()
-    assert r.summary["E_final_max"] < 1e-6  # consensus
-    assert r.summary["max_manifold_drift"] < 1e-10
+    assert r.findings["E_final_max"] < 1e-6  # consensus
+    assert r.findings["max_manifold_drift"] < 1e-10
 
 
 def test_theorem_4_2_every_token_goes_to_the_first_one():
@@ -48,7 +48,7 @@ def test_theorem_4_5_tokens_go_to_the_top_eigenvector_of_U():
     traj = r.trajectory["tokens"]  # (T, runs, n, 3)
     assert (traj[0] @ v).min() > 0  # starts in the hemisphere vᵀy > 0
     assert np.linalg.norm(traj[-1] - v, axis=-1).max() < 1e-4  # every token → +v
-    assert r.summary["V1_final_max"] < 1e-8 and r.summary["V2_final_max"] < 1e-8
+    assert r.findings["V1_final_max"] < 1e-8 and r.findings["V2_final_max"] < 1e-8
 
 
 def test_theorem_4_5_mirror_start_goes_to_minus_v():

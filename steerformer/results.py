@@ -1,0 +1,140 @@
+"""The one result protocol: every result type writes, reads, draws and summarizes itself the same way.
+
+A result type implements
+
+- ``to_dict() -> dict``: plain JSON-ready data (the content of its main JSON file);
+- ``to_json(path=None) -> str``: that dict as JSON text, also written to ``path`` when given;
+- ``save(dir, *, plots=True) -> dict[str, Path]``: every file it writes into folder ``dir``
+  (JSON, NPZ/CSV where it has arrays or tables, and its figures unless ``plots=False``), by role;
+- ``classmethod load(dir)``: the result back from what ``save`` wrote (``load(save(x))`` has the
+  same ``to_dict()`` and the same arrays as ``x``);
+- ``plot(dir) -> list[Path]``: its figures, as PNG files in ``dir`` (none for results without one);
+- ``summary() -> str``: one or a few lines for a terminal.
+
+This module also holds the pieces every result shares: the one JSON encoder (:func:`to_jsonable`,
+:func:`json_text`: NaN/inf → ``null``, numpy scalars and arrays, complex numbers as ``[re, im]``,
+paths as strings), the one version key (:data:`VERSION_KEY`, read back by :func:`version_of`, which
+also knows the old key) and the one figure saver (:func:`save_figure`, :data:`FIGURE_DPI`).
+
+No heavy import at module level: matplotlib, numpy and torch objects are recognized without
+importing their packages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+#: The key under which every result records the steerformer version that wrote it.
+VERSION_KEY = "steerformer_version"
+#: Keys older files used for the same thing (read, never written).
+OLD_VERSION_KEYS = ("steerformer",)
+#: Resolution of every PNG figure steerformer writes.
+FIGURE_DPI = 130
+#: Method names of the protocol (checked by tests/test_protocol.py on every public result type).
+PROTOCOL_METHODS = ("to_dict", "to_json", "save", "load", "plot", "summary")
+
+
+@runtime_checkable
+class ResultProtocol(Protocol):
+    """What every steerformer result type implements (see the module docstring)."""
+
+    def to_dict(self) -> dict: ...
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str: ...
+
+    def save(self, out_dir: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]: ...
+
+    @classmethod
+    def load(cls, out_dir: str | os.PathLike) -> "ResultProtocol": ...
+
+    def plot(self, out_dir: str | os.PathLike) -> list[Path]: ...
+
+    def summary(self) -> str: ...
+
+
+def to_jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON data: dicts (string keys), lists, str, int, float, bool, None.
+
+    NaN and ±inf become ``None`` (JSON has neither); numpy and torch scalars become Python numbers;
+    arrays and tensors become nested lists; complex numbers become ``[re, im]``; paths and any other
+    object become their ``str``.
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, complex):
+        return [to_jsonable(obj.real), to_jsonable(obj.imag)]
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    module = type(obj).__module__.split(".")[0]
+    if module == "numpy":
+        if hasattr(obj, "tolist"):  # ndarray and numpy scalars (np.float64, np.bool_, np.complex128 ...)
+            return to_jsonable(obj.tolist())
+    if module == "torch" and hasattr(obj, "tolist") and hasattr(obj, "detach"):  # a tensor, not a dtype
+        return to_jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, (set, frozenset)):
+        return [to_jsonable(v) for v in sorted(obj, key=repr)]
+    return str(obj)
+
+
+def json_text(obj: Any, path: str | os.PathLike | None = None) -> str:
+    """The one JSON writer: ``obj`` through :func:`to_jsonable`, indented; also written to ``path``."""
+    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False, ensure_ascii=False)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    return text
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file written by :func:`json_text` (or an older version of it)."""
+    return json.loads(Path(path).read_text())
+
+
+def version_of(meta: Mapping) -> str | None:
+    """The steerformer version recorded in ``meta`` under :data:`VERSION_KEY` or an old key."""
+    for key in (VERSION_KEY, *OLD_VERSION_KEYS):
+        if isinstance(meta.get(key), str):
+            return meta[key]
+    return None
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, tight: bool = True) -> Path:
+    """The one figure saver: PNG at :data:`FIGURE_DPI` (parent folder created); returns the path.
+
+    ``fig`` is a ``matplotlib.figure.Figure`` (object-oriented matplotlib only, never pyplot).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if tight:
+        fig.savefig(path, dpi=FIGURE_DPI, bbox_inches="tight")
+    else:
+        fig.savefig(path, dpi=FIGURE_DPI)
+    return path
+
+
+def missing_methods(cls: type) -> list[str]:
+    """Protocol methods ``cls`` lacks (``load`` must be a classmethod); empty when it conforms."""
+    import inspect
+
+    out = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
+    if "load" not in out and not isinstance(inspect.getattr_static(cls, "load"), classmethod):
+        out.append("load (not a classmethod)")
+    return out
+
+
+__all__ = [
+    "FIGURE_DPI", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
+    "missing_methods", "read_json", "save_figure", "to_jsonable", "version_of",
+]
