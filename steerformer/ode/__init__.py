@@ -4,8 +4,8 @@ Tokens are rows: an array of shape (n, d) or (runs, n, d); y[..., i, :] is the p
 Everything runs in float64 torch. See MATH.md §7–8 for the formulas.
 """
 
-from steerformer.ode.bridge import layer_matrix_dynamics, principal_eigenvector, random_layer_matrix
-from steerformer.ode.diagnostics import (
+from .bridge import layer_matrix_dynamics, principal_eigenvector, random_layer_matrix
+from .diagnostics import (
     alignment,
     consensus_error,
     consensus_reached,
@@ -16,7 +16,7 @@ from steerformer.ode.diagnostics import (
     wendel_monte_carlo,
     wendel_probability,
 )
-from steerformer.ode.fields import (
+from .fields import (
     AttentionField,
     DiagonalModulation,
     attention,
@@ -26,11 +26,11 @@ from steerformer.ode.fields import (
     oja_step,
     single_head_step,
 )
-from steerformer.ode.geometry import NonFiniteStateError, manifold_drift, project, random_tokens
-from steerformer.ode.integrate import METHODS, Solution, solve, solve_tokens
-from steerformer.ode.results import SetupResult
-from steerformer.ode.setups import SETUPS, run_setup
-from steerformer.ode.stability import (
+from .geometry import NonFiniteStateError, manifold_drift, project, random_tokens
+from .integrate import METHODS, SOLVERS, RungeKutta, Solution, Tableau, solve, solve_tokens
+from .results import SetupResult
+from .setups import SETUPS, run_setup
+from .stability import (
     bipartite_eigenvalues,
     bipartite_point,
     bipartite_spectrum,
@@ -47,7 +47,7 @@ from steerformer.ode.stability import (
 
 __all__ = [
     "AttentionField", "DiagonalModulation", "attention", "continuous_field", "discrete_step", "single_head_step", "oja_step",
-    "iterate", "solve", "solve_tokens", "Solution", "METHODS", "project", "random_tokens",
+    "iterate", "solve", "solve_tokens", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "project", "random_tokens",
     "manifold_drift", "NonFiniteStateError", "consensus_error", "lyapunov", "alignment",
     "hemisphere_witness", "in_open_hemisphere", "wendel_probability", "wendel_monte_carlo",
     "consensus_reached", "consensus_time", "map_jacobian", "tangent_basis", "tangent_jacobian",

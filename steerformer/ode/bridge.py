@@ -12,11 +12,11 @@ import math
 import numpy as np
 import torch
 
-from steerformer.errors import bad_argument
-from steerformer.ode.diagnostics import alignment, consensus_error
-from steerformer.ode.fields import discrete_step, iterate
-from steerformer.ode.geometry import DTYPE, check_square_stack, random_tokens
-from steerformer.ode.results import SetupResult
+from ..errors import bad_argument
+from .diagnostics import alignment, consensus_error
+from .fields import discrete_step, iterate
+from .geometry import DTYPE, check_square_stack, random_tokens
+from .results import SetupResult
 
 
 def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from scipy.optimize import linprog, nnls
 
-from steerformer.consensus import consensus_error as _consensus_error
-from steerformer.errors import bad_argument
-from steerformer.ode.geometry import as_tensor
+from ..consensus import consensus_error as _consensus_error
+from ..errors import bad_argument
+from .geometry import as_tensor
 
 
 def consensus_error(y: object) -> torch.Tensor:

@@ -14,19 +14,19 @@ import math
 import numpy as np
 import torch
 
-from steerformer.errors import bad_argument
-from steerformer.ode.diagnostics import (
+from ..errors import bad_argument
+from .diagnostics import (
     alignment,
     consensus_error,
     consensus_time,
     in_open_hemisphere,
     lyapunov,
 )
-from steerformer.ode.fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
-from steerformer.ode.geometry import DTYPE, random_tokens
-from steerformer.ode.integrate import solve_tokens
-from steerformer.ode.results import SetupResult
-from steerformer.ode.stability import bipartite_point, bipartite_stability, consensus_eigenvalues
+from .fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
+from .geometry import DTYPE, random_tokens
+from .integrate import solve_tokens
+from .results import SetupResult
+from .stability import bipartite_point, bipartite_stability, consensus_eigenvalues
 
 log = logging.getLogger(__name__)
 

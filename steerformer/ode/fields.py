@@ -19,8 +19,8 @@ from typing import Callable, Union
 
 import torch
 
-from steerformer.errors import bad_argument
-from steerformer.ode.geometry import (
+from ..errors import bad_argument
+from .geometry import (
     DTYPE,
     as_tensor,
     check_positive,
@@ -281,7 +281,7 @@ def iterate(
 
     Stops with NonFiniteStateError (reporting the step) if the state stops being finite.
     """
-    from steerformer.ode.geometry import NonFiniteStateError, threads_for
+    from .geometry import NonFiniteStateError, threads_for
 
     if int(steps) != steps or steps < 0:
         raise bad_argument("steps", steps, "an integer ≥ 0")

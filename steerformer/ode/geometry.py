@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from steerformer.errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
+from ..errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
 
 DTYPE = torch.float64
 

@@ -14,6 +14,11 @@ dense-output coefficients are read from ``scipy.integrate.RK45`` (Dormand–Prin
   projection removes only the O(tol) normal component of the local error);
 * save times hit exactly by the fixed-step method and by dense output for the adaptive ones;
 * a non-finite state stops the integration and reports the last finite time.
+
+Each method is a small class (:class:`RK4`, :class:`Dopri5`, :class:`Dop853`) on the one stepping
+implementation of this module (:class:`RungeKutta`: stages, fixed and adaptive drivers): it
+declares its Butcher tableau, its error estimate and its interpolant, in the shape of diffrax's
+``Bosh3`` on ``AbstractERK``. A new method is a new subclass registered in :data:`SOLVERS`.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from functools import cached_property
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
 from scipy.integrate import DOP853, RK45
 
-from steerformer.errors import bad_argument
-from steerformer.ode.geometry import (
+from ..errors import bad_argument
+from .geometry import (
     DTYPE,
     NonFiniteStateError,
     as_tensor,
@@ -42,13 +48,16 @@ log = logging.getLogger(__name__)
 
 Field = Callable[[float, torch.Tensor], torch.Tensor]
 Projection = Callable[[torch.Tensor], torch.Tensor]
+Interpolant = Callable[[float], torch.Tensor]
 
-METHODS = ("dop853", "dopri5", "rk4")
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0  # scipy's controller constants
 
 
 @dataclass(frozen=True)
-class _Tableau:
+class Tableau:
+    """Butcher tableau of an explicit method: stage matrix ``A`` (strictly lower), weights ``B``,
+    nodes ``C``; ``order`` of the solution and ``error_order`` of its embedded estimate (0: none)."""
+
     A: np.ndarray
     B: np.ndarray
     C: np.ndarray
@@ -56,17 +65,142 @@ class _Tableau:
     error_order: int
 
 
-def _tableau(method: str) -> _Tableau:
-    if method == "dop853":
-        s = DOP853.n_stages
-        return _Tableau(DOP853.A[:s, :s], DOP853.B, DOP853.C[:s], 8, 7)
-    if method == "dopri5":
-        return _Tableau(RK45.A, RK45.B, RK45.C, 5, 4)
-    if method == "rk4":
+class RungeKutta:
+    """An explicit Runge–Kutta method: a tableau, an error estimate and an interpolant.
+
+    The stepping is shared (:meth:`stages`, and the drivers :func:`_fixed` / :func:`_adaptive`);
+    a method subclass provides :meth:`make_tableau` and, when ``adaptive``, :meth:`error_norm`
+    and :meth:`interpolant`.
+    """
+
+    name: ClassVar[str] = ""
+    #: False: fixed step only (``dt`` required)
+    adaptive: ClassVar[bool] = True
+
+    @cached_property
+    def tableau(self) -> Tableau:
+        return self.make_tableau()
+
+    def make_tableau(self) -> Tableau:
+        raise NotImplementedError
+
+    def stages(self, state: "_State", t: float, y: torch.Tensor, f0: torch.Tensor, h: float) -> list[torch.Tensor]:
+        """The stage derivatives K_s of one step of size h from (t, y), K_0 = f0 given."""
+        tab = self.tableau
+        K = [f0]
+        for s in range(1, len(tab.C)):
+            dy = _combine(K, tab.A[s, :s], h)
+            K.append(state.f(t + tab.C[s] * h, y + dy))
+        return K
+
+    def error_norm(self, K: list[torch.Tensor], h: float, y: torch.Tensor, y_new: torch.Tensor,
+                   rtol: float, atol: float, batched: bool) -> float:
+        """Scaled norm of the local error estimate, the worst run; < 1 accepts the step.
+        ``K`` ends with the derivative at the new point (FSAL)."""
+        raise NotImplementedError(f"{self.name} has no error estimate (fixed step only)")
+
+    def interpolant(self, state: "_State", t: float, h: float, y: torch.Tensor, f: torch.Tensor,
+                    y_new: torch.Tensor, f_new: torch.Tensor, K: list[torch.Tensor]) -> Interpolant:
+        """Dense output on [t, t + h]: a function of the time s."""
+        raise NotImplementedError(f"{self.name} has no interpolant")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _scale(y: torch.Tensor, y_new: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    return torch.maximum(y.abs(), y_new.abs()).mul_(rtol).add_(atol)
+
+
+class RK4(RungeKutta):
+    """The classical fourth-order method; fixed step only."""
+
+    name = "rk4"
+    adaptive = False
+
+    def make_tableau(self) -> Tableau:
         A = np.zeros((4, 4))
         A[1, 0], A[2, 1], A[3, 2] = 0.5, 0.5, 1.0
-        return _Tableau(A, np.array([1, 2, 2, 1]) / 6, np.array([0, 0.5, 0.5, 1.0]), 4, 0)
-    raise bad_argument("method", method, f"one of {METHODS}")
+        return Tableau(A, np.array([1, 2, 2, 1]) / 6, np.array([0, 0.5, 0.5, 1.0]), 4, 0)
+
+
+class Dopri5(RungeKutta):
+    """Dormand–Prince 5(4), coefficients of ``scipy.integrate.RK45``; quartic interpolant."""
+
+    name = "dopri5"
+
+    def make_tableau(self) -> Tableau:
+        return Tableau(RK45.A, RK45.B, RK45.C, 5, 4)
+
+    def error_norm(self, K, h, y, y_new, rtol, atol, batched) -> float:
+        n_per_run = y[0].numel() if batched else y.numel()
+        e = _combine(K, RK45.E, h).div_(_scale(y, y_new, rtol, atol))
+        return float(torch.sqrt(_run_norms(e, batched) / n_per_run).max())
+
+    def interpolant(self, state, t, h, y, f, y_new, f_new, K) -> Interpolant:
+        Q = [_combine(K, RK45.P[:, j], 1.0) for j in range(RK45.P.shape[1])]
+
+        def value(s: float) -> torch.Tensor:
+            x = (s - t) / h
+            out = y.clone()
+            for j, q in enumerate(Q):
+                out.add_(q, alpha=h * x ** (j + 1))
+            return out
+
+        return value
+
+
+class Dop853(RungeKutta):
+    """Hairer's DOP853, 8(5,3), coefficients of ``scipy.integrate.DOP853``; order-7 interpolant."""
+
+    name = "dop853"
+
+    def make_tableau(self) -> Tableau:
+        s = DOP853.n_stages
+        return Tableau(DOP853.A[:s, :s], DOP853.B, DOP853.C[:s], 8, 7)
+
+    def error_norm(self, K, h, y, y_new, rtol, atol, batched) -> float:
+        # scipy's DOP853 combination of its 5th- and 3rd-order estimators, per run.
+        scale = _scale(y, y_new, rtol, atol)
+        n_per_run = y[0].numel() if batched else y.numel()
+        e5 = _combine(K, DOP853.E5, 1.0).div_(scale)
+        e3 = _combine(K, DOP853.E3, 1.0).div_(scale)
+        n5, n3 = _run_norms(e5, batched), _run_norms(e3, batched)
+        denom = n5 + 0.01 * n3
+        per_run = torch.where(denom > 0, abs(h) * n5 / torch.sqrt(denom * n_per_run), torch.zeros_like(n5))
+        return float(per_run.max())
+
+    def interpolant(self, state, t, h, y, f, y_new, f_new, K) -> Interpolant:
+        # Three extra stages, then the order-7 interpolant (Hairer's CONTD8).
+        Kx = list(K)
+        for s, (a, c) in enumerate(zip(DOP853.A_EXTRA, DOP853.C_EXTRA), start=DOP853.n_stages + 1):
+            Kx.append(state.f(t + c * h, y + _combine(Kx, a[:s], h)))
+        dy = y_new - y
+        F = [dy, h * f - dy, 2 * dy - h * (f_new + f)]
+        F += [_combine(Kx, DOP853.D[j], h) for j in range(DOP853.D.shape[0])]
+
+        def value(s: float) -> torch.Tensor:
+            x = (s - t) / h
+            out = torch.zeros_like(y)
+            for i, term in enumerate(reversed(F)):
+                out.add_(term)
+                out.mul_(x if i % 2 == 0 else 1 - x)
+            return out.add_(y)
+
+        return value
+
+
+#: The methods by name (``solve(method=...)`` takes a name or an instance).
+SOLVERS: dict[str, RungeKutta] = {m.name: m for m in (Dop853(), Dopri5(), RK4())}
+METHODS = tuple(SOLVERS)
+
+
+def _solver(method: str | RungeKutta) -> RungeKutta:
+    if isinstance(method, RungeKutta):
+        return method
+    if method not in SOLVERS:
+        raise bad_argument("method", method, f"one of {METHODS}")
+    return SOLVERS[method]
 
 
 @dataclass
@@ -107,7 +241,7 @@ def solve(
     y0: torch.Tensor,
     t_span: tuple[float, float],
     *,
-    method: str = "dop853",
+    method: str | RungeKutta = "dop853",
     dt: float | None = None,
     rtol: float = 1e-8,
     atol: float = 1e-10,
@@ -122,17 +256,17 @@ def solve(
     """Integrate ẏ = fun(t, y) from y0 over t_span, saving at ``save_at`` (default: t0 and t1).
 
     ``method``: "dop853" (adaptive, order 8, default), "dopri5" (adaptive, order 5) or "rk4"
-    (fixed step ``dt``, required). Passing ``dt`` to an adaptive method runs its tableau with a
+    (fixed step ``dt``, required), or a :class:`RungeKutta` instance. Passing ``dt`` to an adaptive method runs its tableau with a
     fixed step instead (used to verify the order). ``project`` is applied after every step
     (the manifold step). ``batched`` (default: y0.ndim ≥ 3) makes the leading axis independent
     runs for the error norm.
     """
     t0, t1 = check_time_span(*t_span)
-    tab = _tableau(method)
+    solver = _solver(method)
     if dt is not None:
         dt = check_positive(dt, "dt")
-    elif method == "rk4":
-        raise bad_argument("dt", None, "a step size > 0 for the fixed-step method rk4")
+    elif not solver.adaptive:
+        raise bad_argument("dt", None, f"a step size > 0 for the fixed-step method {solver.name}")
     rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
     y0 = check_finite(as_tensor(y0, "y0"), "y0")
     if batched is None:
@@ -147,13 +281,13 @@ def solve(
     try:
         with threads_for(y0.numel()):
             if dt is not None:
-                _fixed(state, tab, t0, t1, dt, bar)
+                _fixed(state, solver, t0, t1, dt, bar)
             else:
-                _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_steps, bar)
+                _adaptive(state, solver, t0, t1, rtol, atol, batched, first_step, max_steps, bar)
     finally:
         if bar is not None:
             bar.close()
-    return state.solution(method)
+    return state.solution(solver.name)
 
 
 class _State:
@@ -217,15 +351,7 @@ def _progress(enabled: bool, t0: float, t1: float):
     return tqdm(total=t1 - t0, unit="t", desc="integrating", leave=False)
 
 
-def _rk_stages(state: _State, tab: _Tableau, t: float, y: torch.Tensor, f0: torch.Tensor, h: float):
-    K = [f0]
-    for s in range(1, len(tab.C)):
-        dy = _combine(K, tab.A[s, :s], h)
-        K.append(state.f(t + tab.C[s] * h, y + dy))
-    return K
-
-
-def _fixed(state: _State, tab: _Tableau, t0: float, t1: float, dt: float, bar) -> None:
+def _fixed(state: _State, solver: RungeKutta, t0: float, t1: float, dt: float, bar) -> None:
     """Fixed step ≤ dt, with the grid broken at every save time so saves are exact."""
     marks = np.unique(np.concatenate([[t0], state.saves, [t1]]))
     for a, b in zip(marks[:-1], marks[1:]):
@@ -237,14 +363,15 @@ def _fixed(state: _State, tab: _Tableau, t0: float, t1: float, dt: float, bar) -
             f0 = state.f(t, state.y)
             if not bool(torch.isfinite(f0).all()):
                 state.fail(t, "derivative")
-            K = _rk_stages(state, tab, t, state.y, f0, h)
-            y_new = state.proj(state.y + _combine(K, tab.B, h))
+            K = solver.stages(state, t, state.y, f0, h)
+            y_new = state.proj(state.y + _combine(K, solver.tableau.B, h))
             state.accept(float(t_new), y_new)
             if bar is not None:
                 bar.update(h)
 
 
-def _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_steps, bar) -> None:
+def _adaptive(state, solver: RungeKutta, t0, t1, rtol, atol, batched, first_step, max_steps, bar) -> None:
+    tab = solver.tableau
     exponent = -1.0 / (tab.error_order + 1)
     y = state.y
     f = state.f(t0, y)
@@ -263,11 +390,11 @@ def _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_s
                 state.fail(t, f"step size underflow, h={h_abs:.3g}")
             t_new = min(t + h_abs, t1)
             h = t_new - t
-            K = _rk_stages(state, tab, t, y, f, h)
+            K = solver.stages(state, t, y, f, h)
             y_new = state.proj(y + _combine(K, tab.B, h))
             f_new = state.f(t_new, y_new)
             K.append(f_new)
-            err = _error_norm(method, K, h, y, y_new, rtol, atol, batched)
+            err = solver.error_norm(K, h, y, y_new, rtol, atol, batched)
             if not math.isfinite(err):
                 state.fail(t, "error estimate")
             if err < 1:
@@ -281,27 +408,11 @@ def _adaptive(state, tab, method, t0, t1, rtol, atol, batched, first_step, max_s
             rejected = True
         dense = None
         if state.next_save < len(state.saves) and state.saves[state.next_save] < t_new:
-            dense = _dense(state, tab, method, t, h, y, f, y_new, f_new, K)
+            dense = solver.interpolant(state, t, h, y, f, y_new, f_new, K)
         state.accept(t_new, y_new, dense)
         if bar is not None:
             bar.update(h)
         t, y, f = t_new, y_new, f_new
-
-
-def _error_norm(method, K, h, y, y_new, rtol, atol, batched) -> float:
-    scale = torch.maximum(y.abs(), y_new.abs()).mul_(rtol).add_(atol)
-    n_per_run = y[0].numel() if batched else y.numel()
-    if method == "dop853":
-        # scipy's DOP853 combination of its 5th- and 3rd-order estimators, per run.
-        e5 = _combine(K, DOP853.E5, 1.0).div_(scale)
-        e3 = _combine(K, DOP853.E3, 1.0).div_(scale)
-        n5, n3 = _run_norms(e5, batched), _run_norms(e3, batched)
-        denom = n5 + 0.01 * n3
-        per_run = torch.where(denom > 0, abs(h) * n5 / torch.sqrt(denom * n_per_run), torch.zeros_like(n5))
-    else:
-        e = _combine(K, RK45.E, h).div_(scale)
-        per_run = torch.sqrt(_run_norms(e, batched) / n_per_run)
-    return float(per_run.max())
 
 
 def _initial_step(state, t0, y0, f0, t1, tab, rtol, atol, batched) -> float:
@@ -321,46 +432,14 @@ def _initial_step(state, t0, y0, f0, t1, tab, rtol, atol, batched) -> float:
     return min(100 * h0, h1, t1 - t0)
 
 
-def _dense(state, tab, method, t, h, y, f, y_new, f_new, K):
-    """Interpolant on [t, t+h]: scipy's dense-output formulas, evaluated on the batch."""
-    if method == "dopri5":
-        Q = [_combine(K, RK45.P[:, j], 1.0) for j in range(RK45.P.shape[1])]
-
-        def value(s: float) -> torch.Tensor:
-            x = (s - t) / h
-            out = y.clone()
-            for j, q in enumerate(Q):
-                out.add_(q, alpha=h * x ** (j + 1))
-            return out
-
-        return value
-    # DOP853: three extra stages, then the order-7 interpolant (Hairer's CONTD8).
-    Kx = list(K)
-    for s, (a, c) in enumerate(zip(DOP853.A_EXTRA, DOP853.C_EXTRA), start=DOP853.n_stages + 1):
-        Kx.append(state.f(t + c * h, y + _combine(Kx, a[:s], h)))
-    dy = y_new - y
-    F = [dy, h * f - dy, 2 * dy - h * (f_new + f)]
-    F += [_combine(Kx, DOP853.D[j], h) for j in range(DOP853.D.shape[0])]
-
-    def value(s: float) -> torch.Tensor:
-        x = (s - t) / h
-        out = torch.zeros_like(y)
-        for i, term in enumerate(reversed(F)):
-            out.add_(term)
-            out.mul_(x if i % 2 == 0 else 1 - x)
-        return out.add_(y)
-
-    return value
-
-
-__all__ = ["solve", "Solution", "METHODS"]
+__all__ = ["solve", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "RK4", "Dopri5", "Dop853"]
 
 
 def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> Solution:
     """:func:`solve` for an :class:`~steerformer.ode.fields.AttentionField`: checks the tokens
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
     step and the drift record to the field's W."""
-    from steerformer.ode.geometry import check_tokens, manifold_drift, w_norm
+    from .geometry import check_tokens, manifold_drift, w_norm
 
     W = getattr(field, "W", None)
     y = check_tokens(y0, W)

@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from steerformer.errors import bad_argument
-from steerformer.ode.geometry import as_tensor, check_square_stack, threads_for
+from ..errors import bad_argument
+from .geometry import as_tensor, check_square_stack, threads_for
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
