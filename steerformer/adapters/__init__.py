@@ -12,6 +12,7 @@ from .bert import BertAdapter
 from .gpt2 import GPT2Adapter
 from .gpt_neo import GPTNeoAdapter
 
+#: The adapter class of each supported ``config.model_type``.
 ADAPTERS: dict[str, type[Adapter]] = {
     cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter)
 }

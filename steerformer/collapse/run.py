@@ -34,6 +34,8 @@ _RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_s
 
 
 def parse_dtype(dtype: Any) -> torch.dtype | None:
+    """A run precision as a torch dtype: ``fp16``/``bf16``/``fp32``/``fp64`` (or their long names, or a
+    torch.dtype); ``None`` keeps the checkpoint's."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")

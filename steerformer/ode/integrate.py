@@ -192,6 +192,7 @@ class Dop853(RungeKutta):
 
 #: The methods by name (``solve(method=...)`` takes a name or an instance).
 SOLVERS: dict[str, RungeKutta] = {m.name: m for m in (Dop853(), Dopri5(), RK4())}
+#: The method names ``solve`` accepts.
 METHODS = tuple(SOLVERS)
 
 

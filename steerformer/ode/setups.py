@@ -38,6 +38,7 @@ class SetupSpec:
         return self.draw(result, pathlib.Path(out_dir))
 
 
+#: The papers' named simulations (``steerformer simulate NAME``), by name.
 SETUPS: dict[str, SetupSpec] = {
     s.name: s
     for s in [

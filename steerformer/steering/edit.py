@@ -282,10 +282,12 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
 
 
 def is_steered(model: Any) -> bool:
+    """Whether ``model`` carries a steering edit made in this session (see :func:`steering_records`)."""
     return getattr(model, STATE_ATTR, None) is not None
 
 
 def steering_records(model: Any) -> list[SteeringRecord]:
+    """The records of the steering edits applied to ``model``, oldest first (empty when unsteered)."""
     state = getattr(model, STATE_ATTR, None)
     return [] if state is None else list(state["records"])
 
