@@ -4,7 +4,6 @@ the library works under any backend and in threads."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
