@@ -32,14 +32,18 @@ FLAG_OF_ARGUMENT: dict[str, str] = {
 }
 
 
-def flag_of(argument: str) -> str | None:
-    """The flag the running command uses for a library argument name; ``None`` outside a command,
-    for a positional argument (its message keeps the name) or when the command has no such option."""
+def _current_context():
     try:  # typer >= 0.2x vendors click; older typer runs on click itself
         from typer._click.globals import get_current_context
     except ImportError:  # pragma: no cover - depends on the installed typer
         from click import get_current_context
-    ctx = get_current_context(silent=True)
+    return get_current_context(silent=True)
+
+
+def flag_of(argument: str) -> str | None:
+    """The flag the running command uses for a library argument name; ``None`` outside a command,
+    for a positional argument (its message keeps the name) or when the command has no such option."""
+    ctx = _current_context()
     params = {p.name: p for p in ctx.command.params} if ctx is not None else {}
     name = FLAG_OF_ARGUMENT.get(argument, argument)
     if name.startswith("-"):
@@ -60,11 +64,16 @@ def cli_message(exc: BaseException) -> str:
     the same error names the flag (``--direction='x.npy' is invalid``).
     """
     msg = str(exc)
-    argument = getattr(exc, "argument", None)
-    if argument and not argument.startswith("-"):
-        flag = flag_of(argument)
-        if flag is not None and msg.startswith(f"{argument}="):
-            msg = flag + msg[len(argument):]
+    if getattr(exc, "argument", None) is None:
+        return msg
+    names = set(FLAG_OF_ARGUMENT)
+    ctx = _current_context()
+    if ctx is not None:
+        names |= {p.name for p in ctx.command.params if p.name}
+    for name in sorted(names, key=len, reverse=True):
+        flag = flag_of(name)
+        if flag is not None:  # "name=" and "name (" (how bad_argument names things), not the word in prose
+            msg = re.sub(rf"(?<![\w-]){re.escape(name)}(?=\s?[=(])", flag, msg)
     return msg
 
 

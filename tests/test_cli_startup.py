@@ -90,3 +90,20 @@ def test_library_error_names_the_flag_in_the_cli_and_the_argument_in_python(tmp_
     res = runner.invoke(app, ["simulate", "fig13a", "--runs", "0"])
     assert res.exit_code == 2
     assert "error: --runs=0 is invalid" in res.output
+
+
+def test_every_named_argument_of_a_message_becomes_its_flag() -> None:
+    from typer.main import get_command
+
+    from steerformer.errors import bad_argument
+    from steerformer_cli._common import cli_message
+
+    err = bad_argument("direction (d.npy)", "array of shape (10,)", "a vector of 384 entries",
+                       "direction (d.npy) has 10 entries; give either strength= or gain=, not a direction text")
+    steer = get_command(app).commands["steer"]
+    with steer.make_context("steer", ["minilm"]) as ctx:
+        with ctx:
+            msg = cli_message(err)
+    assert msg == ("--direction (d.npy)='array of shape (10,)' is invalid: expected a vector of 384 entries. "
+                   "--direction (d.npy) has 10 entries; give either --strength= or --gain=, not a direction text")
+    assert cli_message(err) == str(err)  # outside a command: the Python names
