@@ -31,6 +31,7 @@ def analyze_cmd(
     n_prompts: int = typer.Option(100, "--n-prompts", help="Random prompts of the controlled dynamics."),
     n_tokens: int = typer.Option(10, "--n-tokens", help="Tokens per random prompt."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial tokens."),
+    raw_initial: bool = typer.Option(False, "--raw-initial", help="Run the initial tokens as drawn from N(0, I), not normalized (Appendix B's literal reading)."),
     tau: float = typer.Option(1.0, "--tau", help="Step size τ of the dynamics x + τ F A x (paper: 1)."),
     layer_norm: bool = typer.Option(False, "--layer-norm", help="Apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention."),
     bias: bool = typer.Option(False, "--bias", help="Keep the value/output biases in the dynamics."),
@@ -49,6 +50,7 @@ def analyze_cmd(
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(
                              n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,
+                             normalize_initial=not raw_initial,
                              bias=bias, prolong=prolong, full_model=not no_full_model, prompts=prompts,
                              cumulative=not no_cumulative))
         out_dir = out or default_out(model)

@@ -24,6 +24,8 @@ class StatsConfig:
     n_tokens: int = _opt(10, "tokens per random prompt")
     tokens: Any = _opt(None, "user-given initial tokens (prompts, tokens, d) instead of random ones")
     seed: int = _opt(0, "seed of the random initial tokens")
+    normalize_initial: bool = _opt(True, "put the initial tokens (random or given) on the unit sphere; False "
+                                         "runs them raw (Appendix B says only 'drawn from a normal distribution')")
     tau: float = _opt(1.0, "step size τ of the dynamics x + τ F A x (the paper: 1)")
     layer_norm: bool = _opt(False, "apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention")
     bias: bool = _opt(False, "keep the value/output biases in the dynamics")

@@ -126,13 +126,13 @@ def power_method_stats(
         wrap = lambda desc: (lambda it: tqdm(it, desc=desc, unit="layer", leave=False))  # noqa: E731
     weights = read_attention_weights(source, ids, dtype=dtype, device=device)
     dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=cfg.layer_norm, bias=cfg.bias, weights=weights,
-               dtype=dtype, device=device)
+               dtype=dtype, device=device, normalize_initial=cfg.normalize_initial)
     traj = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
     common = dict(spectra_layers=ids, matrices=matrices)
     controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=wrap and wrap("statistics"), **common)
     options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
                "tau": cfg.tau, "layer_norm": cfg.layer_norm, "bias": cfg.bias, "user_tokens": tokens is not None,
-               "cumulative": cumulative}
+               "normalize_initial": cfg.normalize_initial, "cumulative": cumulative}
 
     full = None
     if cfg.full_model:
