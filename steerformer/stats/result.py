@@ -14,12 +14,14 @@ import numpy as np
 COLUMNS = (
     "step", "layer", "case", "de_facto_case3", "lambda1_complex", "subspace",
     "rho_mean", "rho_std", "rho_before_mean", "rho_before_std", "delta_rho_mean", "delta_rho_std", "P",
-    "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std",
+    "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std", "subspace_dim", "rho_S_chance",
     "baseline_rho_mean", "baseline_rho_std", "baseline_delta_mean", "baseline_delta_std", "baseline_P",
     "baseline1d_rho_mean", "baseline1d_rho_std", "baseline1d_delta_mean", "baseline1d_delta_std", "baseline1d_P",
-    "n_real_directions", "n_pair_directions",
+    "n_real_directions", "n_pair_directions", "numerical_rank",
     "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
     "distance_mean", "distance_max", "power_method_step",
+    # The null model (MATH.md §4b): K random draws of W_Q, W_K, W_V, W_O; absent with null_draws=0.
+    "null_delta_mean", "null_delta_std", "null_P_mean", "null_P_std", "beyond_chance",
 )
 
 
