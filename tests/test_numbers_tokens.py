@@ -88,7 +88,7 @@ def test_raw_initial_tokens_run_unnormalized() -> None:
 def test_raw_initial_changes_minilm_layer0() -> None:
     from steerformer.stats import power_method_stats
 
-    kw = dict(layers=[0], full_model=False, cumulative=False)
+    kw = dict(layers=[0], full_model=False, cumulative=False, null_draws=0)
     unit = power_method_stats("minilm", **kw).controlled.layers[0]["delta_rho_mean"]
     raw = power_method_stats("minilm", normalize_initial=False, **kw)
     assert raw.options["normalize_initial"] is False

@@ -61,7 +61,12 @@ class AlignmentStats:
         """"22 of 24 layers act as a power-method step (Δρ>0, Δρ>Δρ̄, P>P̄)"."""
         n = len(self.layers)
         unit = "steps" if self.meta.get("options", {}).get("repeat", 1) > 1 else "layers"
-        return f"{self.n_power_steps} of {n} {unit} act as a power-method step (Δρ > 0, Δρ > Δρ̄, P > P̄)"
+        out = f"{self.n_power_steps} of {n} {unit} act as a power-method step"
+        if self.meta.get("null_draws"):
+            j = sum(bool(r.get("beyond_chance")) for r in self.layers)
+            return out + (f"; {j} of them beyond chance (Δρ, P > null mean + 2 std over "
+                          f"{self.meta['null_draws']} random-weight draws)")
+        return out + " (Δρ > 0, Δρ > Δρ̄, P > P̄)"
 
     def verdict_lines(self) -> list[str]:
         """One line per step saying whether it acts as a power-method step, and why not."""
@@ -75,6 +80,10 @@ class AlignmentStats:
             if not r["P"] > r["baseline_P"]:
                 why.append("P ≤ P̄")
             verdict = "power-method step" if r["power_method_step"] else "not a power-method step (" + ", ".join(why) + ")"
+            if "beyond_chance" in r:
+                verdict += (f"; null Δρ {r['null_delta_mean']:+.4f}±{r['null_delta_std']:.4f}, "
+                            f"P {r['null_P_mean']:.2f}±{r['null_P_std']:.2f} → "
+                            + ("beyond chance" if r["beyond_chance"] else "not beyond chance"))
             out.append(f"layer {r['layer']:>3}: ρ={r['rho_mean']:.3f} Δρ={r['delta_rho_mean']:+.4f} "
                        f"(Δρ̄={r['baseline_delta_mean']:+.4f}) P={r['P']:.2f} (P̄={r['baseline_P']:.2f}) → {verdict}")
         return out
