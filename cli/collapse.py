@@ -47,8 +47,12 @@ def collapse_cmd(
     """Loop MODEL over the same prompts and measure how fast its tokens reach consensus (E, eq. 9)."""
     with user_errors():
         from steerformer.collapse import collapse, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype
+        from steerformer.collapse.metrics import E_PRECISIONS
+        from steerformer.errors import bad_argument
         from steerformer.loading import load_model
 
+        if e_precision not in E_PRECISIONS:
+            raise bad_argument("--e-precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
         dt = parse_dtype(dtype)
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)

@@ -41,3 +41,22 @@ def test_paper_mode_minilm_s10() -> None:
     assert rec.gain == pytest.approx(15.37, rel=1e-3)
     assert float((x @ u).abs().mean()) == pytest.approx(0.376, abs=5e-4)
     assert "| 10 | 15.4 | 0.376 |" in (DOCS / "steering.md").read_text()
+
+
+def test_cli_flags_reach_the_report(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from steerformer_cli.main import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["analyze", "minilm", "--layers", "0,1", "--n-prompts", "3", "--n-tokens", "4",
+                              "--no-full-model", "--no-cumulative", "--raw-initial", "--null-draws", "1",
+                              "--no-plots", "--json", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    pm = json.loads(res.stdout[res.stdout.index("{"):])["power_method"]
+    assert pm["options"]["normalize_initial"] is False and pm["options"]["null_draws"] == 1
+    assert "beyond_chance" in pm["controlled"]["layers"][0] and "beyond chance" in pm["summary"]
+    bad = runner.invoke(app, ["collapse", "minilm", "--e-precision", "fp16", "--out", str(tmp_path / "c")])
+    assert bad.exit_code == 2 and "--e-precision" in bad.output and "float64, states" in bad.output
