@@ -39,8 +39,10 @@ def analyze_cmd(
     n_prompts: int = typer.Option(100, "--n-prompts", help="Random prompts of the controlled dynamics."),
     n_tokens: int = typer.Option(10, "--n-tokens", help="Tokens per random prompt."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial tokens."),
+    raw_initial: bool = typer.Option(False, "--raw-initial", help="Run the initial tokens as drawn from N(0, I), not normalized (Appendix B's literal reading)."),
     tau: float = typer.Option(1.0, "--tau", help="Step size τ of the dynamics x + τ F A x (paper: 1)."),
-    layer_norm: bool = typer.Option(False, "--layer-norm", help="Apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention."),
+    layer_norm: Optional[bool] = typer.Option(None, "--layer-norm/--no-layer-norm", help="Apply the model's pre-attention norm (GPT-2/GPT-Neo ln_1) before attention, or not. Default: both, for pre-LN models."),
+    null_draws: int = typer.Option(5, "--null-draws", help="Random-weight draws of the null model (beyond-chance verdict); 0 = off."),
     bias: bool = typer.Option(False, "--bias", help="Keep the value/output biases in the dynamics."),
     prolong: Optional[int] = typer.Option(None, "--prolong", help="Prolonged run: apply the layers K times (default 10 for shared-weight models such as ALBERT)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file, one prompt per line, for the full-model variant (default: built-in sentences)."),
@@ -60,6 +62,7 @@ def analyze_cmd(
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(
                              n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,
+                             normalize_initial=not raw_initial, null_draws=null_draws,
                              bias=bias, prolong=prolong, full_model=not no_full_model, prompts=prompts,
                              cumulative=not no_cumulative))
         out_dir = out or default_out(model)
@@ -77,7 +80,7 @@ def analyze_cmd(
         for line in report.power.verdict_lines():
             typer.echo("  " + line)
         typer.echo(report.power.summary())
-        for name in ("full_model", "prolonged"):
+        for name in ("controlled_layer_norm", "full_model", "prolonged"):
             st = report.power.variants().get(name)
             if st is not None:
                 typer.echo(f"{name.replace('_', ' ')}: {st.summary()}")

@@ -64,6 +64,7 @@ def collapse_cmd(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Prompts run together (default: all)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run stored in --out."),
     early_stop: Optional[float] = typer.Option(None, "--early-stop", help="Stop once E < TOL for a whole pass."),
+    e_precision: str = typer.Option("float64", "--e-precision", help="float64 (accurate E, default) | states (the reference code's 1 - mean cos in the states' dtype, to reproduce the paper's fp16 curves)."),
     decode: bool = typer.Option(True, "--decode/--no-decode", help="Greedy text after looping (causal LMs, pretrained weights)."),
     decode_passes: str = typer.Option("1,5,10,100", "--decode-passes", help="Loop counts for the decoding experiment."),
     decode_tokens: int = typer.Option(20, "--decode-tokens", help="New tokens per continuation."),
@@ -77,8 +78,12 @@ def collapse_cmd(
     dtype = dtype.value if dtype is not None else None
     with user_errors():
         from steerformer.collapse import collapse, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype
+        from steerformer.collapse.metrics import E_PRECISIONS
+        from steerformer.errors import bad_argument
         from steerformer.loading import load_model
 
+        if e_precision not in E_PRECISIONS:
+            raise bad_argument("--e-precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
         dt = parse_dtype(dtype)
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)
@@ -86,7 +91,7 @@ def collapse_cmd(
         try:
             res = collapse(net, passes=passes, prompts=prompts, length=length, texts=text or None, tokenizer=tok,
                            ffn=not no_ffn, weights=weights, seed=seed, batch_size=batch_size, out=out,
-                           resume=resume, early_stop_tol=early_stop, progress=True)
+                           resume=resume, early_stop_tol=early_stop, e_precision=e_precision, progress=True)
         except KeyboardInterrupt:
             typer.echo(f"interrupted: the completed passes are kept in {out}; rerun with --resume to continue",
                        err=True)

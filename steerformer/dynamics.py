@@ -20,6 +20,7 @@ from .attention import attention_output, attention_probs
 from .errors import bad_argument
 from .loading import ModelSource, open_source
 from .matrices import read_attention_weights, select_layers
+from .tokens import check_tokens, random_tokens  # noqa: F401  (re-exported: one draw, one check)
 
 
 @dataclasses.dataclass
@@ -37,32 +38,6 @@ class Trajectory:
     @property
     def n_steps(self) -> int:
         return len(self.layer_ids)
-
-
-def random_tokens(prompts: int, tokens: int, d: int, *, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """``prompts × tokens`` tokens ~ N(0, I_d), normalized to the unit sphere; seeded."""
-    g = torch.Generator().manual_seed(int(seed))
-    x = torch.randn(prompts, tokens, d, generator=g, dtype=torch.float64)
-    return (x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)).to(dtype)
-
-
-def check_tokens(tokens: Any, d: int, *, name: str = "tokens") -> torch.Tensor:
-    """Validate user-given initial tokens: shape (prompts, tokens, d), finite, non-zero rows."""
-    x = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, torch.Tensor) else tokens)
-    if x.ndim == 2:
-        x = x[None]
-    if x.ndim != 3 or x.shape[-1] != d:
-        raise bad_argument(name, f"array of shape {tuple(x.shape)}", f"shape (prompts, tokens, {d}) — the model has d={d}")
-    if not x.is_floating_point():
-        x = x.to(torch.float64)
-    if not bool(torch.isfinite(x).all()):
-        raise bad_argument(name, "an array with NaN/inf entries", "finite token vectors")
-    norms = torch.linalg.vector_norm(x, dim=-1)
-    if bool((norms == 0).any()):
-        p, t = (int(i) for i in torch.nonzero(norms == 0)[0])
-        raise bad_argument(name, f"zero vector at prompt {p}, token {t}",
-                           "non-zero tokens (the dynamics normalize every token to the unit sphere)")
-    return x
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
@@ -119,12 +94,16 @@ def run_dynamics(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device | None = None,
     revision: str | None = None,
+    normalize_initial: bool = True,
 ) -> Trajectory:
     """Run tokens through the controlled dynamics of every selected layer, ``repeat`` times over
     (``repeat = K`` gives ALBERT's prolonged K·L-layer run of Fig. 6(c)).
 
     ``tokens``: initial tokens (prompts, tokens, d); default ``prompts × n_tokens`` random unit
     tokens drawn with ``seed``. ``weights`` lets a caller reuse already-read layer weights.
+    ``normalize_initial``: put the initial tokens (random or user-given) on the unit sphere first
+    (default, MATH.md §3); False runs them as drawn / given — Appendix B of the paper says only
+    "drawn from a normal distribution". The first step's output is normalized either way.
     """
     if not (isinstance(repeat, (int, np.integer)) and repeat >= 1):
         raise bad_argument("repeat", repeat, "an integer K >= 1 (how many times the layer stack is applied)")
@@ -137,9 +116,9 @@ def run_dynamics(
         for name, v in (("prompts", prompts), ("n_tokens", n_tokens)):
             if not (isinstance(v, (int, np.integer)) and v >= 1):
                 raise bad_argument(name, v, "a positive integer")
-        x = random_tokens(prompts, n_tokens, d, seed=seed, dtype=dtype)
+        x = random_tokens(prompts, n_tokens, d, seed=seed, normalize=normalize_initial, dtype=dtype)
     else:
-        x = normalize(check_tokens(tokens, d).to(dtype))
+        x = check_tokens(tokens, d, normalize="project" if normalize_initial else "keep", batched=True).to(dtype)
     x = x.to(device)
     if weights is None:
         weights = read_attention_weights(source, ids, dtype=dtype, device=device)
@@ -153,4 +132,5 @@ def run_dynamics(
     return Trajectory(states=states, layer_ids=seq, options={
         "tau": tau, "repeat": int(repeat), "layer_norm": layer_norm, "bias": bias, "seed": seed,
         "prompts": int(x.shape[0]), "tokens": int(x.shape[1]), "user_tokens": tokens is not None,
+        "normalize_initial": bool(normalize_initial),
     })

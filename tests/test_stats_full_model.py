@@ -69,19 +69,20 @@ def test_minilm_end_to_end_finite_probabilities_and_schema(minilm, tmp_path) -> 
             assert 0 <= r["rho_mean"] <= 1 and r["rho_S_mean"] >= r["rho_re_v1_mean"] - 1e-12
         d = json.loads(st.to_json())
         assert set(d) == {"meta", "summary", "layers", "histograms_last_layer"}
-        assert list(d["layers"][0]) == list(COLUMNS)
+        assert list(d["layers"][0]) == [c for c in COLUMNS if not c.startswith(("null_", "beyond"))]
         assert set(d["histograms_last_layer"]) == {"rho_v1", "rho_S"}
         assert sum(d["histograms_last_layer"]["rho_S"]["counts"]) == st.meta["n_tokens"]
     # The stable schema, spelled out: renaming a column must be a deliberate change of this list.
     assert COLUMNS == (
         "step", "layer", "case", "de_facto_case3", "lambda1_complex", "subspace",
         "rho_mean", "rho_std", "rho_before_mean", "rho_before_std", "delta_rho_mean", "delta_rho_std", "P",
-        "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std",
+        "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std", "subspace_dim", "rho_S_chance",
         "baseline_rho_mean", "baseline_rho_std", "baseline_delta_mean", "baseline_delta_std", "baseline_P",
         "baseline1d_rho_mean", "baseline1d_rho_std", "baseline1d_delta_mean", "baseline1d_delta_std", "baseline1d_P",
-        "n_real_directions", "n_pair_directions",
+        "n_real_directions", "n_pair_directions", "numerical_rank",
         "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
         "distance_mean", "distance_max", "power_method_step",
+        "null_delta_mean", "null_delta_std", "null_P_mean", "null_P_std", "beyond_chance",
     )
     # On the real model the controlled dynamics act as power-method steps in most layers (paper §3.2).
     assert controlled.n_power_steps >= 4

@@ -14,11 +14,11 @@ import torch
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from ..loading import load_tokenizer
 from .loop import LoopedModel
-from .metrics import consensus_stats
+from .metrics import E_PRECISIONS, consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
 from .result import STATS, CollapseResult
 from .store import RunStore
-from .weights import pass_seed, reinitialize
+from .weights import ffn_modules, pass_seed, reinitialize
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ DTYPES = {
     "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
 }
 # Options a resumed run must share with the run it continues (passes and the tolerance may change).
-_RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_size", "token_source")
+_RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_size", "token_source", "e_precision")
 
 
 def parse_dtype(dtype: Any) -> torch.dtype | None:
@@ -87,6 +87,7 @@ def collapse(
     out: str | os.PathLike | None = None,
     resume: bool = False,
     early_stop_tol: float | None = None,
+    e_precision: str = "float64",
     progress: bool = False,
     on_pass: Callable[[int, dict[str, np.ndarray]], None] | None = None,
 ) -> CollapseResult:
@@ -102,7 +103,9 @@ def collapse(
     pass, seed ``seed + pass``). With ``out``, every pass is appended to that folder as it
     completes, so Ctrl-C keeps the finished passes and ``resume=True`` continues bit for bit.
     ``early_stop_tol``: stop after a pass in which E stayed below it for every prompt and block.
-    ``on_pass(index, arrays)`` is called after each stored pass.
+    ``on_pass(index, arrays)`` is called after each stored pass. ``e_precision``: ``"float64"``
+    (default, accurate down to 1e-10 and below) or ``"states"`` (the reference code's arithmetic in
+    the states' dtype, to reproduce the paper's fp16 curves; see :mod:`.metrics`).
     """
     passes = _check_int("passes", passes, 1, "how many times the model is looped")
     if weights not in WEIGHTS:
@@ -115,6 +118,8 @@ def collapse(
         raise InvalidArgumentError("pass token_ids= or texts=, not both")
     if resume and out is None:
         raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
+    if e_precision not in E_PRECISIONS:
+        raise bad_argument("e_precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
     torch_dtype = parse_dtype(dtype)
     store = RunStore.open(out, resume=resume) if out is not None else None  # fail before loading a model
 
@@ -139,13 +144,14 @@ def collapse(
 
     options = {"prompts": P, "length": T, "passes": passes, "ffn": bool(ffn), "weights": weights, "seed": int(seed),
                "dtype": str(run_dtype).removeprefix("torch."), "batch_size": bs, "token_source": source,
-               "early_stop_tol": early_stop_tol}
+               "early_stop_tol": early_stop_tol, "e_precision": e_precision}
     meta = _model_meta(model_or_path, model, adapter, looped, dev)
 
     start, h, emb = 0, None, None
     if store is not None and resume:
         old = store.read_run()
-        diff = {k: (old["options"].get(k), options[k]) for k in _RESUME_KEYS if old["options"].get(k) != options[k]}
+        stored = {"e_precision": "float64", **old["options"]}  # runs stored before the option existed
+        diff = {k: (stored.get(k), options[k]) for k in _RESUME_KEYS if stored.get(k) != options[k]}
         for k in ("model_type", "n_blocks", "d_model"):
             if old["meta"].get(k) != meta[k]:
                 diff[k] = (old["meta"].get(k), meta[k])
@@ -165,7 +171,7 @@ def collapse(
         reinitialize(model, pass_seed(seed, 0))
     if h is None:
         h = torch.cat([looped.embed(torch.as_tensor(ids[s], device=dev)) for s in slices])
-        emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h))}
+        emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h, e_precision))}
         if store is not None:
             store.write_run({"options": options, "meta": meta})
             store.write_prompts(ids)
@@ -194,10 +200,11 @@ def collapse(
         for p in range(start, passes):
             t0 = time.perf_counter()
             if weights == "random-per-pass" and p > 0:
-                reinitialize(model, pass_seed(seed, p))
+                # Without FFN the reference re-draws a model whose MLPs are already swapped out.
+                reinitialize(model, pass_seed(seed, p), without=None if ffn else ffn_modules(looped))
             for s in slices:
                 def on_block(k: int, hk: torch.Tensor, s: slice = s) -> None:
-                    on_dev[:, k, s] = torch.stack(consensus_stats(hk))
+                    on_dev[:, k, s] = torch.stack(consensus_stats(hk, e_precision))
                     bar.update(1)
 
                 if len(slices) == 1:
@@ -254,4 +261,5 @@ def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict
             "masks": [adapter.mask(k).to_dict() for k in range(looped.n_blocks)],
             "final_norm": looped.norm is not None, "device": str(dev),
             "steerformer_version": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
-            "e_definition": "eq. (9) without absolute value (the reference code averages |cos|)"}
+            "e_definition": "eq. (9), signed (no absolute value), as the reference code computes it: "
+                            "1 - (y1[0] @ y1.T).mean() in GPTConsensus.py"}

@@ -14,11 +14,9 @@ import numpy as np
 import torch
 
 from ..errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
+from ..tokens import MANIFOLD_TOL, check_tokens, random_tokens  # noqa: F401  (one place: steerformer/tokens.py)
 
 DTYPE = torch.float64
-
-# Initial tokens farther than this from the ellipsoid are refused (see check_on_manifold).
-MANIFOLD_TOL = 1e-8
 
 
 def as_tensor(x: object, name: str) -> torch.Tensor:
@@ -96,25 +94,6 @@ def manifold_drift(y: torch.Tensor, W: torch.Tensor | None = None) -> float:
     return float((w_norm(y, W) - 1.0).abs().max())
 
 
-def check_tokens(y0: object, W: torch.Tensor | None, name: str = "y0") -> torch.Tensor:
-    """Initial tokens: shape (..., n, d), finite, on the ellipsoid.
-
-    Tokens off the ellipsoid are **refused** (not silently projected): a caller who passes
-    unnormalized data has usually mixed up a layout, and projecting would hide it.
-    """
-    y = check_finite(as_tensor(y0, name), name)
-    if y.ndim < 2 or y.shape[-1] < 2 or y.shape[-2] < 1:
-        raise bad_argument(name, f"shape {tuple(y.shape)}", "tokens of shape (n, d) or (runs, n, d), d ≥ 2")
-    drift = manifold_drift(y, W)
-    if drift > MANIFOLD_TOL:
-        raise bad_argument(
-            name, f"tokens with max | |y_i|_W − 1 | = {drift:.3g}",
-            f"tokens on the ellipsoid yᵀWy = 1 (tolerance {MANIFOLD_TOL:g})",
-            "Project them first with steerformer.ode.project(y0, W).",
-        )
-    return y.clone()
-
-
 def check_time_span(t0: float, t1: float) -> tuple[float, float]:
     t0, t1 = float(t0), float(t1)
     if not (math.isfinite(t0) and math.isfinite(t1)):
@@ -129,32 +108,6 @@ def check_positive(value: float, name: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise bad_argument(name, value, "a finite number > 0")
     return v
-
-
-def random_tokens(
-    shape: tuple[int, ...],
-    *,
-    W: object | None = None,
-    generator: torch.Generator | None = None,
-    distribution: str = "normal",
-    hemisphere: object | None = None,
-) -> torch.Tensor:
-    """Random tokens on the ellipsoid, shape (..., n, d).
-
-    ``distribution="normal"`` gives the uniform law on the sphere (before the W-projection);
-    ``"uniform"`` draws entries from U(−0.5, 0.5) and projects (the consensus paper, §5.1.2).
-    ``hemisphere=v`` flips tokens with vᵀy < 0 so all lie in the open hemisphere vᵀy > 0.
-    """
-    if distribution == "normal":
-        y = torch.randn(shape, generator=generator, dtype=DTYPE)
-    elif distribution == "uniform":
-        y = torch.rand(shape, generator=generator, dtype=DTYPE) - 0.5
-    else:
-        raise bad_argument("distribution", distribution, "'normal' or 'uniform'")
-    if hemisphere is not None:
-        v = as_tensor(hemisphere, "hemisphere")
-        y = torch.where((y @ v).unsqueeze(-1) < 0, -y, y)
-    return project(y, W)
 
 
 TimeFn = Callable[[float], torch.Tensor]

@@ -440,10 +440,11 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     """:func:`solve` for an :class:`~steerformer.ode.fields.AttentionField`: checks the tokens
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
     step and the drift record to the field's W."""
-    from .geometry import check_tokens, manifold_drift, w_norm
+    from ..tokens import check_tokens
+    from .geometry import manifold_drift, w_norm
 
     W = getattr(field, "W", None)
-    y = check_tokens(y0, W)
+    y = check_tokens(y0, W=W, normalize="require", name="y0")
     if y.shape[-1] != field.d:
         raise bad_argument("y0", f"tokens of dimension {y.shape[-1]}", f"dimension d={field.d} (the size of P)")
     kwargs.setdefault("project", lambda z: z / w_norm(z, W))

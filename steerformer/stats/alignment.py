@@ -16,7 +16,7 @@ import torch
 from ..errors import bad_argument
 from ..spectra import REAL_TOL, Spectra
 from .cumulative import cumulative_principal
-from .directions import Directions, eigen_directions, principal_subspace
+from .directions import Directions, chance_rho_S, eigen_directions, principal_subspace
 from .result import AlignmentStats, histogram
 
 #: Statistics whose per-token values (steps, N) are kept for plots and the NPZ.
@@ -64,12 +64,12 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     B = torch.cat([dirs.basis, S], dim=1)
     C = X @ B if extra is None else torch.cat([X @ B, X @ extra], dim=1)
     norms = torch.linalg.vector_norm(X, dim=-1)
-    m = dirs.basis.shape[1]
+    m, s = dirs.basis.shape[1], S.shape[1]
     R = dirs.group_correlations(C[:, :m], norms)  # (2N, G)
     Rb, Ra = R[:N], R[N:]
     dR = Ra - Rb
     rho, rho_before = Ra[:, 0], Rb[:, 0]
-    rho_S = torch.sqrt((C[N:, m:m + 2] ** 2).sum(-1)) / norms[N:]
+    rho_S = torch.sqrt((C[N:, m:m + s] ** 2).sum(-1)) / norms[N:]
     # Re v1 is the first basis column of group 0 (for a pair, the QR keeps Re v1 / ‖Re v1‖ first).
     rho_re = C[N:, int(dirs.first[0])].abs() / norms[N:]
     rec = {}
@@ -79,18 +79,24 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     rec["P"] = float((dR[:, 0] > 0).double().mean())
     rec["rho_re_v1_mean"], rec["rho_re_v1_std"] = _mean_std(rho_re)
     rec["rho_S_mean"], rec["rho_S_std"] = _mean_std(rho_S)
-    # Baselines: mean over directions and tokens; std over all (token, direction) values.
-    one_d = ~dirs.is_pair
-    for tag, sel in (("baseline", slice(None)), ("baseline1d", one_d)):
+    rec["subspace_dim"] = int(s)
+    rec["rho_S_chance"] = chance_rho_S(int(s), int(before.shape[1]))
+    # Baselines: mean over directions and tokens; std over all (token, direction) values; only the
+    # directions of eigenvalues above the numerical rank's cut (MATH.md §1b).
+    in_rank = dirs.in_rank if dirs.in_rank is not None else torch.ones_like(dirs.is_pair)
+    one_d = ~dirs.is_pair & in_rank
+    for tag, sel in (("baseline", in_rank), ("baseline1d", one_d)):
         ra, dr = Ra[:, sel], dR[:, sel]
         rec[f"{tag}_rho_mean"], rec[f"{tag}_rho_std"] = _mean_std(ra)
         rec[f"{tag}_delta_mean"], rec[f"{tag}_delta_std"] = _mean_std(dr)
         rec[f"{tag}_P"] = float((dr > 0).double().mean()) if dr.numel() else float("nan")
     rec["n_real_directions"] = int(one_d.sum())
-    rec["n_pair_directions"] = int(dirs.is_pair.sum())
+    rec["n_pair_directions"] = int((dirs.is_pair & in_rank).sum())
+    rec["numerical_rank"] = int(dirs.numerical_rank if dirs.numerical_rank is not None else 2 * int(
+        dirs.is_pair.sum()) + int((~dirs.is_pair).sum()))
     tokens = {"rho_before": rho_before, "rho": rho, "rho_re_v1": rho_re, "rho_S": rho_S}
     if extra is not None:
-        rho_c = torch.sqrt((C[N:, m + 2:] ** 2).sum(-1)) / norms[N:]
+        rho_c = torch.sqrt((C[N:, m + s:] ** 2).sum(-1)) / norms[N:]
         rec["cumulative_rho_mean"], rec["cumulative_rho_std"] = _mean_std(rho_c)
         tokens["rho_cumulative"] = rho_c
     rec["power_method_step"] = bool(rec["delta_rho_mean"] > 0 and rec["delta_rho_mean"] > rec["baseline_delta_mean"]

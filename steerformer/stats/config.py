@@ -24,8 +24,15 @@ class StatsConfig:
     n_tokens: int = _opt(10, "tokens per random prompt")
     tokens: Any = _opt(None, "user-given initial tokens (prompts, tokens, d) instead of random ones")
     seed: int = _opt(0, "seed of the random initial tokens")
+    normalize_initial: bool = _opt(True, "put the initial tokens (random or given) on the unit sphere; False "
+                                         "runs them raw (Appendix B says only 'drawn from a normal distribution')")
     tau: float = _opt(1.0, "step size τ of the dynamics x + τ F A x (the paper: 1)")
-    layer_norm: bool = _opt(False, "apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention")
+    layer_norm: bool | None = _opt(None, "apply the model's pre-attention norm (GPT-2/GPT-Neo ln_1) before attention: "
+                                         "True / False for one run; None (default) runs both for pre-LN models — "
+                                         "eq. (1) without it as 'controlled', with it as 'controlled_layer_norm' — "
+                                         "and without it for the others")
+    null_draws: int = _opt(5, "random draws of the null model (MATH.md §4b: Gaussian W_Q, W_K, W_V, W_O with each "
+                              "matrix's std, seeds 0..K-1); 0 = off")
     bias: bool = _opt(False, "keep the value/output biases in the dynamics")
     prolong: int | None = _opt(None, "prolonged run: apply the layers K times (default 10 for shared-weight "
                                      "models such as ALBERT, none otherwise)")
@@ -42,5 +49,9 @@ class StatsConfig:
         if self.prolong is not None and not (isinstance(self.prolong, (int, np.integer)) and self.prolong >= 1):
             raise bad_argument("prolong", self.prolong,
                                "an integer K >= 1 (the prolonged run applies the layers K times)")
+        if isinstance(self.null_draws, bool) or not (isinstance(self.null_draws, (int, np.integer)) and self.null_draws >= 0):
+            raise bad_argument("null_draws", self.null_draws, "an integer K >= 0 (0 turns the null model off)")
+        if self.layer_norm is not None and not isinstance(self.layer_norm, (bool, np.bool_)):
+            raise bad_argument("layer_norm", self.layer_norm, "True, False or None (both, for pre-LN models)")
         if not np.isfinite(self.tau):
             raise bad_argument("tau", self.tau, "a finite step size")

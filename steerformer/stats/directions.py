@@ -11,11 +11,17 @@ Columns of different groups are *not* orthogonal (F is not normal); only within 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
 
 from ..spectra import REAL_TOL
+
+#: Eigenvalues with |λ| ≤ RANK_TOL · (spectral radius) are F's numerical null space (MATH.md §1b).
+#: MATH.md writes |λ1|; the spectral radius is used because λ1 (the largest real part) can be far
+#: below the radius (ALBERT-large) — for every layer where λ1 is the radius, the two agree.
+RANK_TOL = 1e-8
 
 
 @dataclasses.dataclass
@@ -31,6 +37,10 @@ class Directions:
     second: torch.Tensor  # (G,) long
     is_pair: torch.Tensor  # (G,) bool
     eig_index: torch.Tensor  # (G,) column of the eigenvalue in the sorted spectrum (first of a pair)
+    #: (G,) whether the group's |λ| > RANK_TOL · spectral radius (MATH.md §1b): the baselines
+    #: average over these only; the others are rounding noise in F's null space.
+    in_rank: torch.Tensor | None = None
+    numerical_rank: int | None = None  # eigenvalues (a pair counts 2) with |λ| > RANK_TOL · radius
 
     @property
     def n_groups(self) -> int:
@@ -113,14 +123,45 @@ def eigen_directions(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor) -> D
     basis = torch.empty((V.shape[0], m), dtype=torch.float64)
     basis[:, first] = q1
     basis[:, first[is_pair] + 1] = q2[:, is_pair]
-    return Directions(basis=basis, first=first, second=second, is_pair=is_pair, eig_index=j)
+    absval = np.abs(vals)
+    cut = RANK_TOL * max(float(absval.max()), 1e-300)
+    in_rank = torch.as_tensor(absval[j.numpy()] > cut, dtype=torch.bool)
+    return Directions(basis=basis, first=first, second=second, is_pair=is_pair, eig_index=j,
+                      in_rank=in_rank, numerical_rank=int((absval > cut).sum()))
+
+
+def orthonormal_columns(cols: list[torch.Tensor]) -> torch.Tensor:
+    """Orthonormal basis (d, k) of span{cols} (Gram–Schmidt twice, first column = cols[0]
+    normalized); columns that add nothing (‖residual‖ ≤ 1e-14 ‖col‖) are dropped."""
+    out: list[torch.Tensor] = []
+    for c in cols:
+        r = c
+        for _ in range(2):
+            for q in out:
+                r = r - (q @ r) * q
+        nr = torch.linalg.vector_norm(r)
+        if float(nr) > 1e-14 * float(torch.linalg.vector_norm(c)):
+            out.append(r / nr)
+    return torch.stack(out, dim=1)
+
+
+def chance_rho_S(dim: int, d: int) -> float:
+    """E[‖Π_S x‖ / ‖x‖] for x uniform on the sphere of R^d and S of dimension ``dim``:
+    ρ_S² ~ Beta(dim/2, (d − dim)/2), so E ρ_S = Γ((dim+1)/2) Γ(d/2) / (Γ(dim/2) Γ((d+1)/2))."""
+    if dim >= d:
+        return 1.0
+    lg = math.lgamma
+    return math.exp(lg((dim + 1) / 2) + lg(d / 2) - lg(dim / 2) - lg((d + 1) / 2))
 
 
 def principal_subspace(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, index2: int) -> tuple[torch.Tensor, str]:
-    """Orthonormal basis (d, 2) of the subspace S of MATH.md §4 and its kind.
+    """Orthonormal basis (d, s) of the subspace S of MATH.md §4 and its kind.
 
-    λ1 complex (case 2): S = span{Re v1, Im v1} ("pair"). λ1 real: S = span{v1, v2} ("v1v2"), the
-    case-3 / de-facto-case-3 subspace; for a complex λ2 its real part stands for v2.
+    λ1 complex (case 2): S = span{Re v1, Im v1} ("pair", s = 2). λ1 real and λ2 real:
+    S = span{v1, v2} ("v1v2", s = 2), the case-3 / de-facto-case-3 subspace. λ1 real and λ2 one of
+    a complex pair: S = span{v1, Re v2, Im v2} ("v1pair", s = 3) — span{v1, Re v2} alone would
+    depend on the arbitrary phase of the complex eigenvector v2; the 3-D subspace does not, and has
+    its own chance level (:func:`chance_rho_S`, recorded as ``rho_S_chance``).
     """
     vals = eigenvalues.detach().cpu()
     V = eigenvectors.detach().cpu()
@@ -128,4 +169,7 @@ def principal_subspace(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, in
     v1 = V[:, 0]
     if abs(float(vals[0].imag)) > tol:
         return orthonormal_pair(v1.real.double(), v1.imag.double()), "pair"
-    return orthonormal_pair(v1.real.double(), V[:, index2].real.double()), "v1v2"
+    v2 = V[:, index2]
+    if abs(float(vals[index2].imag)) > tol:
+        return orthonormal_columns([v1.real.double(), v2.real.double(), v2.imag.double()]), "v1pair"
+    return orthonormal_pair(v1.real.double(), v2.real.double()), "v1v2"

@@ -40,11 +40,17 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
         ax = axes[1, c]
         _band(ax, x, _col(st, "delta_rho_mean"), _col(st, "delta_rho_std"), "tab:red", "Δρ_k")
         _band(ax, x, _col(st, "baseline_delta_mean"), _col(st, "baseline_delta_std"), "tab:blue", "Δρ̄_k")
+        if st.layers and "null_delta_mean" in st.layers[0]:
+            m, sd = _col(st, "null_delta_mean"), _col(st, "null_delta_std")
+            ax.fill_between(x, m - 2 * sd, m + 2 * sd, color="0.5", alpha=0.25, lw=0, label="null: random weights, mean ± 2 std")
         ax.plot(x, _col(st, "baseline1d_delta_mean"), "--", color="tab:cyan", lw=1, label="Δρ̄_k (real only)")
         ax.axhline(0, color="0.6", lw=0.6)
         ax = axes[2, c]
         ax.plot(x, _col(st, "P"), "-o", ms=3, color="tab:red", label="P_k")
         ax.plot(x, _col(st, "baseline_P"), "-o", ms=3, color="tab:blue", label="P̄_k")
+        if st.layers and "null_P_mean" in st.layers[0]:
+            m, sd = _col(st, "null_P_mean"), _col(st, "null_P_std")
+            ax.fill_between(x, m - 2 * sd, m + 2 * sd, color="0.5", alpha=0.25, lw=0, label="null: mean ± 2 std")
         ax.plot(x, _col(st, "baseline1d_P"), "--", color="tab:cyan", lw=1, label="P̄_k (real only)")
         ax.axhline(0.5, color="0.6", lw=0.6)
         ax.set_ylim(-0.02, 1.02)

@@ -15,12 +15,14 @@ import numpy as np
 COLUMNS = (
     "step", "layer", "case", "de_facto_case3", "lambda1_complex", "subspace",
     "rho_mean", "rho_std", "rho_before_mean", "rho_before_std", "delta_rho_mean", "delta_rho_std", "P",
-    "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std",
+    "rho_re_v1_mean", "rho_re_v1_std", "rho_S_mean", "rho_S_std", "subspace_dim", "rho_S_chance",
     "baseline_rho_mean", "baseline_rho_std", "baseline_delta_mean", "baseline_delta_std", "baseline_P",
     "baseline1d_rho_mean", "baseline1d_rho_std", "baseline1d_delta_mean", "baseline1d_delta_std", "baseline1d_P",
-    "n_real_directions", "n_pair_directions",
+    "n_real_directions", "n_pair_directions", "numerical_rank",
     "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
     "distance_mean", "distance_max", "power_method_step",
+    # The null model (MATH.md §4b): K random draws of W_Q, W_K, W_V, W_O; absent with null_draws=0.
+    "null_delta_mean", "null_delta_std", "null_P_mean", "null_P_std", "beyond_chance",
 )
 
 
@@ -60,7 +62,12 @@ class AlignmentStats:
         """"22 of 24 layers act as a power-method step (Δρ>0, Δρ>Δρ̄, P>P̄)"."""
         n = len(self.layers)
         unit = "steps" if self.meta.get("options", {}).get("repeat", 1) > 1 else "layers"
-        return f"{self.n_power_steps} of {n} {unit} act as a power-method step (Δρ > 0, Δρ > Δρ̄, P > P̄)"
+        out = f"{self.n_power_steps} of {n} {unit} act as a power-method step"
+        if self.meta.get("null_draws"):
+            j = sum(bool(r.get("beyond_chance")) for r in self.layers)
+            return out + (f"; {j} of them beyond chance (Δρ, P > null mean + 2 std over "
+                          f"{self.meta['null_draws']} random-weight draws)")
+        return out + " (Δρ > 0, Δρ > Δρ̄, P > P̄)"
 
     def verdict_lines(self) -> list[str]:
         """One line per step saying whether it acts as a power-method step, and why not."""
@@ -74,6 +81,10 @@ class AlignmentStats:
             if not r["P"] > r["baseline_P"]:
                 why.append("P ≤ P̄")
             verdict = "power-method step" if r["power_method_step"] else "not a power-method step (" + ", ".join(why) + ")"
+            if "beyond_chance" in r:
+                verdict += (f"; null Δρ {r['null_delta_mean']:+.4f}±{r['null_delta_std']:.4f}, "
+                            f"P {r['null_P_mean']:.2f}±{r['null_P_std']:.2f} → "
+                            + ("beyond chance" if r["beyond_chance"] else "not beyond chance"))
             out.append(f"layer {r['layer']:>3}: ρ={r['rho_mean']:.3f} Δρ={r['delta_rho_mean']:+.4f} "
                        f"(Δρ̄={r['baseline_delta_mean']:+.4f}) P={r['P']:.2f} (P̄={r['baseline_P']:.2f}) → {verdict}")
         return out

@@ -20,6 +20,7 @@ from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
 from .config import StatsConfig
 from .full_model import model_hidden_states
+from .null import annotate, null_statistics
 from .result import COLUMNS, AlignmentStats
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,12 @@ class PowerMethodReport:
     full_model: AlignmentStats | None
     prolonged: AlignmentStats | None
     options: dict
+    #: pre-LN models, layer_norm=None: the controlled dynamics with the model's pre-attention norm
+    controlled_layer_norm: AlignmentStats | None = None
 
     def variants(self) -> dict[str, AlignmentStats]:
-        return {k: v for k, v in (("controlled", self.controlled), ("full_model", self.full_model),
-                                  ("prolonged", self.prolonged)) if v is not None}
+        return {k: v for k, v in (("controlled", self.controlled), ("controlled_layer_norm", self.controlled_layer_norm),
+                                  ("full_model", self.full_model), ("prolonged", self.prolonged)) if v is not None}
 
     def summary(self) -> str:
         return self.controlled.summary()
@@ -98,8 +101,11 @@ class PowerMethodReport:
         from . import plots
 
         out = Path(out_dir)
-        cols = [self.controlled] + ([self.full_model] if self.full_model is not None else [])
-        labels = ["controlled dynamics (eq. 1)"] + (["full model (embeddings, FFN, LayerNorm)"] if self.full_model else [])
+        ln = self.controlled_layer_norm
+        cols = [self.controlled] + ([ln] if ln is not None else []) + ([self.full_model] if self.full_model is not None else [])
+        labels = ["controlled dynamics (eq. 1)" + (", with the pre-attention norm" if self.options.get("layer_norm") else "")] \
+            + (["controlled dynamics with the model's pre-attention norm"] if ln is not None else []) \
+            + (["full model (embeddings, FFN, LayerNorm)"] if self.full_model else [])
         figs = {
             "power_method.png": plots.power_method_rows(cols, labels, title),
             "histograms_last_layer.png": plots.last_layer_histograms(self.controlled, title),
@@ -147,14 +153,30 @@ def power_method_stats(
 
         wrap = lambda desc: (lambda it: tqdm(it, desc=desc, unit="layer", leave=False))  # noqa: E731
     weights = read_attention_weights(source, ids, dtype=dtype, device=device)
-    dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=cfg.layer_norm, bias=cfg.bias, weights=weights,
-               dtype=dtype, device=device)
+    # MATH.md §3 / Appendix B: whether the pre-attention norm of a pre-LN model is part of the
+    # "attention sublayer" is ambiguous; by default both readings run (docs/statistics.md).
+    pre_ln = any(source.adapter.pre_attention_norm(k) is not None for k in ids)
+    both = cfg.layer_norm is None and pre_ln
+    layer_norm = bool(cfg.layer_norm)
+    dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=layer_norm, bias=cfg.bias, weights=weights,
+               dtype=dtype, device=device, normalize_initial=cfg.normalize_initial)
     traj = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
     common = dict(spectra_layers=ids, matrices=matrices)
     controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=wrap and wrap("statistics"), **common)
     options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
-               "tau": cfg.tau, "layer_norm": cfg.layer_norm, "bias": cfg.bias, "user_tokens": tokens is not None,
-               "cumulative": cumulative}
+               "tau": cfg.tau, "layer_norm": layer_norm, "layer_norm_both": both, "bias": cfg.bias,
+               "user_tokens": tokens is not None, "normalize_initial": cfg.normalize_initial,
+               "cumulative": cumulative, "null_draws": int(cfg.null_draws)}
+    if cfg.null_draws:
+        null = null_statistics(source, weights, traj.states[0], ids, int(cfg.null_draws), tau=cfg.tau, bias=cfg.bias,
+                               layer_norm=layer_norm, dtype=dtype, device=device)
+        annotate(controlled.layers, null)
+        controlled.meta["null_draws"] = int(cfg.null_draws)
+    with_ln = None
+    if both:
+        traj_ln = run_dynamics(source, traj.states[0], **{**dyn, "layer_norm": True, "normalize_initial": False})
+        with_ln = alignment_stats(traj_ln, spectra, cumulative=False, variant="controlled_layer_norm",
+                                  progress=wrap and wrap("with the pre-attention norm"), **common)
 
     full = None
     if cfg.full_model:
@@ -183,4 +205,5 @@ def power_method_stats(
         pro = alignment_stats(traj_k, spectra, cumulative=False, variant="prolonged",
                               progress=wrap and wrap("prolonged"), **common)
         options["prolong"] = int(K)
-    return PowerMethodReport(controlled=controlled, full_model=full, prolonged=pro, options=options)
+    return PowerMethodReport(controlled=controlled, full_model=full, prolonged=pro, options=options,
+                             controlled_layer_norm=with_ln)
