@@ -70,7 +70,7 @@ class PowerMethodReport:
         if doc is None:
             doc = read_json(out / "power_method.json")
         parts = {name: AlignmentStats.from_dict(doc[name], out / f"alignment_tokens_{name}.npz") if name in doc else None
-                 for name in ("controlled", "full_model", "prolonged")}
+                 for name in ("controlled", "controlled_layer_norm", "full_model", "prolonged")}
         return cls(**parts, options=doc["options"])
 
     def to_csv(self, path: str | Path | None = None) -> str:
