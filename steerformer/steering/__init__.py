@@ -2,6 +2,7 @@
 publish, undo."""
 
 from .edit import is_steered, steer, steering_records, unsteer
+from .edits import Edit, Steering, steering_of
 from .hub import push_to_hub
 from .record import SteeringRecord
 from .save import (
@@ -13,6 +14,6 @@ from .save import (
 )
 
 __all__ = [
-    "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "read_steering", "save_steered", "steer",
+    "Edit", "Steering", "steering_of", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "read_steering", "save_steered", "steer",
     "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint",
 ]

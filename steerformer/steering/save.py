@@ -25,7 +25,7 @@ import torch
 
 from ..errors import CheckpointError, bad_argument
 from ..loading import load_tokenizer
-from .edit import STATE_ATTR, tensor_sha256
+from .edits import Steering, steering_of, tensor_sha256
 from .record import SteeringRecord
 from .untie import retie
 
@@ -102,20 +102,20 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     from safetensors.torch import save_file
 
 
-    state = getattr(model, STATE_ATTR, None)
-    if state is None:
+    steering = steering_of(model)
+    if steering is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
                            "Steer it first, or save it with model.save_pretrained(...).")
-    records: list[SteeringRecord] = state["records"]
+    records: list[SteeringRecord] = steering.records
     tok = load_tokenizer(model, tokenizer)
-    payload = {"records": [r.to_dict() for r in records], "untie": state.get("untie")}
+    payload = steering.to_dict()
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         side = tmp / SIDE_DIR
         side.mkdir()
         (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
-        save_file({k: v.detach().contiguous().cpu() for k, v in state["originals"].items()}, str(side / ORIGINAL_FILE),
+        save_file({k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}, str(side / ORIGINAL_FILE),
                   metadata={"format": "pt"})
         compact = json.dumps(payload, separators=(",", ":"))
         for st in sorted(tmp.glob("*.safetensors")):
@@ -125,7 +125,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
         if card:
             from .card import model_card
 
-            model_card(records, untie=state.get("untie")).save(str(tmp / "README.md"))
+            model_card(records, untie=steering.untie).save(str(tmp / "README.md"))
 
     return write_atomically(directory, fill, overwrite=overwrite)
 
