@@ -414,6 +414,9 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
     for st in files:
         hashes.update(safetensors_hashes(st))  # validates every file against its size first
         metas[st.name] = read_safetensors_metadata(st).get(METADATA_KEY)
+    model = _load_plain(d, _auto_class(d), None, None)
+    for name in _named_originals(records):
+        _param(model, name, d)  # a module the model does not have: broken provenance
     checks = []
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -460,7 +463,6 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         check("direction hash", vector_hash(u) == r.direction_sha256 and vector_hash(w) == r.left_sha256,
               f"records[{i}] (layer {r.layer})")
     # Recompute the whole chain from the originals and compare with the saved weights.
-    model = _load_plain(d, _auto_class(d), None, None)
     if problems:
         check("edits recomputed", False, "not recomputed: the originals do not match the records")
     elif any(not r.edits for r in records):
