@@ -106,3 +106,59 @@ def test_unsteer_last_is_checked() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(Exception, match="last="):
             unsteer(model, last=bad)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_bias_shift_is_reported_and_compensated_through_b_O(family: str) -> None:
+    """Feeding the concatenated value bias b_V through the real output module (weight and bias):
+    the edit adds γ (a·b_V) u to it — record.bias_shift_norm — unless compensate_bias removes it."""
+    model = make_model(family, dtype=torch.float64)
+    adapter = get_adapter(model.config)
+    slot = adapter.layer_sequence()[-1]
+    name = adapter.output_weight_name(slot)
+    out_module = model.base_model.get_submodule(name.rsplit(".", 1)[0])
+    if family == "bert":
+        b_V = model.base_model.encoder.layer[1].attention.self.value.bias.detach().clone()
+    else:
+        b_V = model.base_model.h[1].attn.c_attn.bias.detach()[128:192].clone()
+    original = _params(model)
+    with torch.no_grad():
+        y0 = out_module(b_V[None])[0].clone()
+    u, w = _unit(64, 1), _unit(64, 2)
+    rec = steer(model, u, left=w, gain=3.0, solve="exact", report=False)
+    with torch.no_grad():
+        shift = out_module(b_V[None])[0] - y0
+    expect = 3.0 * float(rec.edit.a @ b_V) * u
+    assert torch.allclose(shift, expect, atol=1e-10) and abs(rec.bias_shift_norm - expect.norm()) < 1e-10
+    assert rec.bias_shift_norm > 1e-3 and "bias shift" in rec.summary()
+    unsteer(model)
+    rec = steer(model, u, left=w, gain=3.0, solve="exact", report=False, compensate_bias=True)
+    with torch.no_grad():
+        shift = out_module(b_V[None])[0] - y0
+    assert shift.abs().max() < 1e-10 and rec.compensate_bias and "compensated" in rec.summary()
+    # an exact solve applies w itself (w_eff = w); undo restores b_O exactly
+    assert rec.w_eff_cos > 1 - 1e-9
+    unsteer(model)
+    assert _same(_params(model), original)
+
+
+def test_compensated_chain_saves_verifies_and_unsteers_from_disk(tmp_path) -> None:
+    from steerformer.steering import save_steered, unsteer_checkpoint, verify_checkpoint
+    from transformers import BertModel
+
+    model = make_model("bert", dtype=torch.float32)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    steer(model, _unit(64, 1), gain=2.0, solve="exact", report=False, compensate_bias=True)
+    steer(model, _unit(64, 2), gain=1.0, solve="exact", report=False, compensate_bias=True)
+    out = save_steered(model, tmp_path / "s")
+    assert verify_checkpoint(out)["ok"]
+    back = BertModel.from_pretrained(unsteer_checkpoint(out, tmp_path / "o")).state_dict()
+    assert all(torch.equal(original[k], back[k]) for k in original)
+
+
+def test_compensate_bias_needs_biases() -> None:
+    from transformers import GPTNeoModel  # noqa: F401  (GPT-Neo has no value bias)
+
+    model = make_model("gpt_neo")
+    with pytest.raises(Exception, match="compensate_bias"):
+        steer(model, _unit(64, 1), gain=1.0, solve="exact", report=False, compensate_bias=True)

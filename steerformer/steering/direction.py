@@ -48,7 +48,8 @@ def check_vector(value: Any, d: int, *, name: str = "direction", model_name: str
         raise bad_argument(name, f"a vector with {int((~np.isfinite(arr)).sum())} NaN/inf entries", "a finite vector")
     if not arr.any():
         raise bad_argument(name, "the zero vector", "a non-zero vector (only its direction is used)")
-    n = np.linalg.norm(arr)
+    with np.errstate(over="ignore", under="ignore"):
+        n = np.linalg.norm(arr)
     if not np.isfinite(n) or n < 1e-150:
         # The norm overflows (entries ~1e308) or loses precision: scale by max |x| first. Only
         # here, so ordinary vectors keep their exact bytes.

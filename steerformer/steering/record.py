@@ -98,9 +98,11 @@ class SteeringRecord:
     def summary(self) -> str:
         """A few human-readable lines (the CLI prints them)."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
-            f"gain {self.gain:.6g} = strength {self.strength:.4g} x |lambda1|",
+            f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
+            f"{g(self.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(self.w_eff_cos)}",
             f"alignment, controlled dynamics: {f(self.alignment_dynamics_before)} -> {f(self.alignment_dynamics_after)}",
             f"alignment, real model final states: {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}",
             f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
@@ -109,6 +111,9 @@ class SteeringRecord:
         if self.spectrum_before and self.spectrum_after:
             lines.append(f"lambda1 {self.spectrum_before['lambda1'][0]:.4g} -> {self.spectrum_after['lambda1'][0]:.4g}, "
                          f"gap {self.spectrum_before['gap']:.4g} -> {self.spectrum_after['gap']:.4g}")
+        if self.bias_shift_norm is not None:
+            lines.append(f"bias shift |gain (a.b_V) u| = {self.bias_shift_norm:.4g} on every token's attention output"
+                         + (" (compensated through b_O)" if self.compensate_bias else ""))
         if len(self.layers_changed) > 1:
             lines.append(f"shared weights: layers {self.layers_changed} all changed")
         if self.message:
