@@ -40,3 +40,8 @@ __all__ = [
     "power_method_stats", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "save_steered",
     "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
 ]
+
+# Steering edits as values (issue 11): the Edit / Steering API and the context manager.
+from .steering import Edit, Steering, steered, steering_of  # noqa: E402
+
+__all__ += ["Edit", "Steering", "steered", "steering_of"]

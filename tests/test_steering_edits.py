@@ -162,3 +162,21 @@ def test_compensate_bias_needs_biases() -> None:
     model = make_model("gpt_neo")
     with pytest.raises(Exception, match="compensate_bias"):
         steer(model, _unit(64, 1), gain=1.0, solve="exact", report=False, compensate_bias=True)
+
+
+def test_steered_context_manager_always_removes_its_edit() -> None:
+    import steerformer as sf
+
+    model = make_model("gpt2", dtype=torch.float32)
+    original = _params(model)
+    with sf.steered(model, _unit(64, 1), gain=2.0, solve="exact", report=False) as rec:
+        assert rec.edit.layer == 1 and not _same(_params(model), original)
+    assert _same(_params(model), original) and steering_of(model) is None
+    # an earlier edit stays; an exception inside the block still removes the block's edits
+    steer(model, _unit(64, 2), gain=1.0, solve="exact", layer=0, report=False)
+    once = _params(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with sf.steered(model, _unit(64, 1), gain=2.0, solve="exact", report=False):
+            steer(model, _unit(64, 3), gain=1.0, solve="exact", report=False)  # made inside: removed too
+            raise RuntimeError("boom")
+    assert _same(_params(model), once) and len(steering_of(model).records) == 1

@@ -1,7 +1,7 @@
 """Rank-1 steering of an attention layer (MATH.md §5): edit, choose the strength, verify, save,
 publish, undo."""
 
-from .edit import is_steered, steer, steering_records, unsteer
+from .edit import is_steered, steer, steered, steering_records, unsteer
 from .edits import Edit, Steering, steering_of
 from .hub import push_to_hub
 from .record import SteeringRecord
@@ -15,5 +15,5 @@ from .save import (
 
 __all__ = [
     "Edit", "Steering", "steering_of", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "read_steering", "save_steered", "steer",
-    "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint",
+    "steered", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint",
 ]

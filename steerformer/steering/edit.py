@@ -9,9 +9,10 @@ Computed in float64 from the stored weights and cast back to the model's dtype. 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -398,3 +399,19 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
         retie(model, steering.untie)
     delattr(model, STATE_ATTR)
     return model
+
+
+@contextlib.contextmanager
+def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[SteeringRecord]:
+    """``with steered(model, direction, gain=…) as rec:`` — :func:`steer` on entry (same arguments),
+    and on exit, also on an exception, the edit is removed bit for bit (with any edit made after it
+    inside the block). Edits made before the block stay."""
+    rec = steer(model, direction, **kwargs)
+    try:
+        yield rec
+    finally:
+        steering = steering_of(model)
+        if steering is not None:
+            index = next((i for i, r in enumerate(steering.records) if r is rec), None)
+            if index is not None:
+                unsteer(model, last=len(steering.records) - index)
