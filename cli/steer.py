@@ -31,6 +31,10 @@ def steer_cmd(
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
     private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
+    device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Load the model in this dtype (fp32, fp16, bf16; default: stored)."),
+    compensate_bias: bool = typer.Option(False, "--compensate-bias", help="Remove the edit's bias shift through b_O."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars on stderr."),
 ) -> None:
     """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
     from steerformer.steering import load_for_steering, save_steered, steer
@@ -39,10 +43,12 @@ def steer_cmd(
     with user_errors():
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
-        m = load_for_steering(model)
+        dev, dt = _device_dtype(device, dtype)  # cheap checks before loading
+        m = load_for_steering(model, dtype=dt, device=dev)
         rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
                     strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
-                    layer=layer, through_ffn=through_ffn, untie_last=untie_last)
+                    layer=layer, through_ffn=through_ffn, untie_last=untie_last, compensate_bias=compensate_bias,
+                    progress=not quiet)
         typer.echo(rec.summary())
         if record_json is not None:
             rec.to_json(record_json)
@@ -51,6 +57,31 @@ def steer_cmd(
             typer.echo(f"saved to {path}")
             if push_to_hub is not None:
                 typer.echo(f"pushed: {push(path, push_to_hub, private=private)}")
+
+
+def _device_dtype(device: Optional[str], dtype: Optional[str]):
+    """(device, torch dtype) from --device / --dtype, checked before anything is loaded."""
+    import torch
+    from steerformer.collapse.run import DTYPES
+    from steerformer.errors import bad_argument
+
+    dt = None
+    if dtype is not None:
+        key = dtype.lower().removeprefix("torch.")
+        if key not in DTYPES:
+            raise bad_argument("--dtype", dtype, f"one of {', '.join(sorted(DTYPES))}")
+        dt = DTYPES[key]
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise bad_argument("--device", device, "a torch device such as cpu, cuda or cuda:1") from None
+        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+            raise bad_argument("--device", device, "an available device", "This torch build or machine has no such "
+                               "CUDA device; use --device cpu.")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise bad_argument("--device", device, "an available device", "MPS is not available here; use --device cpu.")
+    return device, dt
 
 
 @app.command("unsteer")
