@@ -89,12 +89,19 @@ def unsteer_cmd(
     directory: Path = typer.Argument(..., help="A checkpoint written by `steerformer steer --out`."),
     out: Path = typer.Option(..., "--out", help="Where to write the restored original model."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+    last: Optional[int] = typer.Option(None, "--last", help="Remove only the last K steering calls (default: all)."),
 ) -> None:
     """Restore the original weights (bit-identical) from a steered checkpoint alone."""
     from steerformer.steering import unsteer_checkpoint
 
     with user_errors():
-        typer.echo(f"restored original model to {unsteer_checkpoint(directory, out, overwrite=overwrite)}")
+        if last is not None and last < 1:
+            from steerformer.errors import bad_argument
+
+            raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
+        path = unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
+        typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None
+                   else f"restored original model to {path}")
 
 
 @app.command("verify")
