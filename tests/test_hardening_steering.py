@@ -102,6 +102,13 @@ def test_steer_huge_gain_is_refused_and_the_model_restored(gain: float, report: 
     assert len(steering_of(model).records) == 1
 
 
+def test_steer_strength_1e308_is_one_clear_error() -> None:  # id: steer-strength-1e308 (was ArpackError)
+    model = make_model("gpt2", dtype=torch.float32)
+    with pytest.raises(SteerformerError, match=r"strength=1e\+308"):
+        steer(model, _unit(64, 1), strength=1e308, solve="exact")
+    assert steering_of(model) is None
+
+
 def test_cli_steer_huge_gain_saves_nothing(tmp_path: Path) -> None:
     make_model("gpt2", dtype=torch.float32).save_pretrained(tmp_path / "base")
     np.save(tmp_path / "u.npy", _unit(64, 1).numpy())
