@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "push_to_hub": ".steering", "save_steered": ".steering", "steer": ".steering",
     "steering_records": ".steering", "unsteer": ".steering", "unsteer_checkpoint": ".steering",
     "verify_checkpoint": ".steering",
+    # steering edits as values (issue 11): the Edit / Steering API and the context manager
+    "Edit": ".steering", "Steering": ".steering", "steered": ".steering", "steering_of": ".steering",
     # the result protocol
     "ResultProtocol": ".results",
     # statistics
@@ -106,8 +108,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
-        SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,
-        unsteer_checkpoint, verify_checkpoint,
+        Edit, Steering, SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steered,
+        steering_of, steering_records, unsteer, unsteer_checkpoint, verify_checkpoint,
     )
     from .stats import (
         AlignmentStats, HiddenStates, PowerMethodReport, StatsConfig, alignment_stats, model_hidden_states,

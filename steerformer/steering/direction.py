@@ -46,9 +46,15 @@ def check_vector(value: Any, d: int, *, name: str = "direction", model_name: str
                            f"{model_name} has d_model={d}")
     if not np.isfinite(arr).all():
         raise bad_argument(name, f"a vector with {int((~np.isfinite(arr)).sum())} NaN/inf entries", "a finite vector")
-    n = np.linalg.norm(arr)
-    if n == 0:
+    if not arr.any():
         raise bad_argument(name, "the zero vector", "a non-zero vector (only its direction is used)")
+    with np.errstate(over="ignore", under="ignore"):
+        n = np.linalg.norm(arr)
+    if not np.isfinite(n) or n < 1e-150:
+        # The norm overflows (entries ~1e308) or loses precision: scale by max |x| first. Only
+        # here, so ordinary vectors keep their exact bytes.
+        arr = arr / np.abs(arr).max()
+        n = np.linalg.norm(arr)
     return torch.from_numpy(arr / n)
 
 
@@ -111,6 +117,8 @@ def text_direction(model: Any, tokenizer: Any, text: str, d: int) -> tuple[torch
         raise bad_argument("text", text, "a non-empty string")
     enc = tokenizer([text], return_tensors="pt")
     base = getattr(model, "base_model", model)
+    dev = next((p.device for p in base.parameters() if p.device.type != "meta"), None)
+    enc = {k: v.to(dev) for k, v in enc.items()} if dev is not None else enc
     with torch.no_grad():
         h = base(**enc).last_hidden_state[0]
     return check_vector(h.mean(0), d, name="text"), {"text": text, "n_tokens": int(h.shape[0])}
