@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from steerformer_cli._common import parse_layers, user_errors
+from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
 def default_out(model: str) -> Path:
-    return Path("runs") / re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)
+    from steerformer.outputs import safe_folder_name
+
+    return Path("runs") / safe_folder_name(model)
 
 
 @app.command("analyze")
@@ -42,17 +43,20 @@ def analyze_cmd(
     """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
     layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures."""
     from steerformer.analyze import analyze
+    from steerformer.outputs import ANALYZE, write_atomically
     from steerformer.stats import StatsConfig
 
     with user_errors():
+        out_dir = out or default_out(model)
+        check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
         report = analyze(model, layers=parse_layers(layers), dtype=dtype, device=device, revision=revision,
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(
                              n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,
                              bias=bias, prolong=prolong, full_model=not no_full_model, prompts=prompts,
                              cumulative=not no_cumulative))
-        out_dir = out or default_out(model)
-        report.save(out_dir, plots=not no_plots)
+        write_atomically(out_dir, lambda tmp: report.save(tmp, plots=not no_plots), overwrite=True, kind=ANALYZE,
+                         inputs=[model], name="--out")
     if as_json:
         typer.echo(report.to_json())
         return

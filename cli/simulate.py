@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import user_errors
+from steerformer_cli._common import check_cheap_options, user_errors
 from steerformer_cli.main import app
 
 
@@ -47,6 +47,7 @@ def simulate(
             typer.echo(f"{spec.name:8s} {spec.kind:10s} {spec.summary}")
         return
     with user_errors():
+        check_cheap_options(out=out, kind="simulate", overwrite=True, inputs=[model])
         kwargs: dict = {"runs": runs, "seed": seed, "t1": t1, "dt": dt}
         if setup in SETUPS and SETUPS[setup].kind == "continuous":
             kwargs["progress"] = progress
@@ -61,6 +62,9 @@ def simulate(
         for key, value in result.summary.items():
             typer.echo(f"  {key}: {json.dumps(value, default=str)}")
         if out is not None:
-            result.to_json(out / "result.json")
-            paths = result.plot(out)
+            from steerformer.outputs import SIMULATE, write_atomically
+
+            paths: list = []
+            write_atomically(out, lambda tmp: (result.to_json(tmp / "result.json"), paths.extend(result.plot(tmp))),
+                             overwrite=True, kind=SIMULATE, name="--out")
             typer.echo(f"wrote {out / 'result.json'} and {len(paths)} figure(s) to {out}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from steerformer_cli._common import user_errors
+from steerformer_cli._common import check_cheap_options, user_errors
 from steerformer_cli.main import app
 
 
@@ -39,6 +39,7 @@ def steer_cmd(
     with user_errors():
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model])
         m = load_for_steering(model)
         rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
                     strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
@@ -63,6 +64,7 @@ def unsteer_cmd(
     from steerformer.steering import unsteer_checkpoint
 
     with user_errors():
+        check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
         typer.echo(f"restored original model to {unsteer_checkpoint(directory, out, overwrite=overwrite)}")
 
 

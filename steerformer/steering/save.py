@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,35 +36,8 @@ ORIGINAL_FILE = "original.safetensors"
 METADATA_KEY = "steerformer"
 
 
-# ---- atomic folder writes ----------------------------------------------------------------------
-def _check_target(directory: Path, overwrite: bool) -> None:
-    if directory.exists() and not directory.is_dir():
-        raise bad_argument("directory", str(directory), "a folder path (this is a file)")
-    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
-        raise bad_argument("directory", str(directory), "an empty or missing folder",
-                           "Pass overwrite=True (CLI: --overwrite) to replace it.")
-
-
-def write_atomically(directory: str | os.PathLike, fill, *, overwrite: bool = False) -> Path:
-    """Create a temporary sibling folder, ``fill(tmp)`` it, then move it to ``directory``. On any
-    error the temporary folder is removed and ``directory`` is left as it was."""
-    target = Path(directory).expanduser().resolve()
-    _check_target(target, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        fill(tmp)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, old / "x")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+# ---- atomic folder writes (one implementation for every command: steerformer/outputs.py) -------
+from ..outputs import STEERED, UNSTEERED, write_atomically  # noqa: E402  (re-exported: callers import it from here)
 
 
 # ---- safetensors metadata ----------------------------------------------------------------------
@@ -127,7 +99,8 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
 
             model_card(records, untie=state.get("untie")).save(str(tmp / "README.md"))
 
-    return write_atomically(directory, fill, overwrite=overwrite)
+    return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
+                            inputs=[getattr(model.config, "_name_or_path", None)])
 
 
 def read_steering(directory: str | os.PathLike) -> tuple[list[SteeringRecord], dict | None, dict[str, torch.Tensor]]:
@@ -184,7 +157,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
         if tok is not None:
             tok.save_pretrained(str(tmp))
 
-    return write_atomically(out, fill, overwrite=overwrite)
+    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory])
 
 
 def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dict:
