@@ -19,7 +19,7 @@ import torch
 
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .errors import CheckpointError, ModelNotFoundError, SteerformerError
+from .errors import CheckpointError, ModelNotFoundError, SteerformerError, bad_argument
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,7 @@ def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.
         return model_or_path
     import transformers
 
+    check_device(device)
     path = Path(model_or_path) if isinstance(model_or_path, Path) else None
     if path is None or not path.is_dir():
         path, _, _ = resolve_checkpoint(str(model_or_path), revision=revision)
@@ -234,6 +235,35 @@ def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.
     if device is not None:
         model = model.to(device)
     return model.eval()
+
+
+def check_device(device: Any, *, name: str = "device") -> None:
+    """Refuse a device this torch build cannot use (a typo, CUDA on a CPU build, an index past the
+    last GPU) before anything is loaded."""
+    if device is None:
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
+                               "Use --device cpu.")
+        if dev.index is not None and dev.index >= n:
+            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
+        return
+    if dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
+        return
+    try:
+        torch.empty(0, device=dev)
+    except Exception:
+        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
 
 
 def _dtype_kwarg() -> str:

@@ -74,7 +74,7 @@ def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: 
     target = _resolve(out)
     shown = str(out)
     if target.exists() and not target.is_dir():
-        raise bad_argument(name, shown, "a folder path (this is a file)", "Pass a folder name.")
+        raise bad_argument(name, shown, "a folder path (this path is a file)", "Pass a new folder name.")
     cwd = Path.cwd().resolve()
     if _is_within(cwd, target):
         what = "the current directory" if target == cwd else "an ancestor of the current directory"

@@ -114,7 +114,8 @@ def collapse(
     if resume and out is None:
         raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
     torch_dtype = parse_dtype(dtype)
-    store = RunStore.open(out, resume=resume) if out is not None else None  # fail before loading a model
+    inputs = [model_or_path] if isinstance(model_or_path, (str, os.PathLike)) else []
+    store = RunStore.open(out, resume=resume, inputs=inputs) if out is not None else None  # fail before loading
 
     model = _prepare_model(model_or_path, torch_dtype, device, own=weights != "pretrained")
     looped = LoopedModel(model, ffn=ffn)
@@ -142,6 +143,7 @@ def collapse(
 
     start, h, emb = 0, None, None
     if store is not None and resume:
+        verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
         old = store.read_run()
         diff = {k: (old["options"].get(k), options[k]) for k in _RESUME_KEYS if old["options"].get(k) != options[k]}
         for k in ("model_type", "n_blocks", "d_model"):
@@ -153,7 +155,7 @@ def collapse(
                                "Resume with the original options, or start a new run in another folder.")
         if not np.array_equal(store.read_prompts(), ids):
             raise bad_argument("resume", True, "the prompts of the run being resumed (the token ids differ)")
-        state = store.load_state()
+        state = store.load_state() if verified > 0 else None
         if state is not None:
             start, h, emb = int(state["completed"]), state["hidden"].to(dev), store.read_embedding()
             log.info("resuming %s after pass %d", store.path, start)
