@@ -14,7 +14,8 @@ from steerformer_cli.main import app
 def default_out(model: str) -> Path:
     from steerformer.outputs import safe_folder_name
 
-    return Path("runs") / safe_folder_name(model)
+    local = Path(model).expanduser()
+    return Path("runs") / safe_folder_name(local.resolve().name if local.is_dir() else model)
 
 
 @app.command("analyze")

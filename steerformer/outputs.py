@@ -114,6 +114,9 @@ def _check_writable(target: Path) -> None:
         raise NotADirectoryError(20, "a parent is a file", str(p))
     if not os.access(p, os.W_OK | os.X_OK):
         raise PermissionError(13, f"no write permission for {p}", str(p))
+    import tempfile
+
+    os.rmdir(tempfile.mkdtemp(prefix=".steerformer-write-probe-", dir=p))  # root passes os.access everywhere
 
 
 def current_umask() -> int:
@@ -125,6 +128,16 @@ def current_umask() -> int:
 def apply_umask(path: Path, *, directory: bool) -> None:
     """Give ``path`` the mode a plain ``mkdir``/``open`` would have (mkdtemp/mkstemp use 0700/0600)."""
     os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+def _normalize_modes(root: Path) -> None:
+    """Files written through temporaries (safetensors, mkstemp) come out 0600: give every file and
+    folder of a finished output the mode the umask gives a plain ``open``/``mkdir``."""
+    mask = current_umask()
+    os.chmod(root, 0o777 & ~mask)
+    for p in root.rglob("*"):
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -210,6 +223,7 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
 
             (tmp / kind.stamp).write_text(json.dumps({"written_by": f"steerformer {kind.command}",
                                                       "version": __version__}) + "\n")
+        _normalize_modes(tmp)
         if target.exists():
             old = _sibling(target, _OLD)
             try:
