@@ -50,6 +50,10 @@ def analyze_cmd(
     with user_errors():
         out_dir = out or default_out(model)
         check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
+        if prompts is not None and not (spectra_only or no_full_model):
+            from steerformer.stats.full_model import read_prompts_file
+
+            read_prompts_file(prompts)  # a bad file is refused before the eigen-decompositions
         report = analyze(model, layers=parse_layers(layers), dtype=dtype, device=device, revision=revision,
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(

@@ -27,6 +27,35 @@ def _layer_matrix(model: str, layer: int):
     return mats[layer]
 
 
+#: Above this many runs, one run is simulated first to estimate the memory of the whole batch.
+_PROBE_RUNS = 1000
+
+
+def _check_numbers(setup: str, runs, t1, dt, seed: int) -> None:
+    """--t1 / --dt finite and positive; a huge --runs refused with a memory estimate."""
+    import math
+
+    from steerformer.errors import bad_argument
+
+    for name, v in (("--t1", t1), ("--dt", dt)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise bad_argument(name, v, "a finite positive number")
+    if runs is not None and runs > _PROBE_RUNS:
+        import os
+
+        from steerformer.ode import run_setup
+
+        one = run_setup(setup, runs=1, seed=seed, t1=t1, dt=dt)  # the same run, once
+        cfg = one.config
+        tokens = int(cfg.get("n") or (cfg.get("n1", 0) + cfg.get("n2", 0)) or 1)
+        need = runs * tokens * int(cfg.get("d", 1)) * max(len(one.times), 1) * 8 * 2  # states + derived series
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need > have // 2:
+            raise bad_argument("--runs", runs, f"a batch that fits in memory: {runs} runs of {tokens} tokens × "
+                               f"{len(one.times)} time points need about {need / 2**30:,.0f} GiB, this machine has "
+                               f"{have / 2**30:,.0f} GiB", f"Use --runs {max(1, int(runs * have / 2 / need)):,} or fewer.")
+
+
 @app.command("simulate")
 def simulate(
     setup: str = typer.Argument(..., help="Setup name (see `steerformer simulate list`), or `list`."),
@@ -48,6 +77,8 @@ def simulate(
         return
     with user_errors():
         check_cheap_options(out=out, kind="simulate", overwrite=True, inputs=[model])
+        if setup in SETUPS:
+            _check_numbers(setup, runs, t1, dt, seed)
         kwargs: dict = {"runs": runs, "seed": seed, "t1": t1, "dt": dt}
         if setup in SETUPS and SETUPS[setup].kind == "continuous":
             kwargs["progress"] = progress
