@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from steerformer import layer_matrices
-from steerformer.errors import CheckpointError, InvalidArgumentError, SteerformerError
+from steerformer.errors import CheckpointError, InvalidArgumentError
 from steerformer.loading import load_model
 
 from .tiny_models import make_model
@@ -230,7 +230,3 @@ def test_api_steer_with_out_of_vocabulary_prompt_ids() -> None:
     with pytest.raises(InvalidArgumentError, match=r"prompts=.*\[0, 100\]"):
         sf.steer(model, np.ones(64), strength=1.0, prompts=bad)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-
-
-def test_errors_are_steerformer_errors() -> None:
-    assert issubclass(CheckpointError, SteerformerError)

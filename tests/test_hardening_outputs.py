@@ -266,14 +266,3 @@ def test_kill_9_during_save_leaves_the_old_output_and_the_next_save_cleans_up(tm
     assert len(leftovers) == 1 and (leftovers[0] / "config.json").is_file()
     save_steered(steered, out, overwrite=True)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
-
-
-def test_direction_npy_input_unchanged_by_failed_checks(tmp_path) -> None:
-    # the guard runs before anything is written: a refused --out leaves no temporary behind
-    (tmp_path / "foreign").mkdir()
-    (tmp_path / "foreign" / "a").write_text("a")
-    vec = tmp_path / "u.npy"
-    np.save(vec, np.ones(64))
-    res = _cli(["steer", "no/model", "--direction", str(vec), "--strength", "1", "--out", str(tmp_path / "foreign")])
-    assert res.exit_code == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "u.npy"]
