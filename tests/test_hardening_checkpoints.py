@@ -230,3 +230,19 @@ def test_api_steer_with_out_of_vocabulary_prompt_ids() -> None:
     with pytest.raises(InvalidArgumentError, match=r"prompts=.*\[0, 100\]"):
         sf.steer(model, np.ones(64), strength=1.0, prompts=bad)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_auto_map_code_in_a_checkpoint_never_runs(base, tmp_path) -> None:
+    d = _copy(base, tmp_path)
+    sentinel = tmp_path / "remote-code-ran"
+    (d / "evil.py").write_text(f"from pathlib import Path\nPath({str(sentinel)!r}).touch()\n"
+                               "from transformers import GPT2Config as EvilConfig, GPT2Model as EvilModel\n")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}
+    (d / "config.json").write_text(json.dumps(cfg))
+    ref = layer_matrices(base).matrices
+    torch.testing.assert_close(layer_matrices(d).matrices, ref, rtol=0, atol=0)
+    load_model(d)
+    res = _cli(["steer", str(d), "--eigvec", "0", "--gain", "1"])
+    assert res.exit_code == 0, res.output
+    assert not sentinel.exists()
