@@ -246,3 +246,19 @@ def test_auto_map_code_in_a_checkpoint_never_runs(base, tmp_path) -> None:
     res = _cli(["steer", str(d), "--eigvec", "0", "--gain", "1"])
     assert res.exit_code == 0, res.output
     assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("cmd", ["verify", "unsteer"])
+@pytest.mark.parametrize("case", ["header-len-2^62", "truncated-model-safetensors"])
+def test_corrupt_weights_of_a_steered_checkpoint_are_one_line(tmp_path, cmd, case) -> None:
+    from steerformer.steering import save_steered, steer
+
+    model = make_model("gpt2")
+    steer(model, torch.ones(64, dtype=torch.float64), strength=5.0, report=False)
+    s = save_steered(model, tmp_path / "s")
+    f = s / "model.safetensors"
+    f.write_bytes(HEADERS["header-len-2^62"] if case == "header-len-2^62" else f.read_bytes()[: f.stat().st_size // 2])
+    args = [cmd, str(s)] + (["--out", str(tmp_path / "o")] if cmd == "unsteer" else [])
+    res = _cli(args)  # used to be a SafetensorError traceback
+    assert res.exit_code in (1, 2) and "model.safetensors is not a valid safetensors file" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
