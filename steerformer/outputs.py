@@ -205,8 +205,9 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
     error the temporary folder is removed and ``directory`` is left as it was. ``directory`` must
     pass :func:`check_output_folder`; ``overwrite`` replaces an earlier output of ``kind`` only."""
     target = _resolve(directory)
-    clean_stale(target)
     check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
+    if clean_stale(target):  # an old output may be back in place: the rules apply to it
+        check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = _sibling(target, _TMP)

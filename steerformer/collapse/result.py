@@ -109,7 +109,13 @@ class CollapseResult:
         from .store import RunStore
 
         store = RunStore(run)
-        done = store.completed_passes()
+        if not run.is_dir():
+            from ..errors import bad_argument
+
+            raise bad_argument("run", str(run), "a collapse output folder or a collapse.npz file (no such path)")
+        # stores with hashes are verified like a resume; older ones are read as they are
+        done = store.verify() if (run / "run.json").is_file() and "integrity" in store.read_run() else \
+            store.completed_passes()
         if done == 0:
             from ..errors import bad_argument
 
