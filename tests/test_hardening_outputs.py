@@ -204,11 +204,17 @@ def test_stale_temporaries_of_the_same_target_are_removed(tmp_path, steered) -> 
     assert not any(d.exists() for d in stale) and live.exists() and other.exists()
 
 
-def test_interrupted_overwrite_puts_the_old_output_back_and_says_where(tmp_path, steered, caplog) -> None:
+@pytest.mark.parametrize("layout", ["current", "mkdtemp-x"])
+def test_interrupted_overwrite_puts_the_old_output_back_and_says_where(tmp_path, steered, caplog, layout) -> None:
     out = save_steered(steered, tmp_path / "out")
     before = _tree(out)
-    aside = tmp_path / f".out.old-{2 ** 22 + 1}-abcd1234"
-    os.replace(out, aside)  # what a kill between the two renames of an overwrite leaves
+    if layout == "current":
+        aside = tmp_path / f".out.old-{2 ** 22 + 1}-abcd1234"
+        os.replace(out, aside)  # what a kill between the two renames of an overwrite leaves
+    else:  # the layout of earlier versions: .out.old-XXXX/x
+        aside = tmp_path / ".out.old-k3j4h5"
+        aside.mkdir()
+        os.replace(out, aside / "x")
     with caplog.at_level("WARNING"):
         with pytest.raises(InvalidArgumentError, match="overwrite"):
             save_steered(steered, out)  # the old output is back, so this needs overwrite again
