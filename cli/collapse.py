@@ -96,9 +96,8 @@ def plot_collapse_cmd(
     """Put several collapse runs (e.g. the paper's four variants) on one figure."""
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure
-        from steerformer.errors import bad_argument
-
         from steerformer.collapse.plot import figure_path
+        from steerformer.errors import bad_argument
         from steerformer.outputs import write_file_atomically
 
         if stat not in ("e", "pairwise", "centroid"):
