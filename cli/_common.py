@@ -24,6 +24,10 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=130) from None
 
 
+#: No model has this many layers; a longer --layers range is a typo (and would fill memory).
+MAX_LAYERS = 100_000
+
+
 # Library argument name -> CLI flag, where the command's own parameter has another name.
 # Names that match a parameter of the running command (``direction`` -> ``--direction``) need no entry.
 FLAG_OF_ARGUMENT: dict[str, str] = {
@@ -89,5 +93,46 @@ def parse_layers(spec: str | None) -> list[int] | None:
                 "--layers", spec, "comma-separated layer indices or inclusive ranges such as '0,2,5-7'"
             )
         lo = int(m.group(1))
-        out.extend(range(lo, int(m.group(2)) + 1) if m.group(2) is not None else [lo])
+        if m.group(2) is not None:
+            hi = int(m.group(2))
+            if lo < 0 or hi < lo or hi - lo >= MAX_LAYERS:
+                raise bad_argument("--layers", spec, f"ranges 'a-b' with 0 <= a <= b < a + {MAX_LAYERS} "
+                                   f"('{part.strip()}' is {'empty' if hi < lo and lo >= 0 else 'not one'})",
+                                   "Write negative indices singly, e.g. '-2,-1'.")
+            out.extend(range(lo, hi + 1))
+        else:
+            out.append(lo)
     return out
+
+
+def check_cheap_options(*, out=None, record=None, kind: str | None = None, overwrite: bool = False,
+                        inputs=(), device: str | None = None, incremental: bool = False) -> None:
+    """Everything that can be refused without loading a model, refused before loading it: the
+    output folder rules (steerformer.outputs), a --record file path, the --device."""
+    if out is not None and kind is not None:
+        from steerformer.outputs import KINDS, check_output_folder
+
+        check_output_folder(out, KINDS[kind], overwrite=overwrite, inputs=inputs, name="--out",
+                            incremental=incremental)
+    if record is not None:
+        check_file_target(record, "--record")
+    if device is not None:
+        from steerformer.loading import check_device
+
+        check_device(device, name="--device")
+
+
+def check_file_target(path, name: str) -> None:
+    """A file to be written: not a folder, in an existing folder that can be written."""
+    import os
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise bad_argument(name, str(path), "a file path (this is a folder)", f"Pass e.g. {p / 'record.json'}.")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise bad_argument(name, str(path), f"a file in an existing folder ({parent} does not exist)",
+                           f"Create it first (mkdir -p {parent}) or pick another path.")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise bad_argument(name, str(path), "a file you may write (permission denied)", "Pick another path.")

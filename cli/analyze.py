@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from steerformer_cli._common import parse_layers, user_errors
+from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
@@ -21,7 +20,10 @@ class EigDtype(str, Enum):
 
 
 def default_out(model: str) -> Path:
-    return Path("runs") / re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)
+    from steerformer.outputs import safe_folder_name
+
+    local = Path(model).expanduser()
+    return Path("runs") / safe_folder_name(local.resolve().name if local.is_dir() else model)
 
 
 @app.command("analyze")
@@ -55,9 +57,16 @@ def analyze_cmd(
     Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --layers 0-2 --out runs/minilm
     """
     from steerformer.analyze import analyze
+    from steerformer.outputs import ANALYZE, write_atomically
     from steerformer.stats import StatsConfig
 
     with user_errors():
+        out_dir = out or default_out(model)
+        check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
+        if prompts is not None and not (spectra_only or no_full_model):
+            from steerformer.stats.full_model import read_prompts_file
+
+            read_prompts_file(prompts)  # a bad file is refused before the eigen-decompositions
         report = analyze(model, layers=parse_layers(layers), dtype=dtype.value, device=device, revision=revision,
                          progress=not as_json,
                          stats=False if spectra_only else StatsConfig(
@@ -65,8 +74,8 @@ def analyze_cmd(
                              normalize_initial=not raw_initial, null_draws=null_draws,
                              bias=bias, prolong=prolong, full_model=not no_full_model, prompts=prompts,
                              cumulative=not no_cumulative))
-        out_dir = out or default_out(model)
-        report.save(out_dir, plots=not no_plots)
+        write_atomically(out_dir, lambda tmp: report.save(tmp, plots=not no_plots), overwrite=True, kind=ANALYZE,
+                         inputs=[model], name="--out")
     if as_json:
         typer.echo(report.to_json())
         return

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from steerformer_cli._common import user_errors
+from steerformer_cli._common import check_cheap_options, user_errors
 from steerformer_cli.main import app
 
 
@@ -44,7 +44,9 @@ def _int_list(spec: str, name: str) -> list[int]:
     try:
         out = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
-        raise bad_argument(name, spec, "comma-separated positive integers such as '1,5,10,100'") from None
+        out = []
+    if not out or min(out) < 1:
+        raise bad_argument(name, spec, "comma-separated positive integers such as '1,5,10,100'")
     return out
 
 
@@ -85,6 +87,8 @@ def collapse_cmd(
         if e_precision not in E_PRECISIONS:
             raise bad_argument("--e-precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
         dt = parse_dtype(dtype)
+        check_cheap_options(out=out, kind="collapse", inputs=[model], device=device, incremental=True)
+        decode_loops = _int_list(decode_passes, "--decode-passes") if decode else None
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)
         tok = load_tokenizer(model) if (text or lm is not None) else None
@@ -108,7 +112,7 @@ def collapse_cmd(
         typer.echo(f"wrote {out}/collapse.json, collapse.npz, collapse.png")
         if lm is not None:
             ids = tok(decode_prompt)["input_ids"] if tok is not None else res.token_ids[0, :10].tolist()
-            dec = greedy_decode(lm, ids, passes=_int_list(decode_passes, "--decode-passes"),
+            dec = greedy_decode(lm, ids, passes=decode_loops,
                                 new_tokens=decode_tokens, ffn=not no_ffn, tokenizer=tok)
             typer.echo("greedy continuation after looping:")
             for line in dec.lines():
@@ -120,7 +124,8 @@ def collapse_cmd(
 @app.command("plot-collapse")
 def plot_collapse_cmd(
     runs: List[Path] = typer.Argument(..., help="Collapse output folders (or collapse.npz files)."),
-    out: Path = typer.Option(Path("collapse_runs.png"), "--out", "-o", help="Figure file to write."),
+    out: Path = typer.Option(Path("collapse_runs.png"), "--out", "-o",
+                             help="Figure file to write (.png, .pdf, .svg); an existing folder gets collapse_runs.png."),
     labels: Optional[str] = typer.Option(None, "--labels", help="Comma-separated legend labels, one per run."),
     stat: Stat = typer.Option(Stat.e, "--stat", help="Which statistic to plot."),
 ) -> None:
@@ -131,13 +136,21 @@ def plot_collapse_cmd(
     stat = stat.value
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure
+        from steerformer.collapse.plot import figure_path
         from steerformer.errors import bad_argument
+        from steerformer.outputs import write_file_atomically
 
-        results = [CollapseResult.load(r) for r in runs]
-        names = labels.split(",") if labels else None
-        if names is not None and len(names) != len(results):
-            raise bad_argument("--labels", labels, f"{len(results)} comma-separated labels, one per run")
         if stat not in ("e", "pairwise", "centroid"):
             raise bad_argument("--stat", stat, "one of e, pairwise, centroid")
-        collapse_figure(results, labels=names, stat=stat).savefig(out, dpi=130)
-        typer.echo(f"wrote {out}")
+        target, fmt = figure_path(out)
+        names = labels.split(",") if labels else None
+        if names is not None and len(names) != len(runs):
+            raise bad_argument("--labels", labels, f"{len(runs)} comma-separated labels, one per run")
+        results = [CollapseResult.load(r) for r in runs]
+        fig = collapse_figure(results, labels=names, stat=stat)
+        try:
+            write_file_atomically(target, lambda tmp: fig.savefig(tmp, dpi=130, format=fmt))
+        except OSError as exc:
+            raise bad_argument("--out", str(out), f"a file that can be written ({exc.strerror or exc})",
+                               "Pick a folder you have write permission for.") from None
+        typer.echo(f"wrote {target}")

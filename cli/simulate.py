@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import user_errors
+from steerformer_cli._common import check_cheap_options, user_errors
 from steerformer_cli.main import app
 
 
@@ -24,6 +24,35 @@ def _layer_matrix(model: str, layer: int):
     if not -mats.shape[0] <= layer < mats.shape[0]:
         raise bad_argument("--layer", layer, f"a layer index in [0, {mats.shape[0]})")
     return mats[layer]
+
+
+#: Above this many runs, one run is simulated first to estimate the memory of the whole batch.
+_PROBE_RUNS = 1000
+
+
+def _check_numbers(setup: str, runs, t1, dt, seed: int) -> None:
+    """--t1 / --dt finite and positive; a huge --runs refused with a memory estimate."""
+    import math
+
+    from steerformer.errors import bad_argument
+
+    for name, v in (("--t1", t1), ("--dt", dt)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise bad_argument(name, v, "a finite positive number")
+    if runs is not None and runs > _PROBE_RUNS:
+        import os
+
+        from steerformer.ode import run_setup
+
+        one = run_setup(setup, runs=1, seed=seed, t1=t1, dt=dt)  # the same run, once
+        cfg = one.config
+        tokens = int(cfg.get("n") or (cfg.get("n1", 0) + cfg.get("n2", 0)) or 1)
+        need = runs * tokens * int(cfg.get("d", 1)) * max(len(one.times), 1) * 8 * 2  # states + derived series
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need > have // 2:
+            raise bad_argument("--runs", runs, f"a batch that fits in memory: {runs} runs of {tokens} tokens × "
+                               f"{len(one.times)} time points need about {need / 2**30:,.0f} GiB, this machine has "
+                               f"{have / 2**30:,.0f} GiB", f"Use --runs {max(1, int(runs * have / 2 / need)):,} or fewer.")
 
 
 @app.command("simulate")
@@ -49,6 +78,9 @@ def simulate(
             typer.echo(f"{spec.name:8s} {spec.kind:10s} {spec.summary}")
         return
     with user_errors():
+        check_cheap_options(out=out, kind="simulate", overwrite=True, inputs=[model])
+        if setup in SETUPS:
+            _check_numbers(setup, runs, t1, dt, seed)
         kwargs: dict = {"runs": runs, "seed": seed, "t1": t1, "dt": dt}
         if setup in SETUPS and SETUPS[setup].kind == "continuous":
             kwargs["progress"] = progress
@@ -61,6 +93,10 @@ def simulate(
         result = run_setup(setup, **kwargs)
         typer.echo(result.summary())
         if out is not None:
-            written = result.save(out)
+            from steerformer.outputs import SIMULATE, write_atomically
+
+            written: dict = {}
+            write_atomically(out, lambda tmp: written.update(result.save(tmp)), overwrite=True, kind=SIMULATE,
+                             name="--out")
             n_figures = sum(p.suffix == ".png" for p in written.values())
-            typer.echo(f"wrote {written['json']} and {n_figures} figure(s) to {out}")
+            typer.echo(f"wrote {out / 'result.json'} and {n_figures} figure(s) to {out}")

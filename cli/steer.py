@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from steerformer_cli._common import user_errors
+from steerformer_cli._common import check_cheap_options, user_errors
 from steerformer_cli.main import app
 
 
@@ -61,6 +61,7 @@ def steer_cmd(
     with user_errors():
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model])
         dev, dt = _device_dtype(device, dtype)  # cheap checks before loading
         m = load_for_steering(model, dtype=dt, device=dev)
         rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
@@ -120,6 +121,7 @@ def unsteer_cmd(
             from steerformer.errors import bad_argument
 
             raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
+        check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
         path = unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
         typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None
                    else f"restored original model to {path}")

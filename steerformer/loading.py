@@ -19,7 +19,7 @@ import torch
 
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .errors import CheckpointError, ModelNotFoundError, SteerformerError
+from .errors import CheckpointError, ModelNotFoundError, SteerformerError, bad_argument
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path,
     """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id."""
     local = Path(name).expanduser()
     if local.is_dir():
+        if revision is not None:
+            raise bad_argument("revision", revision, "no revision for a local folder (its files are read as they are)",
+                               f"Drop --revision, or pass the Hub id instead of {name!r}.")
         _check_has_weights(local)
         return local.resolve(), name, None
     if name in _BUNDLED_ALIASES and revision is None:
@@ -167,6 +170,73 @@ def _check_has_weights(path: Path) -> None:
     if not _safetensors_files(path) and not list(path.glob("pytorch_model*.bin")):
         raise ModelNotFoundError(f"{path} holds no weights (*.safetensors or pytorch_model*.bin); found: "
                                  f"{', '.join(sorted(p.name for p in path.iterdir())[:10])}.")
+    check_checkpoint_files(path)
+
+
+# ---- checkpoint confinement ---------------------------------------------------------------------
+_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _allowed_roots(path: Path) -> list[Path]:
+    """Where a checkpoint's weight files may live: its folder and, for a Hugging Face cache
+    snapshot (``…/snapshots/<commit>``), the repo's ``blobs`` its symlinks point to."""
+    root = path.resolve()
+    roots = [root]
+    if path.parent.name == "snapshots":
+        roots.append((path.parent.parent / "blobs").resolve())
+    return roots
+
+
+def confined_file(path: Path, fname: Any, *, what: str) -> Path:
+    """``path / fname`` resolved (after symlinks), checked to be a regular file inside the
+    checkpoint (or its cache snapshot's blobs) — before anything opens it."""
+    shown = f"{what} names {fname!r}"
+    if not isinstance(fname, str) or not fname or Path(fname).is_absolute() or "\\" in fname or "\0" in fname:
+        raise CheckpointError(f"{path}: {shown}, which is not a file name inside the checkpoint; refusing to read "
+                              "it (a checkpoint may only name its own files).")
+    p = path / fname
+    try:
+        resolved = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise CheckpointError(f"{path}: {shown}, which does not exist; the checkpoint is incomplete.") from None
+    if not any(resolved == r or r in resolved.parents for r in _allowed_roots(path)):
+        raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the checkpoint folder; "
+                              "refusing to read it (a checkpoint may only name its own files).")
+    import stat
+
+    if not stat.S_ISREG(os.stat(resolved).st_mode):
+        raise CheckpointError(f"{path}: {shown}, which is not a regular file (a device, FIFO or folder); refusing "
+                              "to read it.")
+    return resolved
+
+
+def _read_index(path: Path, index: str) -> dict[str, str]:
+    try:
+        weight_map = json.loads((path / index).read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{path / index} is not a valid shard index (JSON with a 'weight_map' object).") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
+        raise CheckpointError(f"{path / index}: 'weight_map' must map tensor names to shard file names.")
+    return weight_map
+
+
+def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
+    """Refuse a checkpoint folder whose shard index names a file outside it (``../x``, an absolute
+    path, ``/dev/zero``, a FIFO), or (``headers``) whose safetensors headers are inconsistent —
+    before steerformer's reader or transformers opens anything."""
+    path = Path(path)
+    names: set[str] = set()
+    for index in _INDEX_FILES:
+        if (path / index).is_file():
+            for fname in _read_index(path, index).values():
+                names.add(fname)
+                confined_file(path, fname, what=index)
+    for f in [*_safetensors_files(path), *path.glob("pytorch_model*.bin")]:
+        confined_file(path, f.name, what="the folder")
+        names.add(f.name)
+    for fname in sorted(names) if headers else ():
+        if fname.endswith(".safetensors"):
+            read_safetensors_header(confined_file(path, fname, what="the checkpoint"))
 
 
 def _load_config(path: Path):
@@ -225,14 +295,17 @@ def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.
         return model_or_path
     import transformers
 
+    check_device(device)
     path = Path(model_or_path) if isinstance(model_or_path, Path) else None
     if path is None or not path.is_dir():
         path, _, _ = resolve_checkpoint(str(model_or_path), revision=revision)
+    check_checkpoint_files(path, headers=True)
     cls = getattr(transformers, auto_class)
     kw = {"attn_implementation": "eager", **kwargs}
     if dtype is not None:
         kw[_dtype_kwarg()] = dtype
-    model = cls.from_pretrained(str(path), **kw)
+    with _weight_file_errors(path):
+        model = cls.from_pretrained(str(path), **kw)
     if device is not None:
         model = model.to(device)
     model = model.eval()
@@ -244,6 +317,58 @@ def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.
         except SteerformerError as exc:  # the weights are still usable; only the undo is not
             log.warning("steering chain not attached (unsteer will not work on this model): %s", exc)
     return model
+
+
+@contextlib.contextmanager
+def _weight_file_errors(path: Path) -> Iterator[None]:
+    """Weight files that transformers cannot read become one CheckpointError naming the file kind:
+    a pickled ``.bin`` is never unpickled (transformers loads it with ``weights_only=True``)."""
+    import pickle
+
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        bins = sorted(p.name for p in path.glob("pytorch_model*.bin"))
+        if type(exc).__name__ == "SafetensorError":
+            raise CheckpointError(f"{path}: a *.safetensors file is corrupt ({text}).") from None
+        pickled = isinstance(exc, (pickle.UnpicklingError, EOFError)) or "weights_only" in str(exc) or \
+            "PytorchStreamReader" in str(exc) or "zip archive" in str(exc)
+        if bins and pickled:
+            raise CheckpointError(
+                f"{path / bins[0]} is not a plain tensor file (torch.load(weights_only=True) refused it: {text}); "
+                "steerformer will not unpickle it. Use a checkpoint with *.safetensors weights from a source you "
+                "trust.") from None
+        raise
+
+
+def check_device(device: Any, *, name: str = "device") -> None:
+    """Refuse a device this torch build cannot use (a typo, CUDA on a CPU build, an index past the
+    last GPU) before anything is loaded."""
+    if device is None:
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
+                               "Use --device cpu.")
+        if dev.index is not None and dev.index >= n:
+            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
+        return
+    if dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
+        return
+    try:
+        torch.empty(0, device=dev)
+    except Exception:
+        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
 
 
 def _dtype_kwarg() -> str:
@@ -295,6 +420,67 @@ _ST_DTYPES = {
 }
 
 
+#: Bytes per element of every safetensors dtype (to check each entry's byte range against its shape).
+_ST_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+             "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
+#: The safetensors format caps the JSON header at 100 MB.
+_ST_MAX_HEADER = 100_000_000
+
+
+def read_safetensors_header(file: Path) -> tuple[dict, int]:
+    """(tensor entries, data start) of a safetensors file, validated completely against the file
+    size before anything is allocated: header length, JSON object, known dtype, shape of
+    non-negative integers, integer offsets ``0 <= begin <= end <= data size`` matching shape × dtype,
+    no two tensors overlapping. Anything else is one CheckpointError naming the file."""
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
+
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise bad("it is shorter than its 8-byte header length")
+        n = int.from_bytes(raw, "little")
+        if n > min(size - 8, _ST_MAX_HEADER) or n < 2:
+            raise bad(f"its header claims {n} bytes but the file has {size - 8} after the length field")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError):
+            raise bad("its JSON header does not parse") from None
+    if not isinstance(header, dict):
+        raise bad(f"its header is a JSON {type(header).__name__}, not an object")
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not isinstance(meta, dict):
+        raise bad("its __metadata__ is not an object")
+    data_size = size - 8 - n
+    spans = []
+    for key, info in header.items():
+        if not isinstance(info, dict):
+            raise bad(f"entry {key!r} is not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in _ST_SIZES:
+            raise bad(f"tensor {key!r} has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise bad(f"tensor {key!r} has shape {shape!r} (expected a list of non-negative integers)")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            raise bad(f"tensor {key!r} has data_offsets {offsets!r} (expected two integers)")
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_size:
+            raise bad(f"tensor {key!r} has data_offsets [{begin}, {end}] outside the {data_size} data bytes")
+        numel = 1
+        for d in shape:
+            numel *= d
+        if numel * _ST_SIZES[dtype] != end - begin:
+            raise bad(f"tensor {key!r} of shape {shape} and dtype {dtype} needs {numel * _ST_SIZES[dtype]} bytes, "
+                      f"its offsets span {end - begin}")
+        spans.append((begin, end, key))
+    spans.sort()
+    for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise bad(f"tensors {k0!r} and {k1!r} overlap")
+    return header, 8 + n
+
+
 class SafetensorsReader:
     """Reads single tensors from a (possibly sharded) safetensors checkpoint without loading the
     rest.
@@ -310,30 +496,24 @@ class SafetensorsReader:
         self.prefix = prefix
         self._headers: dict[str, tuple[dict, int]] = {}
         self._files: dict[str, Any] = {}
+        self._resolved: dict[str, Path] = {}
         index = self.path / "model.safetensors.index.json"
         if index.is_file():
-            self.weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+            self.weight_map: dict[str, str] = _read_index(self.path, index.name)
+            for fname in set(self.weight_map.values()):  # every shard checked before any is opened
+                self._resolved[fname] = confined_file(self.path, fname, what=index.name)
         else:
             files = _safetensors_files(self.path)
             if not files:
                 raise ModelNotFoundError(f"{self.path} has no *.safetensors file")
+            for f in files:
+                self._resolved[f.name] = confined_file(self.path, f.name, what="the folder")
             self.weight_map = {k: f.name for f in files for k in self._header(f.name)[0]}
 
     def _header(self, fname: str) -> tuple[dict, int]:
-        """(tensor entries of the JSON header, byte offset where the data starts)."""
-        if fname in self._headers:
-            return self._headers[fname]
-        with open(self.path / fname, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise CheckpointError(f"{self.path / fname} is not a safetensors file (shorter than its header)")
-            n = int.from_bytes(raw, "little")
-            try:
-                header = json.loads(f.read(n))
-            except ValueError:
-                raise CheckpointError(f"{self.path / fname} has a corrupt safetensors header") from None
-        header.pop("__metadata__", None)
-        self._headers[fname] = (header, 8 + n)
+        """(tensor entries of the JSON header, byte offset where the data starts), validated."""
+        if fname not in self._headers:
+            self._headers[fname] = read_safetensors_header(self._resolved[fname])
         return self._headers[fname]
 
     def _full_key(self, key: str) -> str:
@@ -348,14 +528,17 @@ class SafetensorsReader:
         full = self._full_key(key)
         fname = self.weight_map[full]
         header, data_start = self._header(fname)
-        info = header[full]
+        info = header.get(full)
+        if info is None:
+            raise CheckpointError(f"tensor {full!r} is listed in the shard index under {fname} but {fname} does not "
+                                  "hold it; the checkpoint is inconsistent.")
         dtype = _ST_DTYPES.get(info["dtype"])
         if dtype is None:
             raise CheckpointError(f"tensor {full!r} in {self.path / fname} has unsupported dtype {info['dtype']}")
         begin, end = info["data_offsets"]
-        buf = bytearray(end - begin)
+        buf = bytearray(end - begin)  # bounded: the header was checked against the file size
         if fname not in self._files:
-            self._files[fname] = open(self.path / fname, "rb")
+            self._files[fname] = open(self._resolved[fname], "rb")
         f = self._files[fname]
         f.seek(data_start + begin)
         if f.readinto(buf) != len(buf):

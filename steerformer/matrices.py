@@ -59,6 +59,13 @@ def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: st
             raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
                                f"(the model has {n_layers} layers)")
         out.append(int(k) % n_layers)
+    if not out:
+        raise bad_argument(name, list(layers), f"at least one layer index in [-{n_layers}, {n_layers - 1}]",
+                           "Leave it out (None) to take every layer.")
+    dup = sorted({k for k in out if out.count(k) > 1})
+    if dup:  # refused, not de-duplicated: a repeated layer is a typo more often than a wish
+        raise bad_argument(name, list(layers), f"each layer once (layer {', '.join(map(str, dup))} is named "
+                           "more than once, counting negative indices from the end)")
     return out
 
 

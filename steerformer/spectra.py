@@ -121,6 +121,10 @@ def spectra(
     ``progress`` wraps the per-matrix loop (e.g. ``tqdm``); the loop runs one LAPACK call per
     distinct matrix so progress is meaningful and memory stays at one workspace.
     """
+    if isinstance(matrices, (str, bytes)) or hasattr(matrices, "__fspath__"):
+        raise bad_argument("matrices", str(matrices), "layer matrices (a LayerMatrices, a tensor or an array), "
+                           "not a model name", "Use steerformer.analyze(model) for a model id or folder, or "
+                           "spectra(layer_matrices(model)).")
     if hasattr(matrices, "matrices") and slot_ids is None:  # a LayerMatrices
         slot_ids = matrices.slot_ids
         matrices = matrices.matrices

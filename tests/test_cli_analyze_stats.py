@@ -63,7 +63,7 @@ def test_bad_statistics_options_are_one_clean_line(extra, words, tmp_path) -> No
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     extra = [str(empty) if e == "EMPTY" else e for e in extra]
-    res = runner.invoke(app, ["analyze", "minilm", "--out", str(tmp_path), "--no-plots", "--n-prompts", "2"] + extra)
+    res = runner.invoke(app, ["analyze", "minilm", "--out", str(tmp_path / "out"), "--no-plots", "--n-prompts", "2"] + extra)
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
     for w in words:

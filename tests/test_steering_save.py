@@ -68,11 +68,16 @@ def test_target_folder_rules_and_failed_save_leaves_nothing(tmp_path: Path, monk
     target = tmp_path / "out"
     target.mkdir()
     (target / "keep.txt").write_text("x")
+    for overwrite in (False, True):  # a folder that is not a steerformer output is never replaced
+        with pytest.raises(InvalidArgumentError, match="directory=.*not a steerformer steer output"):
+            save_steered(model, target, overwrite=overwrite)
+    assert (target / "keep.txt").read_text() == "x"
+    (target / "keep.txt").unlink()
+    save_steered(model, target)
     with pytest.raises(InvalidArgumentError, match="directory=.*overwrite"):
         save_steered(model, target)
-    assert (target / "keep.txt").read_text() == "x"
     save_steered(model, target, overwrite=True)
-    assert (target / "config.json").is_file() and not (target / "keep.txt").exists()
+    assert (target / "config.json").is_file()
 
     def broken(path, **kw):
         Path(path, "config.json").write_text("{}")

@@ -36,3 +36,34 @@ def collapse_figure(runs: Sequence, *, labels: Sequence[str] | None = None, stat
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return fig
+
+
+#: File name used when ``plot-collapse --out`` is an existing folder.
+DEFAULT_FIGURE = "collapse_runs.png"
+
+
+def figure_path(out) -> tuple["Path", str]:
+    """(file to write, matplotlib format) for ``plot-collapse --out``: an existing folder gets
+    :data:`DEFAULT_FIGURE` inside it; a name without suffix gets ``.png``; a suffix matplotlib
+    cannot write is refused (before any run is read)."""
+    from pathlib import Path
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ..errors import bad_argument
+
+    p = Path(out).expanduser()
+    if p.is_dir():
+        p = p / DEFAULT_FIGURE
+    elif p.suffix == "":
+        p = p.with_name(p.name + ".png")
+    fmt = p.suffix[1:].lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in formats:
+        raise bad_argument("--out", str(out), f"a figure file ending in one of {', '.join('.' + f for f in sorted(formats))}",
+                           "Use e.g. collapse_runs.png or .pdf.")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise bad_argument("--out", str(out), f"a file in a folder that can be created ({exc.strerror or exc})") from None
+    return p, fmt

@@ -95,10 +95,25 @@ class CollapseResult:
 
     @classmethod
     def from_npz(cls, path: str | os.PathLike) -> "CollapseResult":
-        with np.load(path) as z:
-            arrays = {k: z[k] for k in z.files}
-        return cls(**{k: arrays[k] for k in (*STATS, *(f"{s}0" for s in STATS), "token_ids")},
-                   options=json.loads(str(arrays["options"])), meta=json.loads(str(arrays["meta"])))
+        """Read ``collapse.npz`` (never unpickling); anything else is one clear error naming the file."""
+        from ..errors import bad_argument
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            res = cls(**{k: arrays[k] for k in (*STATS, *(f"{s}0" for s in STATS), "token_ids")},
+                      options=json.loads(str(arrays["options"])), meta=json.loads(str(arrays["meta"])))
+            if not (isinstance(res.options, dict) and isinstance(res.meta, dict)):
+                raise ValueError("options/meta are not JSON objects")
+            for k in STATS:
+                a, a0 = getattr(res, k), getattr(res, f"{k}0")
+                if a.dtype.kind != "f" or a.ndim != 3 or a0.shape != a.shape[2:]:
+                    raise ValueError(f"array {k!r} has shape {a.shape} / dtype {a.dtype}")
+        except Exception as exc:  # not a zip, pickled object arrays, missing arrays, bad JSON ...
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}" if str(exc) else type(exc).__name__
+            raise bad_argument("run", str(path), f"a collapse.npz written by `steerformer collapse` ({why})",
+                               "Pass the output folder of a collapse run.") from None
+        return res
 
     @classmethod
     def load(cls, run: str | os.PathLike) -> "CollapseResult":
@@ -111,7 +126,13 @@ class CollapseResult:
         from .store import RunStore
 
         store = RunStore(run)
-        done = store.completed_passes()
+        if not run.is_dir():
+            from ..errors import bad_argument
+
+            raise bad_argument("run", str(run), "a collapse output folder or a collapse.npz file (no such path)")
+        # stores with hashes are verified like a resume; older ones are read as they are
+        done = store.verify() if (run / "run.json").is_file() and "integrity" in store.read_run() else \
+            store.completed_passes()
         if done == 0:
             from ..errors import bad_argument
 

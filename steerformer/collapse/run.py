@@ -121,7 +121,8 @@ def collapse(
     if e_precision not in E_PRECISIONS:
         raise bad_argument("e_precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
     torch_dtype = parse_dtype(dtype)
-    store = RunStore.open(out, resume=resume) if out is not None else None  # fail before loading a model
+    inputs = [model_or_path] if isinstance(model_or_path, (str, os.PathLike)) else []
+    store = RunStore.open(out, resume=resume, inputs=inputs) if out is not None else None  # fail before loading
 
     model = _prepare_model(model_or_path, torch_dtype, device, own=weights != "pretrained")
     looped = LoopedModel(model, ffn=ffn)
@@ -149,6 +150,7 @@ def collapse(
 
     start, h, emb = 0, None, None
     if store is not None and resume:
+        verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
         old = store.read_run()
         stored = {"e_precision": "float64", **old["options"]}  # runs stored before the option existed
         diff = {k: (stored.get(k), options[k]) for k in _RESUME_KEYS if stored.get(k) != options[k]}
@@ -161,7 +163,7 @@ def collapse(
                                "Resume with the original options, or start a new run in another folder.")
         if not np.array_equal(store.read_prompts(), ids):
             raise bad_argument("resume", True, "the prompts of the run being resumed (the token ids differ)")
-        state = store.load_state()
+        state = store.load_state() if verified > 0 else None
         if state is not None:
             start, h, emb = int(state["completed"]), state["hidden"].to(dev), store.read_embedding()
             log.info("resuming %s after pass %d", store.path, start)

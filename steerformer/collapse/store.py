@@ -6,10 +6,19 @@ Layout: ``run.json`` (options, model facts), ``prompts.npy`` (token ids), ``embe
 ``state.pt`` (the hidden states after the last completed pass and its number). A pass file is
 written before the state that follows it, each atomically, so ``state.pt`` never claims a pass
 whose file is missing; a pass file beyond the state is simply recomputed on resume.
+
+Verified resume: ``run.json`` holds ``integrity`` — the sha256 of ``prompts.npy``,
+``embedding.npz``, every pass file and the ``state.pt`` written after every pass (plus the state's
+shape and dtype). The state's hash is put in ``run.json`` *before* the state file is moved into
+place, so ``run.json`` may list one pass more than ``state.pt`` (a kill in between; that pass is
+recomputed) but never fewer. :meth:`RunStore.verify` checks every piece a resume reads against
+these hashes and refuses, naming the first mismatch; a store written before hashes were recorded
+cannot be verified and is refused too (start a new run: there is no trust-me switch).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -19,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InvalidArgumentError, bad_argument
+from ..errors import CheckpointError, InvalidArgumentError, bad_argument
+from ..outputs import COLLAPSE, apply_umask, check_output_folder
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
 
@@ -29,6 +39,7 @@ def _atomic(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        apply_umask(Path(tmp), directory=False)  # mkstemp makes 0600; others may need to read the run
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -40,11 +51,12 @@ class RunStore:
         self.path = Path(path)
 
     @classmethod
-    def open(cls, out: str | os.PathLike, *, resume: bool) -> "RunStore":
-        """Create (or reopen with ``resume``) the folder ``out``, checking that it can be written."""
+    def open(cls, out: str | os.PathLike, *, resume: bool, inputs=()) -> "RunStore":
+        """Create (or reopen with ``resume``) the folder ``out``, checking that it can be written and
+        that it is new, empty or a collapse run (steerformer.outputs rules; ``inputs``: the
+        checkpoint folders read)."""
         path = Path(out).expanduser()
-        if path.exists() and not path.is_dir():
-            raise bad_argument("out", str(out), "a folder (this path is a file)", "Pass a new folder name.")
+        check_output_folder(out, COLLAPSE, inputs=inputs, name="out", incremental=True)
         try:
             (path / PASS_DIR).mkdir(parents=True, exist_ok=True)
             probe = path / ".write_probe"
@@ -64,24 +76,118 @@ class RunStore:
         return store
 
     # ---- run description and prompts -------------------------------------------------------
-    def write_run(self, info: dict) -> None:
+    _info: dict | None = None
+    _integrity: dict | None = None
+
+    def _flush(self) -> None:
+        info = {**(self._info or {}), "integrity": self._integrity}
         _atomic(self.path / RUN_FILE, lambda p: Path(p).write_text(json.dumps(info, indent=2, default=str)))
 
+    def _integrity_rec(self) -> dict:
+        if self._integrity is None:
+            self._integrity = {"format": 1, "prompts": None, "embedding": None, "passes": [], "states": []}
+        return self._integrity
+
+    def write_run(self, info: dict) -> None:
+        self._info = {k: v for k, v in info.items() if k != "integrity"}
+        self._integrity_rec()
+        self._flush()
+
     def read_run(self) -> dict:
-        return json.loads((self.path / RUN_FILE).read_text())
+        try:
+            info = json.loads((self.path / RUN_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({type(exc).__name__})") from None
+        if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
+            raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
+        return info
 
     def write_prompts(self, ids: np.ndarray) -> None:
         _atomic(self.path / PROMPTS_FILE, lambda p: np.save(open(p, "wb"), ids))
+        self._integrity_rec()["prompts"] = file_sha256(self.path / PROMPTS_FILE)
+        self._flush()
 
     def read_prompts(self) -> np.ndarray:
-        return np.load(self.path / PROMPTS_FILE)
+        arr = self._load(PROMPTS_FILE, lambda f: np.load(f, allow_pickle=False))
+        if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.dtype.kind not in "iu":
+            raise self._corrupt(PROMPTS_FILE, "is not a 2-D integer array of token ids")
+        return arr
 
     def write_embedding(self, arrays: dict[str, np.ndarray]) -> None:
         _atomic(self.path / EMBED_FILE, lambda p: np.savez(open(p, "wb"), **arrays))
+        self._integrity_rec()["embedding"] = file_sha256(self.path / EMBED_FILE)
+        self._flush()
 
     def read_embedding(self) -> dict[str, np.ndarray]:
-        with np.load(self.path / EMBED_FILE) as z:
-            return {k: z[k] for k in z.files}
+        return self._load(EMBED_FILE, _read_npz)
+
+    # ---- checks -------------------------------------------------------------------------------
+    def _corrupt(self, name: str, why: str) -> CheckpointError:
+        return CheckpointError(f"out={str(self.path)!r}: {name} {why}; the stored run cannot be resumed or read "
+                               "as it is. Start a new run in another folder (or delete this one).")
+
+    def _load(self, name: str, read):
+        f = self.path / name
+        if not f.is_file():
+            raise self._corrupt(name, "is missing")
+        try:
+            return read(f)
+        except Exception as exc:  # truncated zip, pickled object array, text renamed .npy ...
+            raise self._corrupt(name, f"is corrupt ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+
+    def verify(self, *, prompts: int | None = None, length: int | None = None, dtype: str | None = None) -> int:
+        """Check every stored piece a resume reads against the hashes of ``run.json`` and return the
+        number of completed passes (0 without a state). Raises CheckpointError naming the first
+        mismatch. Also keeps the hash lists so the run can go on."""
+        info = self.read_run()
+        rec = info.get("integrity")
+        if not isinstance(rec, dict) or rec.get("format") != 1:
+            raise CheckpointError(
+                f"out={str(self.path)!r}: cannot verify this stored run — its {RUN_FILE} records no file hashes "
+                "(written by an older steerformer, or edited). Resuming could continue from wrong numbers, so it "
+                "is refused: start a new run in another folder.")
+        passes, states = rec.get("passes"), rec.get("states")
+        if not (isinstance(passes, list) and isinstance(states, list)):
+            raise self._corrupt(RUN_FILE, "has a malformed integrity record")
+        for name, key in ((PROMPTS_FILE, "prompts"), (EMBED_FILE, "embedding")):
+            if rec.get(key) is not None:
+                self._check_hash(name, rec[key])
+        completed = 0
+        state_file = self.path / STATE_FILE
+        if state_file.exists():
+            got = file_sha256(state_file)
+            matches = [i for i, h in enumerate(states) if h == got]
+            if not matches:
+                raise self._corrupt(STATE_FILE, "does not match the state recorded after any pass in "
+                                    f"{RUN_FILE} (sha256 {got[:12]}…)")
+            completed = matches[-1] + 1
+            state = self._load(STATE_FILE, lambda f: torch.load(f, map_location="cpu", weights_only=True))
+            if not isinstance(state, dict) or state.get("completed") != completed or \
+                    not isinstance(state.get("hidden"), torch.Tensor):
+                raise self._corrupt(STATE_FILE, f"does not hold the state after pass {completed}")
+            shape, h = rec.get("state_shape"), state["hidden"]
+            if shape is not None and list(h.shape) != list(shape):
+                raise self._corrupt(STATE_FILE, f"holds hidden states of shape {tuple(h.shape)}, not {tuple(shape)}")
+            if prompts is not None and tuple(h.shape[:2]) != (prompts, length):
+                raise self._corrupt(STATE_FILE, f"holds hidden states for {tuple(h.shape[:2])} prompts × tokens, "
+                                    f"not {(prompts, length)}")
+            if dtype is not None and str(h.dtype).removeprefix("torch.") != dtype:
+                raise self._corrupt(STATE_FILE, f"holds {h.dtype} states, the run is {dtype}")
+            if len(passes) < completed:
+                raise self._corrupt(RUN_FILE, f"lists {len(passes)} pass files but the state is after pass {completed}")
+            for i in range(completed):
+                self._check_hash(f"{PASS_DIR}/{self.pass_file(i).name}", passes[i])
+        self._info = {k: v for k, v in info.items() if k != "integrity"}
+        self._integrity = {**rec, "passes": passes[:completed], "states": states[:completed]}
+        return completed
+
+    def _check_hash(self, name: str, want: str) -> None:
+        f = self.path / name
+        if not f.is_file():
+            raise self._corrupt(name, "is missing")
+        got = file_sha256(f)
+        if got != want:
+            raise self._corrupt(name, f"was changed after it was written (sha256 {got[:12]}…, recorded {str(want)[:12]}…)")
 
     # ---- passes ------------------------------------------------------------------------------
     def pass_file(self, index: int) -> Path:
@@ -89,19 +195,33 @@ class RunStore:
 
     def append_pass(self, index: int, arrays: dict[str, np.ndarray]) -> None:
         _atomic(self.pass_file(index), lambda p: np.savez(open(p, "wb"), **arrays))
+        rec = self._integrity_rec()
+        rec["passes"] = rec["passes"][:index] + [file_sha256(self.pass_file(index))]
+        self._flush()
 
     def read_passes(self, count: int) -> dict[str, np.ndarray]:
         """The arrays of passes 0..count-1 stacked along a new first axis."""
         rows: dict[str, list] = {}
         for i in range(count):
-            with np.load(self.pass_file(i)) as z:
-                for k in z.files:
-                    rows.setdefault(k, []).append(z[k])
-        return {k: np.stack(v) for k, v in rows.items()}
+            for k, v in self._load(f"{PASS_DIR}/{self.pass_file(i).name}", _read_npz).items():
+                rows.setdefault(k, []).append(v)
+        try:
+            return {k: np.stack(v) for k, v in rows.items()}
+        except ValueError:
+            raise self._corrupt(PASS_DIR, "holds pass files of different shapes") from None
 
     def save_state(self, completed: int, hidden: torch.Tensor, extra: dict[str, Any] | None = None) -> None:
         blob = {"completed": int(completed), "hidden": hidden.detach().cpu(), **(extra or {})}
-        _atomic(self.path / STATE_FILE, lambda p: torch.save(blob, p))
+
+        def write(p: str) -> None:
+            torch.save(blob, p)
+            # run.json learns the new state's hash before the state is moved into place
+            rec = self._integrity_rec()
+            rec["states"] = rec["states"][:completed - 1] + [file_sha256(Path(p))]
+            rec["state_shape"], rec["state_dtype"] = list(hidden.shape), str(hidden.dtype).removeprefix("torch.")
+            self._flush()
+
+        _atomic(self.path / STATE_FILE, write)
 
     def load_state(self) -> dict[str, Any] | None:
         f = self.path / STATE_FILE
@@ -116,5 +236,22 @@ class RunStore:
         try:
             return int(torch.load(state, map_location="cpu", weights_only=True)["completed"])
         except Exception as exc:  # a truncated file from a killed writer cannot happen (atomic), but say so
-            raise InvalidArgumentError(f"out={str(self.path)!r}: {STATE_FILE} cannot be read ({exc}); "
+            raise InvalidArgumentError(f"out={str(self.path)!r}: {STATE_FILE} cannot be read "
+                                       f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'empty'}); "
                                        "remove it to restart the run from scratch") from None
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_npz(f: Path) -> dict[str, np.ndarray]:
+    with np.load(f, allow_pickle=False) as z:
+        out = {k: z[k] for k in z.files}
+    if any(v.dtype.kind not in "biuf" for v in out.values()):
+        raise ValueError("holds non-numeric arrays")
+    return out

@@ -58,7 +58,14 @@ def read_prompts_file(path: str | Path) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise bad_argument("prompts", str(path), "a text file with one prompt per line", "Check the path.")
-    lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise bad_argument("prompts", str(path), "a UTF-8 text file with one prompt per line (this file is binary)",
+                           "Pass a plain text file.")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise bad_argument("prompts", str(path), "a file with at least one non-blank line (one prompt per line)",
                            "The file is empty; write prompts into it or omit --prompts for the built-in sentences.")

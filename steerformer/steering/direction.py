@@ -36,6 +36,9 @@ def check_vector(value: Any, d: int, *, name: str = "direction", model_name: str
         arr = value.detach().cpu().to(torch.float64).numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
     except Exception:  # ragged nested lists
         raise bad_argument(name, value, f"a numeric vector of {d} entries") from None
+    if arr.dtype.kind == "c":
+        raise bad_argument(name, f"array of dtype {arr.dtype}", f"a real vector of {d} entries",
+                           "A direction in the residual stream is real; pass e.g. v.real if that is what you mean.")
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise bad_argument(name, f"array of dtype {arr.dtype}", f"a numeric vector of {d} entries",
                            "Ragged lists and strings cannot be directions.")
@@ -62,6 +65,15 @@ def load_npy(path: str | os.PathLike, d: int, *, name: str = "direction", model_
     p = Path(path)
     if not p.is_file():
         raise bad_argument(name, str(path), "an existing .npy file or an array")
+    with open(p, "rb") as f:
+        magic = f.read(6)
+    if magic[:4] == b"PK\x03\x04":
+        raise bad_argument(name, str(path), "a .npy file holding one vector (this is an .npz archive)",
+                           "Extract the array: np.save('u.npy', np.load(path)['name']).")
+    if magic != b"\x93NUMPY":
+        raise bad_argument(name, str(path), "a .npy file written by np.save (this file does not start with the "
+                           ".npy magic bytes: a text or other file renamed .npy?)",
+                           "Save the vector with np.save(path, np.asarray(v, dtype=float)).")
     try:
         arr = np.load(p, allow_pickle=False)
     except ValueError as exc:  # object arrays (ragged lists) need pickle: refused

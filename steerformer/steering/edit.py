@@ -229,9 +229,9 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         g = float(gain)
     elif strength is not None:
         g = float(strength) * abs_l1
-        if not math.isfinite(g):
-            raise bad_argument("strength", strength, f"a strength whose gain strength x |lambda1| = strength x "
-                               f"{abs_l1:.4g} is finite", "Use a smaller strength.")
+        if not g * float(row.a.abs().max()) < torch.finfo(param.dtype).max / 2:  # g·u·aᵀ itself overflows
+            raise bad_argument("strength", strength, f"a strength whose edit is finite (gain = strength × "
+                               f"|λ1| = {g:.3g} overflows the weights)", "Use a strength of at most ~1e5.")
     else:
         choice = _choose(curve_for(u), float(target_alignment), abs_l1)
         g = choice.gain

@@ -93,6 +93,11 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim != 2 or prompts.dtype not in (torch.int64, torch.int32):
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} {prompts.dtype}", "a (prompts, tokens) integer tensor of token ids")
+        vocab = int(model.config.vocab_size)
+        if prompts.numel() == 0 or int(prompts.min()) < 0 or int(prompts.max()) >= vocab:
+            shown = "empty" if prompts.numel() == 0 else f"ids in [{int(prompts.min())}, {int(prompts.max())}]"
+            raise bad_argument(name, f"tensor {tuple(prompts.shape)} with {shown}",
+                               f"a non-empty tensor of token ids in [0, {vocab - 1}] (vocab_size={vocab})")
         return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long))
     if prompts is None and tokenizer is None:
         vocab = int(model.config.vocab_size)

@@ -27,7 +27,6 @@ import logging
 import os
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,35 +46,8 @@ METADATA_KEY = "steerformer"
 CHAIN_FORMAT = "steerformer.chain/1"
 
 
-# ---- atomic folder writes ----------------------------------------------------------------------
-def _check_target(directory: Path, overwrite: bool) -> None:
-    if directory.exists() and not directory.is_dir():
-        raise bad_argument("directory", str(directory), "a folder path (this is a file)")
-    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
-        raise bad_argument("directory", str(directory), "an empty or missing folder",
-                           "Pass overwrite=True (CLI: --overwrite) to replace it.")
-
-
-def write_atomically(directory: str | os.PathLike, fill, *, overwrite: bool = False) -> Path:
-    """Create a temporary sibling folder, ``fill(tmp)`` it, then move it to ``directory``. On any
-    error the temporary folder is removed and ``directory`` is left as it was."""
-    target = Path(directory).expanduser().resolve()
-    _check_target(target, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        fill(tmp)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, old / "x")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+# ---- atomic folder writes (one implementation for every command: steerformer/outputs.py) -------
+from ..outputs import STEERED, UNSTEERED, write_atomically  # noqa: E402  (re-exported: callers import it from here)
 
 
 # ---- safetensors metadata ----------------------------------------------------------------------
@@ -227,7 +199,8 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
         for st in _model_files(tmp):
             add_safetensors_metadata(st, {METADATA_KEY: compact})
 
-    return write_atomically(directory, fill, overwrite=overwrite)
+    return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
+                            inputs=[getattr(model.config, "_name_or_path", None)])
 
 
 # ---- read the chain ----------------------------------------------------------------------------
@@ -396,7 +369,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
         if tok is not None:
             tok.save_pretrained(str(tmp))
 
-    return write_atomically(out, fill, overwrite=overwrite)
+    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory])
 
 
 def _diff_fields(a: Any, b: Any, path: str = "") -> list[str]:
