@@ -9,11 +9,14 @@ from ..errors import UnsupportedModelError
 from .albert import AlbertAdapter
 from .base import Adapter, AttentionWeights, MaskSpec
 from .bert import BertAdapter
+from .declared import DECLARED, DeclaredAdapter, Family
 from .gpt2 import GPT2Adapter
 from .gpt_neo import GPTNeoAdapter
+from .roberta import RobertaAdapter, XLMRobertaAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
-    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter)
+    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter, RobertaAdapter, XLMRobertaAdapter,
+                                       *DECLARED)
 }
 
 
@@ -29,4 +32,4 @@ def get_adapter(config) -> Adapter:
     return cls(config)
 
 
-__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "MaskSpec", "get_adapter"]
+__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "DeclaredAdapter", "Family", "MaskSpec", "get_adapter"]
