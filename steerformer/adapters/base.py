@@ -222,7 +222,7 @@ class Adapter(abc.ABC):
         if name is None:
             return None
         w = get(f"{name}.weight")
-        ln = torch.nn.LayerNorm(w.shape[0], eps=self.norm_eps)
+        ln = torch.nn.LayerNorm(w.shape[0], eps=self.norm_eps, dtype=w.dtype)
         with torch.no_grad():
             ln.weight.copy_(w)
             ln.bias.copy_(get(f"{name}.bias"))

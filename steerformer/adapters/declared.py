@@ -172,6 +172,7 @@ class DeclaredAdapter(Adapter):
         cls = torch.nn.LayerNorm if self.family.norm_class is None else family_class(self.config, self.family.norm_class)
         mod = cls(dim, eps=self.norm_eps)
         state = {name: get(f"{path}.{name}") for name, _ in mod.named_parameters()}
+        mod.to(dtype=next(iter(state.values())).dtype)  # the stored precision, not float32 by default
         with torch.no_grad():
             for name, value in state.items():
                 mod.get_parameter(name).copy_(value)
