@@ -301,3 +301,32 @@ def test_opt_350m_layout_is_refused_clearly() -> None:
     cfg.word_embed_proj_dim = 16
     with pytest.raises(UnsupportedModelError, match="word_embed_proj_dim=16"):
         get_adapter(cfg)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_neox", "roberta"])
+def test_every_feature_runs(family: str) -> None:
+    """Statistics (dynamics with the model's own norm, full model, cumulative), collapse in the
+    four variants, steering with the min-norm solve and its full report: run, finite numbers."""
+    import math
+
+    from steerformer.collapse import collapse
+    from steerformer.dynamics import run_dynamics
+    from steerformer.stats.full_model import model_hidden_states
+    from steerformer.steering import steer
+
+    model = make_family_model(family, head=True)
+    ad = get_adapter(model.config)
+    traj = run_dynamics(model, prompts=3, n_tokens=6, layer_norm=True, bias=True)
+    assert bool(torch.isfinite(traj.states).all())
+    hs = model_hidden_states(model, input_ids=IDS.tolist())
+    assert hs.states.shape[0] == ad.n_layers + 1
+    for weights in ("pretrained", "random-per-pass"):
+        for ffn in (True, False):
+            res = collapse(model, token_ids=IDS, passes=2, ffn=ffn, weights=weights)
+            assert res.e.shape[:2] == (2, ad.n_layers) and bool((res.e >= 0).all())
+    model = make_family_model(family, head=True)
+    u = torch.randn(ad.d_model, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    rec = steer(model, u, solve="min-norm", prompts=IDS.repeat(3, 1), heldout_prompts=IDS[:, :5],
+                target_alignment=0.5, dynamics_prompts=3, dynamics_tokens=5)
+    assert rec.solve["method"] == "ridge" and math.isfinite(rec.gain)
+    assert rec.kl_kind == ("next-token" if ad.residual != "post" else None)  # no tokenizer: no mask id, no KL

@@ -59,7 +59,11 @@ def _lu_rcond(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def cond_estimate(V: torch.Tensor) -> float:
-    """1-norm condition number estimate of V (inf when singular)."""
+    """1-norm condition number estimate of V (inf when singular); for a non-square V (grouped-query
+    heads, H·d_h ≠ d) the 2-norm σ_max/σ_min over its min(rows, columns) singular values."""
+    if V.shape[0] != V.shape[1]:
+        sv = torch.linalg.svdvals(V.detach().to(torch.float64).cpu())
+        return float("inf") if sv[-1] <= 0 else float(sv[0] / sv[-1])
     _, _, rcond = _lu_rcond(V.detach().to(torch.float64).cpu().numpy())
     return float("inf") if rcond <= 0 else 1.0 / rcond
 
