@@ -40,6 +40,15 @@ def _raw_value_output(family: str, sd: dict, i: int, cfg) -> tuple:
         Wv = torch.cat([W[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
         bv = torch.cat([b[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
         return Wv, bv, sd[f"layers.{i}.attention.dense.weight"], g(f"layers.{i}.attention.dense.bias")
+    if family.startswith("gpt_bigcode"):
+        H, dh = cfg.n_head, cfg.n_embd // cfg.n_head
+        W, b = sd[f"h.{i}.attn.c_attn.weight"], sd[f"h.{i}.attn.c_attn.bias"]
+        if cfg.multi_query:  # [Q (H·d_h) | K (d_h) | V (d_h)]
+            Wv, bv = W[-dh:], b[-dh:]
+        else:  # per head [q k v]
+            Wv = torch.cat([W[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
+            bv = torch.cat([b[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
+        return Wv, bv, sd[f"h.{i}.attn.c_proj.weight"], sd[f"h.{i}.attn.c_proj.bias"]
     if family == "phi3":
         W = sd[f"layers.{i}.self_attn.qkv_proj.weight"]
         n_kv = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
@@ -52,7 +61,7 @@ def _raw_value_output(family: str, sd: dict, i: int, cfg) -> tuple:
         p = f"transformer.layer.{i}.attention"
         return sd[f"{p}.v_lin.weight"], sd[f"{p}.v_lin.bias"], sd[f"{p}.out_lin.weight"], sd[f"{p}.out_lin.bias"]
     p = f"decoder.layers.{i}.self_attn" if family.startswith("opt") else f"layers.{i}.self_attn"
-    out = "out_proj" if family.startswith("opt") else "o_proj"
+    out = "out_proj" if family.startswith("opt") else "dense" if family == "phi" else "o_proj"
     return sd[f"{p}.v_proj.weight"], g(f"{p}.v_proj.bias"), sd[f"{p}.{out}.weight"], g(f"{p}.{out}.bias")
 
 
@@ -210,7 +219,7 @@ def test_pre_attention_norm_is_the_models_own(family: str) -> None:
     name = ad.pre_attention_norm(1)
     with open_source(model).tensors() as get:
         mine = ad.pre_attention_norm_module(1, get)
-    if ad.residual == "post":
+    if ad.residual in ("post", "norm-after"):  # no norm before attention
         assert name is None and mine is None
         return
     own = model.base_model.get_submodule(name)

@@ -194,7 +194,8 @@ class Adapter(abc.ABC):
     #: "layernorm", "rmsnorm" (x/√(mean x²+ε)·w) or "rmsnorm+1" (Gemma: ·(1+w))
     norm_kind: ClassVar[str] = "layernorm"
     #: "pre" (x + attn(ln x), then the FFN), "post" (LN(x + attn(x))), "parallel"
-    #: (x + attn(ln₁x) + mlp(ln₂x)), "sandwich" (pre with norms after attention and FFN too)
+    #: (x + attn(ln₁x) + mlp(ln₂x)), "sandwich" (pre with norms after attention and FFN too),
+    #: "norm-after" (x + ln(attn(x)), OLMo-2)
     residual: ClassVar[str] = "pre"
     #: how Q/K/V are stored: "separate", "fused" ([Q|K|V] rows), "interleaved" (per head [q k v])
     qkv_layout: ClassVar[str] = "separate"

@@ -36,7 +36,7 @@ class Family:
     # config field names
     d_model: str = "hidden_size"
     n_heads: str = "num_attention_heads"
-    n_kv_heads: str | None = "num_key_value_heads"  # None: H_kv = H
+    n_kv_heads: str | Callable | None = "num_key_value_heads"  # field, or config -> H_kv; None: H_kv = H
     n_layers: str = "num_hidden_layers"
     # module paths
     layers: str = "layers"
@@ -46,9 +46,10 @@ class Family:
     v: str = "v_proj"
     o: str = "o_proj"
     qkv: str | None = None  # fused projection
-    qkv_layout: str = "separate"  # "separate" | "fused" ([Q|K|V] rows) | "interleaved" (per head [q k v])
-    q_norm: str | None = None
-    k_norm: str | None = None
+    qkv_layout: str | Callable = "separate"  # "separate" | "fused" ([Q|K|V] rows) | "interleaved" (per head [q k v])
+    q_norm: str | Callable | None = None  # path, or config -> path or None
+    k_norm: str | Callable | None = None
+    qk_norm_across_heads: bool = False  # the q/k norm spans all heads' concatenation (OLMo-2)
     pre_attention_norm: Callable = _cfg(None, "input_layernorm")  # config -> path in the block or None
     ffn: str = "mlp"  # zeroed for "without FFN"
     ffn_norm_after: Callable = _cfg(None)  # post-LN: the norm after the FFN residual (identity without FFN)
@@ -64,6 +65,11 @@ class Family:
     softcap_field: str | None = None
     causal: bool = True
     supported: Callable = _cfg(None, None)  # config -> None, or why this config is refused
+
+
+def _fact(value, config):
+    """A declared fact: a value, or a function of the config."""
+    return value(config) if callable(value) else value
 
 
 class _Stop(Exception):
@@ -97,7 +103,10 @@ class DeclaredAdapter(Adapter):
 
     @property
     def qkv_layout(self) -> str:  # type: ignore[override]
-        return self.family.qkv_layout
+        return _fact(self.family.qkv_layout, self.config)
+
+    def _qk_norm_paths(self) -> tuple[str | None, str | None]:
+        return _fact(self.family.q_norm, self.config), _fact(self.family.k_norm, self.config)
 
     # ---- shape facts -------------------------------------------------------------------------
     @property
@@ -111,7 +120,7 @@ class DeclaredAdapter(Adapter):
     @property
     def n_kv_heads(self) -> int:
         f = self.family.n_kv_heads
-        v = None if f is None else getattr(self.config, f, None)
+        v = f(self.config) if callable(f) else None if f is None else getattr(self.config, f, None)
         return self.n_heads if v is None else int(v)
 
     @property
@@ -161,7 +170,7 @@ class DeclaredAdapter(Adapter):
     def _split_fused(self, t: torch.Tensor) -> dict[str, torch.Tensor]:
         """Q, K, V rows of a fused projection weight (rows × d) or bias (rows,)."""
         H, G, dh = self.n_heads, self.n_kv_heads, self.head_dim
-        if self.family.qkv_layout == "interleaved":  # per head [q k v] (GPT-NeoX)
+        if self.qkv_layout == "interleaved":  # per head [q k v] (GPT-NeoX)
             parts = t.reshape(H, 3, dh, *t.shape[1:])
             return {n: parts[:, i].reshape(H * dh, *t.shape[1:]) for i, n in enumerate("qkv")}
         q, k, v = torch.split(t, [H * dh, G * dh, G * dh], dim=0)  # [Q | K | V] (Phi-3)
@@ -183,7 +192,7 @@ class DeclaredAdapter(Adapter):
         H, G = self.n_heads, self.n_kv_heads
         biases = self.family.biases(self.config)
         want = "qkv" if "qk" in parts else "v"
-        if self.family.qkv_layout == "separate":
+        if self.qkv_layout == "separate":
             W = {n: get(f"{self._proj(slot, n)}.weight") for n in want}
             b = {n: get(f"{self._proj(slot, n)}.bias") if n in biases else None for n in want}
         else:
@@ -200,9 +209,15 @@ class DeclaredAdapter(Adapter):
         if "qk" in parts:
             out.W_Q, out.b_Q = split_heads_out_in(W["q"], heads["q"]), split_heads_bias(b["q"], heads["q"])
             out.W_K, out.b_K = split_heads_out_in(W["k"], heads["k"]), split_heads_bias(b["k"], heads["k"])
-            if self.family.q_norm is not None:
-                out.q_norm = self._norm(self._proj(slot, "q_norm"), self.head_dim, get)
-                out.k_norm = self._norm(self._proj(slot, "k_norm"), self.head_dim, get)
+            qn, kn = self._qk_norm_paths()
+            if qn is not None:
+                p = self.slots()[slot]
+                if self.family.qk_norm_across_heads:
+                    out.q_norm = _AcrossHeads(self._norm(f"{p}.{qn}", H * self.head_dim, get))
+                    out.k_norm = _AcrossHeads(self._norm(f"{p}.{kn}", G * self.head_dim, get))
+                else:
+                    out.q_norm = self._norm(f"{p}.{qn}", self.head_dim, get)
+                    out.k_norm = self._norm(f"{p}.{kn}", self.head_dim, get)
             if self.family.position_kind == "rotary":
                 out.positions = Rotary.for_config(self.config, self._layer_type(layer), cache=self._rotary)
         return out
@@ -305,6 +320,19 @@ class DeclaredAdapter(Adapter):
                 "qkv_layout": self.qkv_layout}
 
 
+class _AcrossHeads(torch.nn.Module):
+    """Applies a norm of width heads·d_h to per-head tensors (..., heads, n, d_h)."""
+
+    def __init__(self, norm: torch.nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        *lead, h, n, dh = x.shape
+        y = self.norm(x.transpose(-3, -2).reshape(*lead, n, h * dh))
+        return y.reshape(*lead, n, h, dh).transpose(-3, -2)
+
+
 def _zero_output(module, inputs, output):
     if isinstance(output, (tuple, list)):
         return type(output)([torch.zeros_like(output[0]), *output[1:]])
@@ -342,6 +370,20 @@ FAMILIES: tuple[Family, ...] = (
            norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_eps",
            residual=lambda c: "parallel" if getattr(c, "use_parallel_residual", True) else "pre",
            biases=_qkvo_if("attention_bias")),
+    dataclasses.replace(LLAMA, model_type="olmo2", pre_attention_norm=_cfg(None), residual=_cfg(None, "norm-after"),
+                        q_norm="q_norm", k_norm="k_norm", qk_norm_across_heads=True),
+    dataclasses.replace(LLAMA, model_type="starcoder2", norm_kind="layernorm", norm_class=None, norm_eps="norm_epsilon",
+                        biases=_qkvo_if("use_bias")),
+    dataclasses.replace(LLAMA, model_type="phi", o="dense", final_norm=_cfg(None, "final_layernorm"),
+                        norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_eps", residual=_cfg(None, "parallel"),
+                        biases=_cfg(None, "qkvo"), q_norm=lambda c: "q_layernorm" if c.qk_layernorm else None,
+                        k_norm=lambda c: "k_layernorm" if c.qk_layernorm else None),
+    Family("gpt_bigcode", base_model_prefix="transformer", d_model="n_embd", n_heads="n_head",
+           n_kv_heads=lambda c: 1 if c.multi_query else c.n_head, n_layers="n_layer", layers="h", attention="attn",
+           qkv="c_attn", qkv_layout=lambda c: "fused" if c.multi_query else "interleaved", o="c_proj",
+           pre_attention_norm=_cfg(None, "ln_1"), final_norm=_cfg(None, "ln_f"), norm_kind="layernorm",
+           norm_class=None, norm_eps="layer_norm_epsilon", position_kind="learned", biases=_cfg(None, "qkvo"),
+           supported=lambda c: None if c.scale_attn_weights else "scale_attn_weights=False is not supported"),
     Family("opt", n_kv_heads=None, layers="decoder.layers", o="out_proj", ffn="fc2",
            pre_attention_norm=lambda c: "self_attn_layer_norm" if c.do_layer_norm_before else None,
            ffn_norm_after=lambda c: None if c.do_layer_norm_before else "final_layer_norm",

@@ -78,7 +78,14 @@ class Rotary:
         q4 = q.reshape(-1, *q.shape[-3:])
         k4 = k.reshape(-1, *k.shape[-3:])
         cos, sin = self.cos_sin(q.shape[-2], q.dtype, q.device)
-        qr, kr = self.apply_fn(q4, k4, cos, sin)
+        r = cos.shape[-1]
+        if r < q.shape[-1]:
+            # Partial rotary (GPT-NeoX rotary_pct, Phi partial_rotary_factor): the module's cos/sin
+            # cover the first r dimensions of each head; the rest pass unrotated.
+            qr, kr = self.apply_fn(q4[..., :r], k4[..., :r], cos, sin)
+            qr, kr = torch.cat([qr, q4[..., r:]], -1), torch.cat([kr, k4[..., r:]], -1)
+        else:
+            qr, kr = self.apply_fn(q4, k4, cos, sin)
         return qr.reshape(*lead, *q.shape[-3:]), kr.reshape(*lead, *k.shape[-3:])
 
     def to_dict(self) -> dict:
