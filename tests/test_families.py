@@ -339,3 +339,20 @@ def test_every_feature_runs(family: str) -> None:
                 target_alignment=0.5, dynamics_prompts=3, dynamics_tokens=5)
     assert rec.solve["method"] == "ridge" and math.isfinite(rec.gain)
     assert rec.kl_kind == ("next-token" if ad.residual != "post" else None)  # no tokenizer: no mask id, no KL
+
+
+def test_models_command_lists_every_family() -> None:
+    import json
+
+    from steerformer_cli.main import app
+    from typer.testing import CliRunner
+
+    from steerformer.adapters import ADAPTERS
+
+    res = CliRunner().invoke(app, ["models", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["model_type"]: r for r in json.loads(res.stdout)}
+    assert set(rows) == set(ADAPTERS)
+    assert (rows["llama"]["heads"], rows["llama"]["positions"], rows["llama"]["norm"]) == ("grouped-query", "rotary", "rmsnorm")
+    assert (rows["gpt_neox"]["residual"], rows["gpt_neox"]["qkv_layout"]) == ("parallel", "interleaved")
+    assert rows["bert"]["residual"] == "post" and rows["gemma2"]["norm"] == "rmsnorm+1"
