@@ -105,22 +105,32 @@ class AttentionWeights:
         """Σ_{h: g(h)=g} W_O[h] for each KV head g, (H_kv, d, d_h): the output weight F sees."""
         if self.n_kv_heads == self.n_heads:
             return self.W_O
-        out = torch.zeros((self.n_kv_heads, *self.W_O.shape[1:]), dtype=self.W_O.dtype, device=self.W_O.device)
-        return out.index_add_(0, self.kv_index(), self.W_O)
+        A, _ = self.layer_factors()
+        return A.reshape(A.shape[0], self.n_kv_heads, -1).permute(1, 0, 2)
 
     def head_matrices(self) -> torch.Tensor:
         """Per-head layer matrices M_h = W_O[h] W_V[g(h)], shape (H, d, d)."""
         return torch.einsum("hdk,hke->hde", self.W_O, self.value_heads())
 
     def layer_matrix(self) -> torch.Tensor:
-        """F = W_O · V = sum_h W_O[h] W_V[g(h)], shape (d, d); the repeated heads are summed on
-        the output side first, so each KV head's value map enters once."""
-        return torch.einsum("gdk,gke->de", self.grouped_output(), self.W_V)
+        """F = W_O · V = sum_h W_O[h] W_V[g(h)], shape (d, d). With grouped-query heads the heads
+        sharing a KV head are summed on the output side first (F = A B, one GEMM), so each KV
+        head's value map enters once and the repeated heads are never formed."""
+        if self.n_kv_heads == self.n_heads:
+            return torch.einsum("hdk,hke->de", self.W_O, self.W_V)
+        A, B = self.layer_factors()
+        return A @ B
 
     def layer_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(A, B) with F = A @ B: A = W_O·R (d × r), B = W_V stacked (r × d), r = H_kv·d_h.
-        Column block g of A is Σ_{h: g(h)=g} W_O[h] (MATH.md §1b, factored spectra)."""
-        return torch.cat(list(self.grouped_output()), dim=1), torch.cat(list(self.W_V), dim=0)
+        Column block g of A is Σ_{h: g(h)=g} W_O[h] (MATH.md §1b, factored spectra); the query
+        heads of one KV head are consecutive (g(h) = h·H_kv // H), so A is a reshape and a sum of
+        the stored (d, H·d_h) output weight."""
+        H, G = self.n_heads, self.n_kv_heads
+        d, dh = self.W_O.shape[1], self.W_O.shape[2]
+        O = self.W_O.permute(1, 0, 2)  # (d, H, d_h): a view of the stored output weight
+        A = O.reshape(d, H * dh) if G == H else O.reshape(d, G, H // G, dh).sum(2).reshape(d, G * dh)
+        return A, self.W_V.reshape(G * dh, d)
 
     def output_bias(self) -> torch.Tensor:
         """The constant the value/output path adds to every token: W_O b_V + b_O.
