@@ -32,7 +32,7 @@ def analyze_cmd(
     n_tokens: int = typer.Option(10, "--n-tokens", help="Tokens per random prompt."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial tokens."),
     tau: float = typer.Option(1.0, "--tau", help="Step size τ of the dynamics x + τ F A x (paper: 1)."),
-    layer_norm: bool = typer.Option(False, "--layer-norm", help="Apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention."),
+    layer_norm: bool = typer.Option(False, "--layer-norm", help="Apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, input_layernorm) before attention."),
     bias: bool = typer.Option(False, "--bias", help="Keep the value/output biases in the dynamics."),
     prolong: Optional[int] = typer.Option(None, "--prolong", help="Prolonged run: apply the layers K times (default 10 for shared-weight models such as ALBERT)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file, one prompt per line, for the full-model variant (default: built-in sentences)."),

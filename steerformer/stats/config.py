@@ -25,7 +25,7 @@ class StatsConfig:
     tokens: Any = _opt(None, "user-given initial tokens (prompts, tokens, d) instead of random ones")
     seed: int = _opt(0, "seed of the random initial tokens")
     tau: float = _opt(1.0, "step size τ of the dynamics x + τ F A x (the paper: 1)")
-    layer_norm: bool = _opt(False, "apply the pre-attention LayerNorm (GPT-2/GPT-Neo ln_1) before attention")
+    layer_norm: bool = _opt(False, "apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, input_layernorm) before attention")
     bias: bool = _opt(False, "keep the value/output biases in the dynamics")
     prolong: int | None = _opt(None, "prolonged run: apply the layers K times (default 10 for shared-weight "
                                      "models such as ALBERT, none otherwise)")
