@@ -38,6 +38,8 @@ SPECS: dict[str, tuple] = {
                                               multi_query=True), tf.GPTBigCodeForCausalLM),
     "gpt_bigcode-mha": (tf.GPTBigCodeConfig, dict(n_embd=D, n_layer=2, n_head=4, n_inner=48, vocab_size=VOCAB,
                                                   n_positions=64, multi_query=False), tf.GPTBigCodeForCausalLM),
+    "gptj": (tf.GPTJConfig, dict(n_embd=D, n_layer=2, n_head=4, n_inner=48, vocab_size=VOCAB, n_positions=64, rotary_dim=4),
+             tf.GPTJForCausalLM),
     "opt": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
                                max_position_embeddings=64, word_embed_proj_dim=D, pad_token_id=1), tf.OPTForCausalLM),
     "opt-postln": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,

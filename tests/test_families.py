@@ -60,8 +60,9 @@ def _raw_value_output(family: str, sd: dict, i: int, cfg) -> tuple:
     if family == "distilbert":
         p = f"transformer.layer.{i}.attention"
         return sd[f"{p}.v_lin.weight"], sd[f"{p}.v_lin.bias"], sd[f"{p}.out_lin.weight"], sd[f"{p}.out_lin.bias"]
-    p = f"decoder.layers.{i}.self_attn" if family.startswith("opt") else f"layers.{i}.self_attn"
-    out = "out_proj" if family.startswith("opt") else "dense" if family == "phi" else "o_proj"
+    p = f"decoder.layers.{i}.self_attn" if family.startswith("opt") else f"h.{i}.attn" if family == "gptj" \
+        else f"layers.{i}.self_attn"
+    out = "out_proj" if family in ("opt", "opt-postln", "gptj") else "dense" if family == "phi" else "o_proj"
     return sd[f"{p}.v_proj.weight"], g(f"{p}.v_proj.bias"), sd[f"{p}.{out}.weight"], g(f"{p}.{out}.bias")
 
 

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import UnsupportedModelError
 from .base import Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
-from .positions import family_class, Rotary
+from .positions import family_class, PerTensorRotary, Rotary
 
 
 def _cfg(name: str | None, default=None) -> Callable:
@@ -59,6 +59,7 @@ class Family:
     norm_class: str | None = "RMSNorm"  # class-name suffix in the modeling module; None: nn.LayerNorm
     norm_eps: str = "rms_norm_eps"
     position_kind: str = "rotary"
+    rotary: type = Rotary  # how the family's rotary module and apply function are called
     residual: Callable = _cfg(None, "pre")
     biases: Callable = _cfg(None, "")  # config -> which of "qkvo" have a bias
     scale_field: str | None = None  # scale = config.<field> ** -0.5 (Gemma-2/3); else d_h ** -0.5
@@ -219,7 +220,7 @@ class DeclaredAdapter(Adapter):
                     out.q_norm = self._norm(f"{p}.{qn}", self.head_dim, get)
                     out.k_norm = self._norm(f"{p}.{kn}", self.head_dim, get)
             if self.family.position_kind == "rotary":
-                out.positions = Rotary.for_config(self.config, self._layer_type(layer), cache=self._rotary)
+                out.positions = self.family.rotary.for_config(self.config, self._layer_type(layer), cache=self._rotary)
         return out
 
     def output_weight_name(self, slot: int) -> str:
@@ -384,6 +385,11 @@ FAMILIES: tuple[Family, ...] = (
            pre_attention_norm=_cfg(None, "ln_1"), final_norm=_cfg(None, "ln_f"), norm_kind="layernorm",
            norm_class=None, norm_eps="layer_norm_epsilon", position_kind="learned", biases=_cfg(None, "qkvo"),
            supported=lambda c: None if c.scale_attn_weights else "scale_attn_weights=False is not supported"),
+    Family("gptj", base_model_prefix="transformer", d_model="n_embd", n_heads="n_head", n_kv_heads=None,
+           n_layers="n_layer", layers="h", attention="attn", o="out_proj", pre_attention_norm=_cfg(None, "ln_1"),
+           final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
+           rotary=PerTensorRotary, residual=_cfg(None, "parallel"),
+           supported=lambda c: None if c.rotary_dim else "rotary_dim=None is not supported"),
     Family("opt", n_kv_heads=None, layers="decoder.layers", o="out_proj", ffn="fc2",
            pre_attention_norm=lambda c: "self_attn_layer_norm" if c.do_layer_norm_before else None,
            ffn_norm_after=lambda c: None if c.do_layer_norm_before else "final_layer_norm",

@@ -90,3 +90,20 @@ class Rotary:
 
     def to_dict(self) -> dict:
         return {"kind": "rotary", "module": type(self.module).__name__, "layer_type": self.layer_type}
+
+
+class PerTensorRotary(Rotary):
+    """GPT-J's convention: its rotary module returns (sin, cos) for the first ``rotary_dim``
+    dimensions, and its ``apply_rotary_pos_emb(tensor, sin, cos)`` rotates interleaved pairs of one
+    tensor laid out (batch, n, heads, d_h)."""
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sin, cos = self.cos_sin(q.shape[-2], q.dtype, q.device)
+        r = 2 * sin.shape[-1]
+
+        def rot(t: torch.Tensor) -> torch.Tensor:
+            t4 = t.reshape(-1, *t.shape[-3:]).transpose(1, 2)  # (B, n, heads, d_h)
+            out = torch.cat([self.apply_fn(t4[..., :r], sin, cos), t4[..., r:]], -1)
+            return out.transpose(1, 2).reshape(t.shape)
+
+        return rot(q), rot(k)
