@@ -49,6 +49,18 @@ def _raw_value_output(family: str, sd: dict, i: int, cfg) -> tuple:
             Wv = torch.cat([W[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
             bv = torch.cat([b[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
         return Wv, bv, sd[f"h.{i}.attn.c_proj.weight"], sd[f"h.{i}.attn.c_proj.bias"]
+    if family.startswith("falcon"):
+        H, G = cfg.num_attention_heads, get_adapter(cfg).n_kv_heads
+        dh = cfg.hidden_size // H
+        W, b = sd[f"h.{i}.self_attention.query_key_value.weight"], sd.get(f"h.{i}.self_attention.query_key_value.bias")
+        if cfg.new_decoder_architecture:  # per KV head g: [q × H/G, k, v]
+            r = H // G
+            rows = [slice((g * (r + 2) + r + 1) * dh, (g * (r + 2) + r + 2) * dh) for g in range(G)]
+        else:  # multi-query: [Q | K | V]
+            rows = [slice(W.shape[0] - dh, W.shape[0])]
+        Wv = torch.cat([W[s] for s in rows])
+        bv = None if b is None else torch.cat([b[s] for s in rows])
+        return Wv, bv, sd[f"h.{i}.self_attention.dense.weight"], sd.get(f"h.{i}.self_attention.dense.bias")
     if family == "phi3":
         W = sd[f"layers.{i}.self_attn.qkv_proj.weight"]
         n_kv = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)

@@ -46,7 +46,8 @@ class Family:
     v: str = "v_proj"
     o: str = "o_proj"
     qkv: str | None = None  # fused projection
-    qkv_layout: str | Callable = "separate"  # "separate" | "fused" ([Q|K|V] rows) | "interleaved" (per head [q k v])
+    qkv_layout: str | Callable = "separate"  # "separate" | "fused" ([Q|K|V] rows) | "interleaved" (per head
+    # [q k v]) | "grouped" (per KV head [q…q k v])
     q_norm: str | Callable | None = None  # path, or config -> path or None
     k_norm: str | Callable | None = None
     qk_norm_across_heads: bool = False  # the q/k norm spans all heads' concatenation (OLMo-2)
@@ -174,6 +175,10 @@ class DeclaredAdapter(Adapter):
         if self.qkv_layout == "interleaved":  # per head [q k v] (GPT-NeoX)
             parts = t.reshape(H, 3, dh, *t.shape[1:])
             return {n: parts[:, i].reshape(H * dh, *t.shape[1:]) for i, n in enumerate("qkv")}
+        if self.qkv_layout == "grouped":  # per KV head [q ... q k v] (Falcon's new decoder architecture)
+            parts = t.reshape(G, H // G + 2, dh, *t.shape[1:])
+            return {"q": parts[:, :-2].reshape(H * dh, *t.shape[1:]), "k": parts[:, -2].reshape(G * dh, *t.shape[1:]),
+                    "v": parts[:, -1].reshape(G * dh, *t.shape[1:])}
         q, k, v = torch.split(t, [H * dh, G * dh, G * dh], dim=0)  # [Q | K | V] (Phi-3)
         return {"q": q, "k": k, "v": v}
 
@@ -351,6 +356,17 @@ def _qkvo_if(field: str) -> Callable:
     return lambda c: "qkvo" if getattr(c, field, False) else ""
 
 
+def _falcon_kv_heads(c) -> int:
+    if c.new_decoder_architecture:
+        return int(c.num_kv_heads)
+    return 1 if c.multi_query else int(c.num_attention_heads)
+
+
+def _falcon_two_norms(c) -> bool:
+    # FalconDecoderLayer sets num_ln_in_parallel_attn = 2 when it is None on the new architecture.
+    return bool(c.new_decoder_architecture) and (c.num_ln_in_parallel_attn or 2) == 2
+
+
 # ---- the families ----------------------------------------------------------------------------
 LLAMA = Family("llama", biases=_qkvo_if("attention_bias"))
 FAMILIES: tuple[Family, ...] = (
@@ -390,6 +406,14 @@ FAMILIES: tuple[Family, ...] = (
            final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
            rotary=PerTensorRotary, residual=_cfg(None, "parallel"),
            supported=lambda c: None if c.rotary_dim else "rotary_dim=None is not supported"),
+    Family("falcon", base_model_prefix="transformer", n_kv_heads=_falcon_kv_heads, layers="h",
+           attention="self_attention", qkv="query_key_value", o="dense",
+           qkv_layout=lambda c: "grouped" if c.new_decoder_architecture else "fused" if c.multi_query else "interleaved",
+           pre_attention_norm=lambda c: "ln_attn" if _falcon_two_norms(c) else "input_layernorm",
+           final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
+           residual=lambda c: "parallel" if c.parallel_attn or c.new_decoder_architecture else "pre",
+           biases=_qkvo_if("bias"), supported=lambda c: "alibi=True is not supported (rotary Falcons are)" if c.alibi
+           else None),
     Family("opt", n_kv_heads=None, layers="decoder.layers", o="out_proj", ffn="fc2",
            pre_attention_norm=lambda c: "self_attn_layer_norm" if c.do_layer_norm_before else None,
            ffn_norm_after=lambda c: None if c.do_layer_norm_before else "final_layer_norm",
