@@ -35,6 +35,8 @@ def attention_probs(x: torch.Tensor, w: AttentionWeights) -> torch.Tensor:
     if w.n_kv_heads != w.n_heads:
         k = k[..., w.kv_index(), :, :]
     scores = (q @ k.transpose(-1, -2)) * w.scale
+    if w.positions is not None and hasattr(w.positions, "score_bias"):  # ALiBi
+        scores = scores + w.positions.score_bias(x.shape[-2], scores.dtype, scores.device)
     if w.softcap is not None:
         scores = torch.tanh(scores / w.softcap) * w.softcap
     n = x.shape[-2]

@@ -46,6 +46,7 @@ SPECS: dict[str, tuple] = {
     "falcon-7b": (tf.FalconConfig, dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
                                         multi_query=True, parallel_attn=True, new_decoder_architecture=False,
                                         max_position_embeddings=64), tf.FalconForCausalLM),
+    "bloom": (tf.BloomConfig, dict(hidden_size=D, n_layer=2, n_head=4, vocab_size=VOCAB), tf.BloomForCausalLM),
     "opt": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
                                max_position_embeddings=64, word_embed_proj_dim=D, pad_token_id=1), tf.OPTForCausalLM),
     "opt-postln": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,

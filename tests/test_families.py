@@ -32,14 +32,14 @@ def _raw_value_output(family: str, sd: dict, i: int, cfg) -> tuple:
     """(W_v rows (H_kv·d_h, d), b_v, W_o (d, H·d_h), b_o) of layer i, sliced by hand from the raw
     state dict (the transcription of each family's storage, independent of the adapters)."""
     g = lambda k: sd.get(k)  # noqa: E731
-    if family == "gpt_neox":
+    if family in ("gpt_neox", "bloom"):
         H = cfg.num_attention_heads
-        W = sd[f"layers.{i}.attention.query_key_value.weight"]
-        b = sd[f"layers.{i}.attention.query_key_value.bias"]
+        p = f"h.{i}.self_attention" if family == "bloom" else f"layers.{i}.attention"
+        W, b = sd[f"{p}.query_key_value.weight"], sd[f"{p}.query_key_value.bias"]
         dh = W.shape[0] // (3 * H)
         Wv = torch.cat([W[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
         bv = torch.cat([b[h * 3 * dh + 2 * dh:(h + 1) * 3 * dh] for h in range(H)])
-        return Wv, bv, sd[f"layers.{i}.attention.dense.weight"], g(f"layers.{i}.attention.dense.bias")
+        return Wv, bv, sd[f"{p}.dense.weight"], g(f"{p}.dense.bias")
     if family.startswith("gpt_bigcode"):
         H, dh = cfg.n_head, cfg.n_embd // cfg.n_head
         W, b = sd[f"h.{i}.attn.c_attn.weight"], sd[f"h.{i}.attn.c_attn.bias"]
@@ -196,7 +196,7 @@ def test_one_collapse_pass_equals_the_models_hidden_states(family: str) -> None:
     torch.testing.assert_close(last, hs[L], atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt_neox", "gemma2", "opt-postln", "distilbert"])
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "gemma2", "opt-postln", "distilbert", "bloom"])
 def test_without_ffn_drops_only_the_ffn_term(family: str) -> None:
     """Written out per residual shape from the block's own sub-modules."""
     model = make_family_model(family)
@@ -208,7 +208,8 @@ def test_without_ffn_drops_only_the_ffn_term(family: str) -> None:
         inputs = looped.masks(IDS.shape[1], h.dtype, h.device)
         block = looped.blocks[0]
         got = ad.run_block(block, h, inputs[0], ffn=False)
-        kw = {k: v for k, v in inputs[0][1].items() if k in ("attention_mask", "position_embeddings")}
+        args = inputs[0].get(h.shape[0]) if hasattr(inputs[0], "get") else inputs[0]  # BLOOM: per batch size
+        kw = {k: v for k, v in args[1].items() if k in ("attention_mask", "position_embeddings", "alibi")}
         first = lambda o: o[0] if isinstance(o, tuple) else o  # noqa: E731
         if family == "llama":
             want = h + first(block.self_attn(block.input_layernorm(h), **kw))
@@ -216,6 +217,8 @@ def test_without_ffn_drops_only_the_ffn_term(family: str) -> None:
             want = h + first(block.attention(block.input_layernorm(h), **kw))
         elif family == "gemma2":  # sandwich: x + post_attn_norm(attn(ln x))
             want = h + block.post_attention_layernorm(first(block.self_attn(block.input_layernorm(h), **kw)))
+        elif family == "bloom":  # its attention module adds the residual itself; its MLP too (dropped)
+            want = first(block.self_attention(block.input_layernorm(h), h, **kw))
         elif family == "opt-postln":  # post-LN: LN(x + attn(x)); the FFN and the norm after it dropped
             want = block.self_attn_layer_norm(h + first(block.self_attn(h, **kw)))
         else:

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import UnsupportedModelError
 from .base import Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
-from .positions import family_class, PerTensorRotary, Rotary
+from .positions import Alibi, family_class, PerTensorRotary, Rotary
 
 
 def _cfg(name: str | None, default=None) -> Callable:
@@ -54,13 +54,15 @@ class Family:
     pre_attention_norm: Callable = _cfg(None, "input_layernorm")  # config -> path in the block or None
     ffn: str = "mlp"  # zeroed for "without FFN"
     ffn_norm_after: Callable = _cfg(None)  # post-LN: the norm after the FFN residual (identity without FFN)
+    ffn_adds_residual: bool = False  # the FFN module returns residual + mlp(x) itself (BLOOM: mlp(x, residual))
+    kwargs_per_batch: bool = False  # a block keyword argument has the batch folded in (BLOOM's alibi)
     final_norm: Callable = _cfg(None, "norm")  # config -> path in the base model or None
     # facts
     norm_kind: str = "rmsnorm"
     norm_class: str | None = "RMSNorm"  # class-name suffix in the modeling module; None: nn.LayerNorm
     norm_eps: str = "rms_norm_eps"
     position_kind: str = "rotary"
-    rotary: type = Rotary  # how the family's rotary module and apply function are called
+    rotary: type = Rotary  # positions class: Rotary, PerTensorRotary (GPT-J) or Alibi (BLOOM)
     residual: Callable = _cfg(None, "pre")
     biases: Callable = _cfg(None, "")  # config -> which of "qkvo" have a bias
     scale_field: str | None = None  # scale = config.<field> ** -0.5 (Gemma-2/3); else d_h ** -0.5
@@ -224,8 +226,9 @@ class DeclaredAdapter(Adapter):
                 else:
                     out.q_norm = self._norm(f"{p}.{qn}", self.head_dim, get)
                     out.k_norm = self._norm(f"{p}.{kn}", self.head_dim, get)
-            if self.family.position_kind == "rotary":
-                out.positions = self.family.rotary.for_config(self.config, self._layer_type(layer), cache=self._rotary)
+            if self.family.position_kind in ("rotary", "alibi"):
+                out.positions = self.family.rotary.for_config(self.config, self._layer_type(layer), cache=self._rotary,
+                                                              n_heads=H)
         return out
 
     def output_weight_name(self, slot: int) -> str:
@@ -284,6 +287,12 @@ class DeclaredAdapter(Adapter):
         """The positional and keyword arguments (besides the hidden states) the model passes each
         block for ``n`` tokens — rotary cos/sin, the per-layer 4-D mask incl. sliding windows —
         captured with forward pre-hooks on one run of the base model on ``n`` dummy tokens."""
+        if self.family.kwargs_per_batch:
+            shared = {"capture": lambda b: self._capture(base, n, device, b), "by_batch": {}}
+            return [_PerBatch(shared, k) for k in range(self.n_layers)]
+        return self._capture(base, n, device, 1)
+
+    def _capture(self, base: torch.nn.Module, n: int, device, batch: int) -> list:
         blocks = self.blocks(base)
         seen: dict[int, tuple] = {}
 
@@ -298,20 +307,23 @@ class DeclaredAdapter(Adapter):
         handles = [b.register_forward_pre_hook(make_hook(k), with_kwargs=True) for k, b in enumerate(blocks)]
         try:
             with torch.no_grad():
-                self._run_base(base, torch.zeros((1, n), dtype=torch.long, device=device))
+                self._run_base(base, torch.zeros((batch, n), dtype=torch.long, device=device))
         finally:
             for h in handles:
                 h.remove()
         return [seen[k] for k in range(len(blocks))]
 
     def run_block(self, block: torch.nn.Module, hidden: torch.Tensor, inputs, *, ffn: bool = True) -> torch.Tensor:
+        if isinstance(inputs, _PerBatch):
+            inputs = inputs.get(hidden.shape[0])
         args, kwargs = inputs if isinstance(inputs, tuple) else ((), {})
         if ffn:
             return first_output(block(hidden, *args, **kwargs))
         # "Without FFN": the block's own forward with the FFN's output replaced by zeros, so its
         # residual term vanishes (sequential, sandwich and parallel residuals alike: a parallel
         # block keeps x + attn(ln₁x)); post-LN also skips the norm that follows the FFN residual.
-        hooks = [block.get_submodule(self.family.ffn).register_forward_hook(_zero_output)]
+        drop = _residual_input if self.family.ffn_adds_residual else _zero_output
+        hooks = [block.get_submodule(self.family.ffn).register_forward_hook(drop)]
         after = self.family.ffn_norm_after(self.config)
         if after is not None:
             hooks.append(block.get_submodule(after).register_forward_hook(lambda m, i, o: i[0]))
@@ -337,6 +349,24 @@ class _AcrossHeads(torch.nn.Module):
         *lead, h, n, dh = x.shape
         y = self.norm(x.transpose(-3, -2).reshape(*lead, n, h * dh))
         return y.reshape(*lead, n, h, dh).transpose(-3, -2)
+
+
+class _PerBatch:
+    """One block's captured arguments, captured again for each batch size (shared across blocks)."""
+
+    def __init__(self, shared: dict, k: int) -> None:
+        self.shared, self.k = shared, k
+
+    def get(self, batch: int) -> tuple:
+        by_batch = self.shared["by_batch"]
+        if batch not in by_batch:
+            by_batch.clear()  # one batch size at a time: keep memory flat
+            by_batch[batch] = self.shared["capture"](batch)
+        return by_batch[batch][self.k]
+
+
+def _residual_input(module, inputs, output):
+    return inputs[1]
 
 
 def _zero_output(module, inputs, output):
@@ -414,6 +444,13 @@ FAMILIES: tuple[Family, ...] = (
            residual=lambda c: "parallel" if c.parallel_attn or c.new_decoder_architecture else "pre",
            biases=_qkvo_if("bias"), supported=lambda c: "alibi=True is not supported (rotary Falcons are)" if c.alibi
            else None),
+    Family("bloom", base_model_prefix="transformer", n_heads="n_head", n_kv_heads=None, n_layers="n_layer", layers="h",
+           attention="self_attention", qkv="query_key_value", qkv_layout="interleaved", o="dense",
+           final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
+           position_kind="alibi", rotary=Alibi, biases=_cfg(None, "qkvo"), ffn_adds_residual=True,
+           kwargs_per_batch=True,
+           supported=lambda c: "apply_residual_connection_post_layernorm=True is not supported"
+           if c.apply_residual_connection_post_layernorm else None),
     Family("opt", n_kv_heads=None, layers="decoder.layers", o="out_proj", ffn="fc2",
            pre_attention_norm=lambda c: "self_attn_layer_norm" if c.do_layer_norm_before else None,
            ffn_norm_after=lambda c: None if c.do_layer_norm_before else "final_layer_norm",

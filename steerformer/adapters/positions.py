@@ -47,7 +47,8 @@ class Rotary:
         self._cache: dict = {}
 
     @classmethod
-    def for_config(cls, config, layer_type: str | None = None, *, cache: dict | None = None) -> "Rotary":
+    def for_config(cls, config, layer_type: str | None = None, *, cache: dict | None = None,
+                   n_heads: int | None = None) -> "Rotary":
         """The rotary module built from ``config`` (no weights: its buffers are functions of the
         config), shared by all layers of one adapter through ``cache``."""
         cache = {} if cache is None else cache
@@ -107,3 +108,32 @@ class PerTensorRotary(Rotary):
             return out.transpose(1, 2).reshape(t.shape)
 
         return rot(q), rot(k)
+
+
+class Alibi:
+    """ALiBi (BLOOM): scores s_ij += m_h·j from the family's own ``build_alibi_tensor`` at
+    positions 0..n−1 (equal to m_h (j − i) under the row softmax). Queries and keys are not
+    rotated."""
+
+    def __init__(self, build: Any, n_heads: int) -> None:
+        self.build = build
+        self.n_heads = n_heads
+
+    @classmethod
+    def for_config(cls, config, layer_type: str | None = None, *, cache: dict | None = None,
+                   n_heads: int | None = None) -> "Alibi":
+        return cls(vars(modeling_module(config))["build_alibi_tensor"], int(n_heads))
+
+    def to(self, device=None) -> "Alibi":
+        return self
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def score_bias(self, n: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """(H, 1, n): added to every query row of head h's scores."""
+        ones = torch.ones((1, n), dtype=torch.long, device=device)
+        return self.build(ones, self.n_heads, dtype)
+
+    def to_dict(self) -> dict:
+        return {"kind": "alibi"}
