@@ -21,6 +21,10 @@ NOTES: dict[str, str] = {
     "xlm-roberta": "steering KL needs the tokenizer's mask token (no KL without one)",
     "opt": "OPT-350m (word_embed_proj_dim != hidden_size, project_in/out) is refused",
     "albert": "shared layers: untie_last gives the steered layer its own weights",
+    "falcon": "Q/K/V storage by config: grouped (new_decoder_architecture), fused (multi_query), interleaved; "
+              "alibi=True is refused",
+    "gpt_bigcode": "Q/K/V storage by config: fused (multi_query), interleaved",
+    "bloom": "apply_residual_connection_post_layernorm=True is refused",
 }
 
 
