@@ -1,6 +1,7 @@
 """Architecture adapters, registered by ``config.model_type``.
 
-A new architecture is one new module with an :class:`Adapter` subclass plus one line here.
+A Llama-like family is one ``Family(...)`` value in ``declared.py``; an architecture with a storage
+quirk is one new module with an :class:`Adapter` subclass plus one line here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def get_adapter(config) -> Adapter:
     if cls is None:
         raise UnsupportedModelError(
             f"model_type={model_type!r} is not supported by steerformer; supported model types: "
-            f"{', '.join(sorted(ADAPTERS))}. Adding one is a new module in steerformer/adapters/."
+            f"{', '.join(sorted(ADAPTERS))}. Adding one is a Family(...) in steerformer/adapters/declared.py "
+            "(docs/adding-a-family.md)."
         )
     return cls(config)
 
