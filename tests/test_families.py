@@ -296,7 +296,7 @@ def test_analyze_cli_on_saved_checkpoint(tmp_path: Path, family: str) -> None:
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert len(report["layers"]) == family_config(family).num_hidden_layers
     ad = get_adapter(family_config(family))
-    assert (report["config"]["n_kv_heads"], report["config"]["residual"]) == (ad.n_kv_heads, ad.residual)
+    assert (report["meta"]["config"]["n_kv_heads"], report["meta"]["config"]["residual"]) == (ad.n_kv_heads, ad.residual)
 
 
 def test_masked_lm_price_uses_the_tokenizers_mask_id() -> None:
