@@ -333,10 +333,6 @@ class DeclaredAdapter(Adapter):
             for h in hooks:
                 h.remove()
 
-    def features(self) -> dict:
-        return {"position_kind": self.position_kind, "norm_kind": self.norm_kind, "residual": self.residual,
-                "qkv_layout": self.qkv_layout}
-
 
 class _AcrossHeads(torch.nn.Module):
     """Applies a norm of width heads·d_h to per-head tensors (..., heads, n, d_h)."""
