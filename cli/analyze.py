@@ -43,7 +43,7 @@ def analyze_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the random initial tokens."),
     raw_initial: bool = typer.Option(False, "--raw-initial", help="Run the initial tokens as drawn from N(0, I), not normalized (Appendix B's literal reading)."),
     tau: float = typer.Option(1.0, "--tau", help="Step size τ of the dynamics x + τ F A x (paper: 1)."),
-    layer_norm: Optional[bool] = typer.Option(None, "--layer-norm/--no-layer-norm", help="Apply the model's pre-attention norm (GPT-2/GPT-Neo ln_1) before attention, or not. Default: both, for pre-LN models."),
+    layer_norm: Optional[bool] = typer.Option(None, "--layer-norm/--no-layer-norm", help="Apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, input_layernorm) before attention, or not. Default: both, for pre-LN models."),
     null_draws: int = typer.Option(5, "--null-draws", help="Random-weight draws of the null model (beyond-chance verdict); 0 = off."),
     bias: bool = typer.Option(False, "--bias", help="Keep the value/output biases in the dynamics."),
     prolong: Optional[int] = typer.Option(None, "--prolong", help="Prolonged run: apply the layers K times (default 10 for shared-weight models such as ALBERT)."),

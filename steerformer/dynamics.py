@@ -55,26 +55,21 @@ def dynamics_step(
     probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention
-    LayerNorm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
+    pre-attention norm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
     A = attention_probs(xin, w) if probs is None else probs
     return normalize(x + tau * attention_output(xin, w, A, bias=bias))
 
 
 def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
-    """The pre-attention LayerNorms of pre-LN models, rebuilt from their stored weights."""
+    """The model's own pre-attention norms of pre-LN models (LayerNorm or RMSNorm with the model's
+    ε, the family's own module class), loaded from the stored weights."""
     out: dict[int, torch.nn.Module] = {}
-    eps = float(getattr(source.config, "layer_norm_epsilon", getattr(source.config, "layer_norm_eps", 1e-5)))
     with source.tensors() as get:
         for k in ids:
-            name = source.adapter.pre_attention_norm(k)
-            if name is None:
-                continue
-            ln = torch.nn.LayerNorm(source.adapter.d_model, eps=eps).to(dtype=dtype, device=device)
-            with torch.no_grad():
-                ln.weight.copy_(get(f"{name}.weight"))
-                ln.bias.copy_(get(f"{name}.bias"))
-            out[k] = ln
+            norm = source.adapter.pre_attention_norm_module(k, get)
+            if norm is not None:
+                out[k] = norm.to(dtype=dtype, device=device)
     return out
 
 

@@ -1,6 +1,7 @@
 """Architecture adapters, registered by ``config.model_type``.
 
-A new architecture is one new module with an :class:`Adapter` subclass plus one line here.
+A Llama-like family is one ``Family(...)`` value in ``declared.py``; an architecture with a storage
+quirk is one new module with an :class:`Adapter` subclass plus one line here.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from ..errors import UnsupportedModelError
 from .albert import AlbertAdapter
 from .base import Adapter, AttentionWeights, MaskSpec
 from .bert import BertAdapter
+from .declared import DECLARED, DeclaredAdapter, Family
 from .gpt2 import GPT2Adapter
 from .gpt_neo import GPTNeoAdapter
+from .roberta import RobertaAdapter, XLMRobertaAdapter
 
 #: The adapter class of each supported ``config.model_type``.
 ADAPTERS: dict[str, type[Adapter]] = {
-    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter)
+    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter, RobertaAdapter, XLMRobertaAdapter,
+                                       *DECLARED)
 }
 
 
@@ -25,9 +29,10 @@ def get_adapter(config) -> Adapter:
     if cls is None:
         raise UnsupportedModelError(
             f"model_type={model_type!r} is not supported by steerformer; supported model types: "
-            f"{', '.join(sorted(ADAPTERS))}. Adding one is a new module in steerformer/adapters/."
+            f"{', '.join(sorted(ADAPTERS))}. Adding one is a Family(...) in steerformer/adapters/declared.py "
+            "(docs/adding-a-family.md)."
         )
     return cls(config)
 
 
-__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "MaskSpec", "get_adapter"]
+__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "DeclaredAdapter", "Family", "MaskSpec", "get_adapter"]

@@ -10,6 +10,14 @@ from ._linear_qkv import LinearQKVEncoderAdapter
 class AlbertAdapter(LinearQKVEncoderAdapter):
     model_type = "albert"
     base_model_prefix = "albert"
+    residual = "post"
+    can_untie = True
+
+    @property
+    def hidden_states_per_layer(self) -> bool:
+        # output_hidden_states gives one state per group call, not per layer, when a group has
+        # several layers.
+        return int(getattr(self.config, "inner_group_num", 1)) == 1
 
     def slots(self) -> list[str]:
         c = self.config

@@ -2,12 +2,14 @@
 
 Canonical layout (the papers' convention: tokens are column vectors, a linear map is y = W x + b):
 
-    W_Q, W_K, W_V : (H, d_h, d)     head h computes q_h = W_Q[h] x + b_Q[h]
-    b_Q, b_K, b_V : (H, d_h)
+    W_Q           : (H, d_h, d)     head h computes q_h = W_Q[h] x + b_Q[h]
+    W_K, W_V      : (H_kv, d_h, d)  grouped-query: query head h reads key/value head g(h) = h·H_kv // H
+    b_Q           : (H, d_h);  b_K, b_V : (H_kv, d_h)
     W_O           : (H, d, d_h)     attention output = sum_h W_O[h] z_h + b_O
     b_O           : (d,)
 
-so the layer matrix of MATH.md §1 is F = sum_h W_O[h] @ W_V[h]. Adapters convert from each
+so the layer matrix of MATH.md §1/§1b is F = sum_h W_O[h] @ W_V[g(h)] (H_kv = H: one KV head per
+query head; d_h need not be d/H). Adapters convert from each
 family's storage (``nn.Linear`` is (out, in); GPT-2's ``Conv1D`` is (in, out); fused QKV...) in
 exactly one place, and convert back for the write of the output weight.
 """
@@ -15,8 +17,9 @@ exactly one place, and convert back for the write of the output weight.
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
-from typing import Callable, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import torch
 
@@ -68,22 +71,66 @@ class AttentionWeights:
     b_Q: torch.Tensor | None = None
     W_K: torch.Tensor | None = None
     b_K: torch.Tensor | None = None
+    #: how scores see positions (rotary, ALiBi); None: they do not (learned absolute positions
+    #: enter through the embeddings, before any layer). See ``positions.py``.
+    positions: Any = None
+    #: the model's own query/key norm modules (Qwen3, OLMo-2, Gemma-3), applied per head to
+    #: W_Q x + b_Q and W_K x + b_K before the rotation
+    q_norm: torch.nn.Module | None = None
+    k_norm: torch.nn.Module | None = None
+    #: score soft-cap c (Gemma-2): s <- c·tanh(s/c)
+    softcap: float | None = None
 
     @property
     def n_heads(self) -> int:
+        return int(self.W_O.shape[0])
+
+    @property
+    def n_kv_heads(self) -> int:
         return int(self.W_V.shape[0])
 
     @property
     def d_model(self) -> int:
         return int(self.W_V.shape[2])
 
+    def kv_index(self) -> torch.Tensor:
+        """g(h) for every query head h: the key/value head it reads (transformers' repeat_kv)."""
+        return torch.arange(self.n_heads, device=self.W_V.device) * self.n_kv_heads // self.n_heads
+
+    def value_heads(self) -> torch.Tensor:
+        """W_V repeated to one entry per query head, (H, d_h, d) (a view when H_kv = H)."""
+        return self.W_V if self.n_kv_heads == self.n_heads else self.W_V[self.kv_index()]
+
+    def grouped_output(self) -> torch.Tensor:
+        """Σ_{h: g(h)=g} W_O[h] for each KV head g, (H_kv, d, d_h): the output weight F sees."""
+        if self.n_kv_heads == self.n_heads:
+            return self.W_O
+        A, _ = self.layer_factors()
+        return A.reshape(A.shape[0], self.n_kv_heads, -1).permute(1, 0, 2)
+
     def head_matrices(self) -> torch.Tensor:
-        """Per-head layer matrices M_h = W_O[h] W_V[h], shape (H, d, d)."""
-        return torch.einsum("hdk,hke->hde", self.W_O, self.W_V)
+        """Per-head layer matrices M_h = W_O[h] W_V[g(h)], shape (H, d, d)."""
+        return torch.einsum("hdk,hke->hde", self.W_O, self.value_heads())
 
     def layer_matrix(self) -> torch.Tensor:
-        """F = W_O · V = sum_h W_O[h] W_V[h], shape (d, d)."""
-        return torch.einsum("hdk,hke->de", self.W_O, self.W_V)
+        """F = W_O · V = sum_h W_O[h] W_V[g(h)], shape (d, d). With grouped-query heads the heads
+        sharing a KV head are summed on the output side first (F = A B, one GEMM), so each KV
+        head's value map enters once and the repeated heads are never formed."""
+        if self.n_kv_heads == self.n_heads:
+            return torch.einsum("hdk,hke->de", self.W_O, self.W_V)
+        A, B = self.layer_factors()
+        return A @ B
+
+    def layer_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A, B) with F = A @ B: A = W_O·R (d × r), B = W_V stacked (r × d), r = H_kv·d_h.
+        Column block g of A is Σ_{h: g(h)=g} W_O[h] (MATH.md §1b, factored spectra); the query
+        heads of one KV head are consecutive (g(h) = h·H_kv // H), so A is a reshape and a sum of
+        the stored (d, H·d_h) output weight."""
+        H, G = self.n_heads, self.n_kv_heads
+        d, dh = self.W_O.shape[1], self.W_O.shape[2]
+        O = self.W_O.permute(1, 0, 2)  # (d, H, d_h): a view of the stored output weight
+        A = O.reshape(d, H * dh) if G == H else O.reshape(d, G, H // G, dh).sum(2).reshape(d, G * dh)
+        return A, self.W_V.reshape(G * dh, d)
 
     def output_bias(self) -> torch.Tensor:
         """The constant the value/output path adds to every token: W_O b_V + b_O.
@@ -93,26 +140,31 @@ class AttentionWeights:
         d = self.d_model
         out = torch.zeros(d, dtype=self.W_V.dtype, device=self.W_V.device)
         if self.b_V is not None:
-            out = out + torch.einsum("hdk,hk->d", self.W_O, self.b_V)
+            out = out + torch.einsum("gdk,gk->d", self.grouped_output(), self.b_V)
         if self.b_O is not None:
             out = out + self.b_O
         return out
 
     def output_matrix(self) -> torch.Tensor:
-        """W_O concatenated over heads, (d, d): column block h multiplies head h's output."""
+        """W_O concatenated over heads, (d, H·d_h): column block h multiplies head h's output."""
         return torch.cat(list(self.W_O), dim=1)
 
     def value_matrix(self) -> torch.Tensor:
-        """V stacked over heads, (d, d): row block h is head h's value map."""
-        return torch.cat(list(self.W_V), dim=0)
+        """V stacked over query heads, (H·d_h, d): row block h is the value map head h reads,
+        W_V[g(h)]; F = output_matrix() @ value_matrix(). Square only when H_kv = H and H·d_h = d."""
+        return torch.cat(list(self.value_heads()), dim=0)
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "AttentionWeights":
         conv = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
-        return dataclasses.replace(
-            self,
-            **{f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)
-               if isinstance(getattr(self, f.name), torch.Tensor)},
-        )
+        changes = {f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)
+                   if isinstance(getattr(self, f.name), torch.Tensor)}
+        for name in ("q_norm", "k_norm"):
+            mod = getattr(self, name)
+            if mod is not None:
+                changes[name] = copy.deepcopy(mod).to(dtype=dtype, device=device)
+        if self.positions is not None:
+            changes["positions"] = self.positions.to(device=device)
+        return dataclasses.replace(self, **changes)
 
 
 def first_output(out):
@@ -146,8 +198,70 @@ class Adapter(abc.ABC):
     #: attribute name of the base model inside head classes (``GPT2LMHeadModel.transformer``)
     base_model_prefix: ClassVar[str]
 
+    # ---- declared facts (MATH.md §1b): shared code reads these, never ``model_type`` ----------
+    #: how positions enter: "learned" (absolute, added to the embeddings), "rotary", "alibi"
+    position_kind: ClassVar[str] = "learned"
+    #: "layernorm", "rmsnorm" (x/√(mean x²+ε)·w) or "rmsnorm+1" (Gemma: ·(1+w))
+    norm_kind: ClassVar[str] = "layernorm"
+    #: "pre" (x + attn(ln x), then the FFN), "post" (LN(x + attn(x))), "parallel"
+    #: (x + attn(ln₁x) + mlp(ln₂x)), "sandwich" (pre with norms after attention and FFN too),
+    #: "norm-after" (x + ln(attn(x)), OLMo-2)
+    residual: ClassVar[str] = "pre"
+    #: how Q/K/V are stored: "separate", "fused" ([Q|K|V] rows), "interleaved" (per head [q k v])
+    qkv_layout: ClassVar[str] = "separate"
+    #: whether weight-shared layers can be given their own copy before an edit (ALBERT)
+    can_untie: ClassVar[bool] = False
+
     def __init__(self, config) -> None:
         self.config = config
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads H_kv (grouped-query attention; H_kv = H otherwise)."""
+        return self.n_heads
+
+    @property
+    def norm_eps(self) -> float:
+        """ε of the model's norms."""
+        c = self.config
+        return float(getattr(c, "layer_norm_epsilon", getattr(c, "layer_norm_eps", 1e-5)))
+
+    def pre_attention_norm_module(self, layer: int, get: TensorGetter) -> torch.nn.Module | None:
+        """The model's pre-attention norm of execution layer ``layer`` as a module loaded from the
+        stored weights (None for post-LN models). Default: ``nn.LayerNorm`` with :attr:`norm_eps`."""
+        name = self.pre_attention_norm(layer)
+        if name is None:
+            return None
+        w = get(f"{name}.weight")
+        ln = torch.nn.LayerNorm(w.shape[0], eps=self.norm_eps, dtype=w.dtype)
+        with torch.no_grad():
+            ln.weight.copy_(w)
+            ln.bias.copy_(get(f"{name}.bias"))
+        return ln
+
+    @property
+    def final_norm_in_hidden_states(self) -> bool:
+        """Whether ``output_hidden_states``' last entry is taken after the final norm."""
+        return self.residual != "post"
+
+    @property
+    def hidden_states_per_layer(self) -> bool:
+        """Whether ``output_hidden_states`` gives one state per execution layer."""
+        return True
+
+    def block_inputs(self, base: torch.nn.Module, n: int, dtype: torch.dtype,
+                     device: torch.device | str | None = None) -> list:
+        """What :meth:`run_block` needs besides the hidden states, one entry per execution layer,
+        for prompts of ``n`` tokens. Default: the additive mask of :meth:`block_attention_mask`
+        (blocks with the same mask share one tensor)."""
+        by_spec: dict = {}
+        out = []
+        for k in range(self.n_layers):
+            spec = self.mask(k)
+            if spec not in by_spec:
+                by_spec[spec] = self.block_attention_mask(k, n, dtype, device)
+            out.append(by_spec[spec])
+        return out
 
     # ---- shape facts -------------------------------------------------------------------------
     @property
@@ -272,6 +386,12 @@ class Adapter(abc.ABC):
             "model_type": self.model_type,
             "d_model": self.d_model,
             "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "positions": self.position_kind,
+            "norm": self.norm_kind,
+            "residual": self.residual,
+            "qkv_layout": self.qkv_layout,
             "n_layers": self.n_layers,
             "n_distinct_layers": len(self.slots()),
             "shares_weights": self.shares_weights,

@@ -10,6 +10,7 @@ from ._linear_qkv import LinearQKVEncoderAdapter
 class BertAdapter(LinearQKVEncoderAdapter):
     model_type = "bert"
     base_model_prefix = "bert"
+    residual = "post"
 
     def slots(self) -> list[str]:
         return [f"encoder.layer.{i}.attention" for i in range(self.config.num_hidden_layers)]

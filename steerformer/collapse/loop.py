@@ -30,18 +30,12 @@ class LoopedModel:
         return len(self.blocks)
 
     def masks(self, n: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor | None]:
-        """Each block's additive mask for ``n`` tokens, built once (blocks with the same mask share
-        one tensor)."""
+        """What each block needs besides its hidden states for ``n`` tokens (its additive mask, or
+        the keyword arguments the model passes it: rotary cos/sin, per-layer masks), built once."""
         key = (n, dtype, str(device))
         if key not in self._masks:
-            by_spec: dict = {}
-            out = []
-            for k in range(self.n_blocks):
-                spec = self.adapter.mask(k)
-                if spec not in by_spec:
-                    by_spec[spec] = self.adapter.block_attention_mask(k, n, dtype, device)
-                out.append(by_spec[spec])
-            self._masks = {key: out}  # one length at a time: keep memory flat
+            # one length at a time: keep memory flat
+            self._masks = {key: self.adapter.block_inputs(self.base, n, dtype, device)}
         return self._masks[key]
 
     @torch.no_grad()

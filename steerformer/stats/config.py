@@ -27,7 +27,7 @@ class StatsConfig:
     normalize_initial: bool = _opt(True, "put the initial tokens (random or given) on the unit sphere; False "
                                          "runs them raw (Appendix B says only 'drawn from a normal distribution')")
     tau: float = _opt(1.0, "step size τ of the dynamics x + τ F A x (the paper: 1)")
-    layer_norm: bool | None = _opt(None, "apply the model's pre-attention norm (GPT-2/GPT-Neo ln_1) before attention: "
+    layer_norm: bool | None = _opt(None, "apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, input_layernorm) before attention: "
                                          "True / False for one run; None (default) runs both for pre-LN models — "
                                          "eq. (1) without it as 'controlled', with it as 'controlled_layer_norm' — "
                                          "and without it for the others")

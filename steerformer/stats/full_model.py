@@ -2,7 +2,7 @@
 embeddings, FFN and the affine LayerNorm kept — so the same statistics can be compared with the
 controlled dynamics. The states are exactly ``output_hidden_states`` (padding removed).
 
-Note: GPT-2 / GPT-Neo return their last hidden state *after* the final ``ln_f``; the statistics of
+Note: pre-LN models (GPT-2, GPT-Neo, Llama...) return their last hidden state *after* the final norm; the statistics of
 the last step therefore include that norm (recorded in ``options["last_state_after_final_norm"]``).
 """
 
@@ -122,8 +122,8 @@ def model_hidden_states(
     source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
     adapter = source.adapter
     cfg = source.config
-    if getattr(cfg, "model_type", "") == "albert" and int(getattr(cfg, "inner_group_num", 1)) != 1:
-        raise bad_argument("model_or_path", f"ALBERT with inner_group_num={cfg.inner_group_num}",
+    if not adapter.hidden_states_per_layer:
+        raise bad_argument("model_or_path", f"{adapter.model_type} with inner_group_num={cfg.inner_group_num}",
                            "inner_group_num = 1: output_hidden_states gives one state per group call, not per layer")
     max_pos = getattr(cfg, "max_position_embeddings", None)
     texts = None
@@ -160,4 +160,4 @@ def model_hidden_states(
                            f"{adapter.n_layers + 1} (one per layer plus the embeddings)")
     return HiddenStates(states=states, lengths=lengths, layer_ids=list(range(adapter.n_layers)), prompts=texts,
                         options={"variant": "full_model", "n_prompts": len(ids), "tokens_total": sum(lengths),
-                                 "last_state_after_final_norm": adapter.model_type in ("gpt2", "gpt_neo")})
+                                 "last_state_after_final_norm": adapter.final_norm_in_hidden_states})

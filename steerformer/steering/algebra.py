@@ -5,7 +5,10 @@
 ``a`` is the row vector wᵀV⁺. Two ways to get it:
 
 * ``exact`` (the paper): solve Vᵀ aᵀ = w by LU; when V is numerically singular (reciprocal
-  condition estimate below ``RCOND_LSTSQ``) fall back to least squares (SVD, minimum-norm).
+  condition estimate below ``RCOND_LSTSQ``) or not square (grouped-query heads, H·d_h ≠ d: V is
+  (H·d_h) × d, MATH.md §1b) the minimum-norm least squares a = wᵀV⁺ (SVD). Then aV = (Pw)ᵀ with P
+  the projector onto V's row space, so F' = F + γ u (Pw)ᵀ; ``written_fraction`` = ‖Pw‖/‖w‖ says
+  how much of w the layer can write at all.
 * ``min-norm``: a ridge fit a ≈ wᵀV⁺ on the states X that actually enter the layer,
   min ‖a V X − wᵀX‖² + α‖a‖². It only needs aV = wᵀ on the span the model uses, so it is far
   smaller than wᵀV⁻¹ when V is ill-conditioned (MiniLM: cond(V) ≈ 3·10³).
@@ -37,9 +40,11 @@ class RowSolve:
     cond: float  # condition number of V: LAPACK 1-norm estimate from the LU; exact 2-norm (SVD) for lstsq
     alpha: float | None = None  # ridge strength (absolute) for "ridge"
     fit_error: float | None = None  # held-out relative error ‖aVX − wᵀX‖ / ‖wᵀX‖ for "ridge"
+    written_fraction: float | None = None  # ‖aV‖/‖w‖ = ‖Pw‖/‖w‖ for "lstsq" (1 for "solve")
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "cond_V": self.cond, "alpha": self.alpha, "fit_error": self.fit_error}
+        return {"method": self.method, "cond_V": self.cond, "alpha": self.alpha, "fit_error": self.fit_error,
+                "written_fraction": self.written_fraction}
 
 
 def _lu_rcond(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -54,7 +59,11 @@ def _lu_rcond(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 
 
 def cond_estimate(V: torch.Tensor) -> float:
-    """1-norm condition number estimate of V (inf when singular)."""
+    """1-norm condition number estimate of V (inf when singular); for a non-square V (grouped-query
+    heads, H·d_h ≠ d) the 2-norm σ_max/σ_min over its min(rows, columns) singular values."""
+    if V.shape[0] != V.shape[1]:
+        sv = torch.linalg.svdvals(V.detach().to(torch.float64).cpu())
+        return float("inf") if sv[-1] <= 0 else float(sv[0] / sv[-1])
     _, _, rcond = _lu_rcond(V.detach().to(torch.float64).cpu().numpy())
     return float("inf") if rcond <= 0 else 1.0 / rcond
 
@@ -64,15 +73,17 @@ def exact_row(V: torch.Tensor, w: torch.Tensor) -> RowSolve:
     V is singular. The condition number comes from LAPACK's 1-norm estimate on the same LU."""
     Vn = V.detach().to(torch.float64).cpu().numpy()
     wn = w.detach().to(torch.float64).cpu().numpy()
-    lu, piv, rcond = _lu_rcond(Vn.T)
-    if rcond > RCOND_LSTSQ:
-        a = scipy.linalg.lu_solve((lu, piv), wn, check_finite=False)
-        return RowSolve(torch.from_numpy(a), "solve", float(1.0 / rcond))
+    if Vn.shape[0] == Vn.shape[1]:
+        lu, piv, rcond = _lu_rcond(Vn.T)
+        if rcond > RCOND_LSTSQ:
+            a = scipy.linalg.lu_solve((lu, piv), wn, check_finite=False)
+            return RowSolve(torch.from_numpy(a), "solve", float(1.0 / rcond), written_fraction=1.0)
     # Singular (or nearly): minimum-norm least squares; report the exact 2-norm condition number.
     # Pseudo-inverse with the same relative cutoff: singular values below RCOND_LSTSQ·σ_max count as 0.
     a, _, _, sv = scipy.linalg.lstsq(Vn.T, wn, cond=RCOND_LSTSQ, lapack_driver="gelsd", check_finite=False)
     cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
-    return RowSolve(torch.from_numpy(a), "lstsq", cond)
+    written = float(np.linalg.norm(a @ Vn) / max(np.linalg.norm(wn), 1e-300))
+    return RowSolve(torch.from_numpy(a), "lstsq", cond, written_fraction=written)
 
 
 def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: torch.Tensor,

@@ -137,8 +137,8 @@ def steer(
     adapter = source.adapter
     untied_info = None
     if untie_last:
-        if adapter.model_type != "albert":
-            raise bad_argument("untie_last", True, "an ALBERT model (only ALBERT shares layer weights)")
+        if not adapter.can_untie:
+            raise bad_argument("untie_last", True, "a model whose layers share weights (ALBERT)")
         if state is not None:
             raise InvalidArgumentError("untie_last=True on a model that is already steered: unsteer it first.")
         untied_info = untie(model)
@@ -253,7 +253,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     if report:
         held = encode(model, heldout_prompts, tokenizer, held_out=True, name="heldout_prompts")
         probe_h = model_probe(model, adapter, L, held)
-        out_before = outputs(model, held)
+        out_before = outputs(model, held, tokenizer)
 
     # The edit.
     steering = steering_of(model)
@@ -277,7 +277,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
             rec_kw["alignment_dynamics_after"] = dyn.alignment(edit.delta(), u)
             rec_kw["alignment_model_before"] = float(mean_abs_cos(probe_h.final_before, u_target, probe_h.mask))
             rec_kw["alignment_model_after"] = probe_h.alignment(u_target)
-            out_after = outputs(model, held)
+            out_after = outputs(model, held, tokenizer)
             _check_finite_outputs(out_after, edit)
             rec_kw.update(price(out_before, out_after))
             W_new = adapter.output_weight_from_stored(new.to(torch.float64).cpu())

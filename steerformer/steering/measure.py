@@ -75,7 +75,7 @@ def dynamics_probe(source: ModelSource, layer: int, *, prompts: int = 30, n_toke
     w = weights[layer]
     with torch.no_grad():
         A = attention_probs(x, w)  # (P, H, n, n)
-        v = torch.einsum("pnd,hkd->phnk", x, w.W_V)
+        v = torch.einsum("pnd,hkd->phnk", x, w.value_heads())
         heads = A @ v  # (P, H, n, d_h)
         z = heads.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)  # head h → column block h of W_O
         out0 = z @ w.output_matrix().T

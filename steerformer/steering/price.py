@@ -1,8 +1,8 @@
 """The price of an edit on the real model: KL divergence of its output distributions.
 
 * LM head (``*ForCausalLM`` / ``*LMHeadModel``): next-token distributions at every real position.
-* Masked-LM head: every 4th real position (from the 2nd) is replaced by the mask token and the
-  distributions at those positions are compared.
+* Masked-LM head: every 4th real position (from the 2nd) is replaced by the tokenizer's mask
+  token and the distributions at those positions are compared (no mask token known: no KL).
 * Bare model without head (``BertModel``, MiniLM, ``GPT2Model``): there is no output distribution,
   so steerformer uses the *embedding readout* softmax(h Eᵀ) with E the input embedding matrix —
   the tied-unembedding / logit-lens view of the final states (``kl_kind="embedding-readout"``).
@@ -37,19 +37,25 @@ def head_kind(model: Any) -> str:
     return "masked-lm" if "MaskedLM" in name or "ForPreTraining" in name else "causal-lm"
 
 
-def _masked(model: Any, batch: PromptBatch) -> tuple[PromptBatch, torch.Tensor]:
+def mask_token_id(model: Any, tokenizer: Any = None) -> int | None:
+    """The real mask token id: the tokenizer's, else the config's; None when neither knows one
+    (no guessing: 103 is BERT's [MASK] but an ordinary token in RoBERTa's vocabulary)."""
+    for v in (getattr(tokenizer, "mask_token_id", None), getattr(model.config, "mask_token_id", None)):
+        if v is not None and 0 <= int(v) < int(model.config.vocab_size):
+            return int(v)
+    return None
+
+
+def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor]:
     ids = batch.input_ids.clone()
     sel = torch.zeros_like(ids, dtype=torch.bool)
     sel[:, 1::4] = True
     sel &= batch.attention_mask.to(torch.bool)
-    mask_id = getattr(model.config, "mask_token_id", None)
-    if mask_id is None:
-        mask_id = 4 if model.config.model_type == "albert" else 103  # BERT/ALBERT vocab convention
-    ids[sel] = int(mask_id) % int(model.config.vocab_size)
+    ids[sel] = int(mask_id)
     return PromptBatch(ids, batch.attention_mask), sel
 
 
-def outputs(model: Any, batch: PromptBatch) -> Outputs:
+def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
     kind = head_kind(model)
     real = batch.attention_mask.to(torch.bool)
     with torch.no_grad():
@@ -58,8 +64,12 @@ def outputs(model: Any, batch: PromptBatch) -> Outputs:
             E = model.get_input_embeddings().weight.to(torch.float64)
             logp = torch.log_softmax(h[real] @ E.T, -1) if E.shape[1] == h.shape[-1] else None
             return Outputs(logp, h[real], "embedding-readout" if logp is not None else None)
+        mask_id = mask_token_id(model, tokenizer) if kind == "masked-lm" else None
+        if kind == "masked-lm" and mask_id is None:
+            out = model(**batch.inputs(), output_hidden_states=True)
+            return Outputs(None, out.hidden_states[-1][real].to(torch.float64), None)
         if kind == "masked-lm":
-            b, sel = _masked(model, batch)
+            b, sel = _masked(batch, mask_id)
             out = model(**b.inputs(), output_hidden_states=True)
             return Outputs(torch.log_softmax(out.logits[sel].to(torch.float64), -1),
                            out.hidden_states[-1][real].to(torch.float64), "masked-token")

@@ -1,0 +1,85 @@
+"""Tiny random models of the declared families (MATH.md §1b), built from configs, float64, eager
+attention, every 1-D parameter (biases, norm weights) randomized so that nothing is 0 or 1."""
+
+from __future__ import annotations
+
+import torch
+import transformers as tf
+
+VOCAB = 64
+D = 32
+_DEC = dict(hidden_size=D, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+_LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+
+#: family -> (config class, config kwargs, causal-LM head class)
+SPECS: dict[str, tuple] = {
+    "llama": (tf.LlamaConfig, {**_DEC, "attention_bias": True, "rope_parameters": _LLAMA3_ROPE}, tf.LlamaForCausalLM),
+    "mistral": (tf.MistralConfig, {**_DEC, "sliding_window": 3}, tf.MistralForCausalLM),
+    "mixtral": (tf.MixtralConfig, {**_DEC, "sliding_window": 4, "num_local_experts": 2, "num_experts_per_tok": 1},
+                tf.MixtralForCausalLM),
+    "qwen2": (tf.Qwen2Config, _DEC, tf.Qwen2ForCausalLM),
+    "qwen3": (tf.Qwen3Config, {**_DEC, "head_dim": 8}, tf.Qwen3ForCausalLM),
+    "gemma": (tf.GemmaConfig, {**_DEC, "head_dim": 12, "num_key_value_heads": 1}, tf.GemmaForCausalLM),
+    "gemma2": (tf.Gemma2Config, {**_DEC, "head_dim": 12, "query_pre_attn_scalar": 10, "attn_logit_softcapping": 5.0,
+                                 "final_logit_softcapping": None, "sliding_window": 3}, tf.Gemma2ForCausalLM),
+    "gemma3_text": (tf.Gemma3TextConfig, {**_DEC, "head_dim": 12, "query_pre_attn_scalar": 10, "sliding_window": 3,
+                                          "layer_types": ["sliding_attention", "full_attention"]},
+                    tf.Gemma3ForCausalLM),
+    "phi3": (tf.Phi3Config, {**_DEC, "partial_rotary_factor": 0.5}, tf.Phi3ForCausalLM),
+    "gpt_neox": (tf.GPTNeoXConfig, dict(hidden_size=D, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                        vocab_size=VOCAB, max_position_embeddings=64, rotary_pct=0.5,
+                                        attention_bias=True, use_parallel_residual=True), tf.GPTNeoXForCausalLM),
+    "olmo2": (tf.Olmo2Config, _DEC, tf.Olmo2ForCausalLM),
+    "starcoder2": (tf.Starcoder2Config, {**_DEC, "sliding_window": 3, "use_bias": True}, tf.Starcoder2ForCausalLM),
+    "phi": (tf.PhiConfig, {**_DEC, "partial_rotary_factor": 0.5, "qk_layernorm": True}, tf.PhiForCausalLM),
+    "gpt_bigcode": (tf.GPTBigCodeConfig, dict(n_embd=D, n_layer=2, n_head=4, n_inner=48, vocab_size=VOCAB, n_positions=64,
+                                              multi_query=True), tf.GPTBigCodeForCausalLM),
+    "gpt_bigcode-mha": (tf.GPTBigCodeConfig, dict(n_embd=D, n_layer=2, n_head=4, n_inner=48, vocab_size=VOCAB,
+                                                  n_positions=64, multi_query=False), tf.GPTBigCodeForCausalLM),
+    "gptj": (tf.GPTJConfig, dict(n_embd=D, n_layer=2, n_head=4, n_inner=48, vocab_size=VOCAB, n_positions=64, rotary_dim=4),
+             tf.GPTJForCausalLM),
+    "falcon": (tf.FalconConfig, dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
+                                     vocab_size=VOCAB, new_decoder_architecture=True, bias=True, max_position_embeddings=64),
+               tf.FalconForCausalLM),
+    "falcon-7b": (tf.FalconConfig, dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
+                                        multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                        max_position_embeddings=64), tf.FalconForCausalLM),
+    "bloom": (tf.BloomConfig, dict(hidden_size=D, n_layer=2, n_head=4, vocab_size=VOCAB), tf.BloomForCausalLM),
+    "opt": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
+                               max_position_embeddings=64, word_embed_proj_dim=D, pad_token_id=1), tf.OPTForCausalLM),
+    "opt-postln": (tf.OPTConfig, dict(hidden_size=D, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+                                      vocab_size=VOCAB, max_position_embeddings=64, word_embed_proj_dim=D,
+                                      pad_token_id=1, do_layer_norm_before=False), tf.OPTForCausalLM),
+    "roberta": (tf.RobertaConfig, dict(hidden_size=D, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                       vocab_size=VOCAB, max_position_embeddings=70, pad_token_id=1),
+                tf.RobertaForMaskedLM),
+    "xlm-roberta": (tf.XLMRobertaConfig, dict(hidden_size=D, intermediate_size=48, num_hidden_layers=2,
+                                              num_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=70,
+                                              pad_token_id=1), tf.XLMRobertaForMaskedLM),
+    "distilbert": (tf.DistilBertConfig, dict(dim=D, hidden_dim=48, n_layers=2, n_heads=4, vocab_size=VOCAB,
+                                             max_position_embeddings=64, pad_token_id=0), tf.DistilBertForMaskedLM),
+}
+FAMILIES = sorted(SPECS)
+
+
+def family_config(family: str):
+    cls, kw, _ = SPECS[family]
+    extra = {"experts_implementation": "eager"} if family == "mixtral" else {}
+    return cls(**kw, attn_implementation="eager", **extra)
+
+
+def make_family_model(family: str, *, head: bool = False, seed: int = 0) -> torch.nn.Module:
+    """The base model (or with its LM head), float64, eval, randomized 1-D parameters."""
+    torch.manual_seed(seed)
+    cfg = family_config(family)
+    model = (SPECS[family][2] if head else tf.AutoModel.from_config)
+    model = model(cfg) if head else model(cfg)
+    model = model.to(torch.float64).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
