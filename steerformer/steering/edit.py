@@ -205,7 +205,9 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
 
     transposed = _stores_transposed(adapter)
     if b_V is not None:
-        bias_coef = float(row.a.cpu() @ b_V.reshape(-1).to(torch.float64).cpu())
+        # a has one block per query head; grouped-query layers store b_V per KV head: repeat it like V
+        b_rep = b_V if b_V.shape[0] == weights.n_heads else b_V[weights.kv_index()]
+        bias_coef = float(row.a.cpu() @ b_rep.reshape(-1).to(torch.float64).cpu())
 
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
         return edited_stored(param, u, row.a, g, transposed=transposed)
