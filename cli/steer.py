@@ -18,6 +18,10 @@ def steer_cmd(
     token: Optional[str] = typer.Option(None, "--token", help="Steer toward this token's (un)embedding row."),
     eigvec: Optional[int] = typer.Option(None, "--eigvec", help="Steer toward eigenvector K of F_layer (by real part)."),
     text: Optional[str] = typer.Option(None, "--text", help="Steer toward the mean final hidden state of this text."),
+    positive: Optional[Path] = typer.Option(None, "--positive", help="Contrastive: a text file of positive prompts (one per line)."),
+    negative: Optional[Path] = typer.Option(None, "--negative", help="Contrastive: a text file of negative prompts (one per line)."),
+    pairs: Optional[Path] = typer.Option(None, "--pairs", help='Contrastive: a JSONL file of {"positive": ..., "negative": ...} lines.'),
+    contrastive_method: str = typer.Option("mean-diff", "--contrastive-method", help="Contrastive direction: mean-diff | pca."),
     strength: Optional[float] = typer.Option(None, "--strength", help="gain = strength x |lambda1(F_layer)|."),
     gain: Optional[float] = typer.Option(None, "--gain", help="Absolute gain (instead of --strength)."),
     target_alignment: float = typer.Option(0.99, "--target-alignment", help="Choose the smallest gain reaching this."),
@@ -40,7 +44,15 @@ def steer_cmd(
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
         m = load_for_steering(model)
-        rec = steer(m, str(direction) if direction is not None else None, token=token, eigvec=eigvec, text=text,
+        the_direction = str(direction) if direction is not None else None
+        if positive is not None or negative is not None or pairs is not None:
+            from steerformer.steering.contrastive import contrastive_direction
+
+            if direction is not None:
+                raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
+            the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=layer,
+                                                  method=contrastive_method)
+        rec = steer(m, the_direction, token=token, eigvec=eigvec, text=text,
                     strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
                     layer=layer, through_ffn=through_ffn, untie_last=untie_last)
         typer.echo(rec.summary())

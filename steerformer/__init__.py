@@ -22,6 +22,7 @@ from . import ode
 from .ode import SETUPS, SetupResult, run_setup, wendel_probability
 from .spectra import Spectra, spectra
 from .steering import (
+    ContrastiveDirection, contrastive_direction,
     SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steering_records, unsteer,
     unsteer_checkpoint, verify_checkpoint,
 )
@@ -39,4 +40,5 @@ __all__ = [
     "AlignmentStats", "HiddenStates", "PowerMethodReport", "StatsConfig", "alignment_stats", "model_hidden_states",
     "power_method_stats", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "save_steered",
     "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
+    "ContrastiveDirection", "contrastive_direction",
 ]

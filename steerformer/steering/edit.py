@@ -68,6 +68,8 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
                            "exactly one source: direction= (array or .npy path), token=, eigvec= or text=")
     d, name = source.adapter.d_model, source.model_id
     if direction is not None:
+        if isinstance(getattr(direction, "direction_source", None), dirs.DirectionSource):  # e.g. contrastive
+            return dirs.check_vector(direction.vector, d, model_name=name), direction.direction_source
         if isinstance(direction, (str, bytes)) or hasattr(direction, "__fspath__"):
             path = str(direction)
             return dirs.load_npy(path, d, model_name=name), dirs.DirectionSource("npy", {"path": path})
