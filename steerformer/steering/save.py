@@ -101,7 +101,11 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``."""
     from safetensors.torch import save_file
 
+    from .st_stack import as_sentence_transformer, copy_module_stack, inner_model
 
+    st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
+    if st_model is not None:
+        model = inner_model(st_model)
     state = getattr(model, STATE_ATTR, None)
     if state is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
@@ -111,7 +115,11 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     payload = {"records": [r.to_dict() for r in records], "untie": state.get("untie")}
 
     def fill(tmp: Path) -> None:
-        model.save_pretrained(str(tmp))
+        if st_model is not None:
+            st_model.save(str(tmp), create_model_card=False)
+        else:
+            model.save_pretrained(str(tmp))
+            copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
         side = tmp / SIDE_DIR
         side.mkdir()
         (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
