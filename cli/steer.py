@@ -34,6 +34,9 @@ def steer_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
     private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
+    revision: Optional[str] = typer.Option(None, "--hub-revision", help="Push to this branch (created when missing)."),
+    create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request instead of committing."),
+    hub_timeout: float = typer.Option(30.0, "--hub-timeout", help="Seconds each Hub request may wait for an answer."),
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
 ) -> None:
     """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
@@ -62,7 +65,9 @@ def steer_cmd(
             path = save_steered(m, out, overwrite=overwrite)
             typer.echo(f"saved to {path}")
             if push_to_hub is not None:
-                typer.echo(f"pushed: {push(path, push_to_hub, private=private)}")
+                url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,
+                           timeout=hub_timeout)
+                typer.echo(f"pushed: {url}")
 
 
 @app.command("unsteer")

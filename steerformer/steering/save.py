@@ -133,7 +133,10 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
         if card:
             from .card import model_card
 
-            model_card(records, untie=state.get("untie")).save(str(tmp / "README.md"))
+            from .st_stack import MODULES_FILE, source_folder
+
+            model_card(records, untie=state.get("untie"), model=model, base_folder=source_folder(model),
+                       sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
 
     return write_atomically(directory, fill, overwrite=overwrite)
 
