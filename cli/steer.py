@@ -30,6 +30,8 @@ def steer_cmd(
     layer: int = typer.Option(-1, "--layer", help="Execution layer to edit (negative counts from the end)."),
     through_ffn: bool = typer.Option(False, "--through-ffn", help="Pre-compensate the FFN (align final states)."),
     untie_last: bool = typer.Option(False, "--untie-last", help="ALBERT: give the last layer its own weights."),
+    lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
+                              "(needs --solve exact, --gain/--strength, --direction/--eigvec and --out)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Save the steered checkpoint here."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
@@ -46,6 +48,20 @@ def steer_cmd(
     with user_errors():
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+        if lazy:
+            from steerformer.steering.lazy import steer_checkpoint
+
+            if out is None:
+                raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
+            rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, eigvec=eigvec,
+                                   gain=gain, strength=strength, layer=layer, solve=solve, overwrite=overwrite)
+            typer.echo(rec.summary())
+            if record_json is not None:
+                rec.to_json(record_json)
+            typer.echo(f"saved to {out}")
+            if push_to_hub is not None:
+                typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
+            return
         m = load_for_steering(model)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:
