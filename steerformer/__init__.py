@@ -42,3 +42,8 @@ __all__ = [
     "steer", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint", "NonFiniteStateError", "SETUPS", "SetupResult", "ode", "run_setup", "wendel_probability",
     "ContrastiveDirection", "contrastive_direction",
 ]
+
+# Steering edits as values (issue 11): the Edit / Steering API and the context manager.
+from .steering import Edit, Steering, steered, steering_of  # noqa: E402
+
+__all__ += ["Edit", "Steering", "steered", "steering_of"]

@@ -218,9 +218,11 @@ def load_tokenizer(model_or_path: Any, tokenizer: Any = None):
 
 
 def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
-               device: str | None = None, auto_class: str = "AutoModel", **kwargs):
+               device: str | None = None, auto_class: str = "AutoModel", steering: bool = True, **kwargs):
     """Load a full transformers model (eager attention, eval mode) from anything :func:`open_source`
-    accepts; a model object is returned as it is."""
+    accepts; a model object is returned as it is. A checkpoint saved by steerformer's
+    ``save_steered`` comes back with its steering chain attached (``steering=False``: plain; a
+    chain that does not check out is a warning here, an error in ``load_for_steering``)."""
     if _is_pretrained_model(model_or_path):
         return model_or_path
     import transformers
@@ -235,7 +237,15 @@ def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.
     model = cls.from_pretrained(str(path), **kw)
     if device is not None:
         model = model.to(device)
-    return model.eval()
+    model = model.eval()
+    if steering and (Path(path) / "steerformer" / "record.json").is_file():
+        from .steering.save import attach_steering
+
+        try:
+            attach_steering(model, path)
+        except SteerformerError as exc:  # the weights are still usable; only the undo is not
+            log.warning("steering chain not attached (unsteer will not work on this model): %s", exc)
+    return model
 
 
 def _dtype_kwarg() -> str:

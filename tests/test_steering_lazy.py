@@ -31,6 +31,12 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def _data(p: Path) -> bytes:
+    """The data section of a safetensors file (everything after its header)."""
+    raw = p.read_bytes()
+    return raw[8 + int.from_bytes(raw[:8], "little"):]
+
+
 def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
@@ -67,12 +73,16 @@ def test_lazy_edit_equals_the_in_memory_edit(sharded, tmp_path: Path) -> None:
     F1 = layer_matrices(lazy_model, layers=[0]).matrices[0]
     expected = F0 + 2.5 * torch.outer(u / u.norm(), w / w.norm())
     assert float((F1 - expected).abs().max() / expected.abs().max()) < 1e-5
-    # Only the shard that holds the edited weight differs from the source; every other file is a copy.
+    # Every file other than the shards is a byte copy; every shard's data section is a byte copy but
+    # for the edited tensor's span in the one shard that holds it (only headers gain the metadata).
     shard = json.loads((base / "model.safetensors.index.json").read_text())["weight_map"][changed[0]]
     for f in base.iterdir():
-        if f.is_file() and f.name not in (shard, "README.md"):
+        if f.is_file() and f.suffix != ".safetensors" and f.name != "README.md":
             assert _sha(f) == _sha(tmp_path / "lazy" / f.name), f.name
-    assert _sha(base / shard) != _sha(tmp_path / "lazy" / shard)
+        elif f.suffix == ".safetensors" and f.name != shard:
+            assert _data(f) == _data(tmp_path / "lazy" / f.name), f.name
+    assert _data(base / shard) != _data(tmp_path / "lazy" / shard)
+    assert len(_data(base / shard)) == len(_data(tmp_path / "lazy" / shard))
 
 
 def test_lazy_output_verifies_and_unsteers_bit_exactly(sharded, tmp_path: Path) -> None:

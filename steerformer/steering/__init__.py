@@ -2,7 +2,8 @@
 publish, undo."""
 
 from .contrastive import ContrastiveDirection, contrastive_direction
-from .edit import is_steered, steer, steering_records, unsteer
+from .edit import is_steered, steer, steered, steering_records, unsteer
+from .edits import Edit, Steering, steering_of
 from .hub import push_to_hub
 from .record import SteeringRecord
 from .save import (
@@ -15,6 +16,6 @@ from .save import (
 
 __all__ = [
     "ContrastiveDirection", "contrastive_direction",
-    "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "read_steering", "save_steered", "steer",
-    "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint",
+    "Edit", "Steering", "steering_of", "SteeringRecord", "is_steered", "load_for_steering", "push_to_hub", "read_steering", "save_steered", "steer",
+    "steered", "steering_records", "unsteer", "unsteer_checkpoint", "verify_checkpoint",
 ]

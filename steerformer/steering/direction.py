@@ -46,9 +46,15 @@ def check_vector(value: Any, d: int, *, name: str = "direction", model_name: str
                            f"{model_name} has d_model={d}")
     if not np.isfinite(arr).all():
         raise bad_argument(name, f"a vector with {int((~np.isfinite(arr)).sum())} NaN/inf entries", "a finite vector")
-    n = np.linalg.norm(arr)
-    if n == 0:
+    if not arr.any():
         raise bad_argument(name, "the zero vector", "a non-zero vector (only its direction is used)")
+    with np.errstate(over="ignore", under="ignore"):
+        n = np.linalg.norm(arr)
+    if not np.isfinite(n) or n < 1e-150:
+        # The norm overflows (entries ~1e308) or loses precision: scale by max |x| first. Only
+        # here, so ordinary vectors keep their exact bytes.
+        arr = arr / np.abs(arr).max()
+        n = np.linalg.norm(arr)
     return torch.from_numpy(arr / n)
 
 

@@ -2,16 +2,17 @@
 
     W_O' = W_O + γ u (wᵀV⁺)            (MATH.md §5; algebra in ``algebra.py``)
 
-Computed in float64 from the stored weights and cast back to the model's dtype. The original
-stored tensor is kept on the model (``model._steerformer``) so ``unsteer`` is bit-identical.
+Computed in float64 from the stored weights and cast back to the model's dtype. The edit is an
+:class:`~steerformer.steering.edits.Edit` held, with the true original stored tensors, by the model's
+:class:`~steerformer.steering.edits.Steering` (``edits.py``), so ``unsteer`` is bit-identical.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import logging
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -26,21 +27,15 @@ from .measure import dynamics_probe, mean_abs_cos, model_probe
 from .price import outputs, price
 from .prompts import encode
 from .record import SteeringRecord
+from .edits import STATE_ATTR, Edit, Steering, check_materialized, edited_stored, steering_of, tensor_sha256
 from .spectrum import top_summary
 from .strength import choose_gain
 from .untie import retie, untie
 
 log = logging.getLogger(__name__)
 
-STATE_ATTR = "_steerformer"
 SOLVES = ("exact", "min-norm")
 MEASURES = ("dynamics", "model")
-
-
-def tensor_sha256(t: torch.Tensor) -> str:
-    """sha256 of a tensor's stored bytes (dtype-exact: the identity used to verify an undo)."""
-    t = t.detach().contiguous().cpu()
-    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
 
 
 def _check_options(target_alignment, strength, gain, solve, measure) -> None:
@@ -108,6 +103,7 @@ def steer(
     dynamics_tokens: int = 10,
     seed: int = 0,
     report: bool = True,
+    compensate_bias: bool = False,
 ) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
@@ -125,13 +121,19 @@ def steer(
     pre-FFN direction so the final states (FFN and norms included) align with u.
     ``untie_last`` (ALBERT): give the last layer its own weight group first.
     ``report=False`` skips the measurements not needed to make the edit (fast path).
+    ``compensate_bias``: the edit also shifts every token's attention output by γ (a·b_V) u (the
+    value bias goes through W_O); subtract that from the output bias b_O (recorded, undone with
+    the edit).
+
+    A steered model steered again appends to its chain (``steering_of(model)``); ``unsteer`` undoes
+    all of it, or the last k calls.
     """
     _check_options(target_alignment, strength, gain, solve, measure)
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         raise bad_argument("model", model, "a model object (steer edits it in place)",
                            "Load it first: model = steerformer.steering.load_for_steering(path).")
     model = load_model(model)
-    state = getattr(model, STATE_ATTR, None)
+    state = steering_of(model)
     source = open_source(model)
     adapter = source.adapter
     untied_info = None
@@ -146,6 +148,7 @@ def steer(
     L = select_layers(layer, adapter.n_layers, name="layer")[0]
     seq = adapter.layer_sequence()
     slot = seq[L]
+    _check_not_offloaded(model, adapter, L, slot)
     tokenizer = load_tokenizer(model, tokenizer)
     try:
         u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
@@ -155,7 +158,7 @@ def steer(
                         strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
                         prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
                         dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
-                        report=report, untied_info=untied_info)
+                        report=report, untied_info=untied_info, compensate_bias=compensate_bias)
     except BaseException:
         if untied_info is not None and getattr(model, STATE_ATTR, None) is None:
             retie(model, untied_info)
@@ -165,7 +168,7 @@ def steer(
 
 def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, strength, gain, solve, measure,
            through_ffn, prompts, heldout_prompts, tokenizer, dynamics_prompts, dynamics_tokens, seed, report,
-           untied_info) -> SteeringRecord:
+           untied_info, compensate_bias) -> SteeringRecord:
     adapter = source.adapter
     seq = adapter.layer_sequence()
     base = model.base_model
@@ -173,6 +176,13 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     param = base.get_parameter(name)
     weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
     V, W_O = weights.value_matrix(), weights.output_matrix()
+    bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
+    b_V = getattr(weights, "b_V", None)
+    bias_coef = None  # a·b_V, set once a is known
+    if compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
+        raise bad_argument("compensate_bias", True, "a layer with a value bias b_V and an output bias b_O",
+                           f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
+                           "its edit shifts no bias, nothing to compensate.")
     searching = strength is None and gain is None
     need_model = report or solve == "min-norm" or through_ffn or (searching and measure == "model")
     ref = probe = None
@@ -191,8 +201,12 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         fit, held = probe.split_inputs()
         row = algebra.ridge_row(V, w, fit, held)
 
+    transposed = _stores_transposed(adapter)
+    if b_V is not None:
+        bias_coef = float(row.a @ b_V.reshape(-1).to(torch.float64))
+
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
-        return adapter.output_weight_to_stored(W_O + g * torch.outer(u, row.a)).to(param.dtype)
+        return edited_stored(param, u, row.a, g, transposed=transposed)
 
     spec_before = top_summary(weights.layer_matrix()) if (report or strength is not None or searching) else None
     abs_l1 = spec_before["abs_lambda1"] if spec_before else None
@@ -202,7 +216,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
 
     def curve_for(u_: torch.Tensor):
         if measure == "dynamics":
-            return lambda g: dyn.alignment(g * torch.outer(u_, row.a), u_)
+            return lambda g: dyn.alignment(algebra.delta_output(u_, row.a, g), u_)
         return lambda g: probe.alignment(u_target, {name: stored(u_, g)})
 
     choice = None
@@ -233,76 +247,173 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         out_before = outputs(model, held)
 
     # The edit.
-    state = getattr(model, STATE_ATTR, None)
-    if state is None:
-        state = {"originals": {}, "records": [], "untie": untied_info}
-        setattr(model, STATE_ATTR, state)
-    original = param.detach().clone()
-    state["originals"].setdefault(name, original)
-    new = stored(u, g)
-    with torch.no_grad():
-        param.copy_(new)
-    delta_norm = float(torch.linalg.norm(new.double() - original.double()) / torch.linalg.norm(original.double()).clamp_min(1e-300))
-
-    rec_kw: dict = {}
-    if report:
-        rec_kw["alignment_dynamics_before"] = dyn.alignment(torch.zeros_like(W_O), u)
-        rec_kw["alignment_dynamics_after"] = dyn.alignment(g * torch.outer(u, row.a), u)
-        rec_kw["alignment_model_before"] = float(mean_abs_cos(probe_h.final_before, u_target, probe_h.mask))
-        rec_kw["alignment_model_after"] = probe_h.alignment(u_target)
-        rec_kw.update(price(out_before, outputs(model, held)))
-        W_new = adapter.output_weight_from_stored(new.to(torch.float64))
-        rec_kw["spectrum_after"] = top_summary(W_new @ V)
-    record = SteeringRecord(
-        model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type, layer=L, slot=slot,
-        module=name, layers_changed=[k for k, s in enumerate(seq) if s == slot], untied=untied_info is not None,
-        dtype=str(param.dtype).replace("torch.", ""),
-        direction=u.tolist(), direction_sha256=dirs.vector_hash(u), direction_source=dsource.to_dict(),
-        target=u_target.tolist(), left=w.tolist(), left_sha256=dirs.vector_hash(w),
-        gain=g, strength=(g / abs_l1) if abs_l1 else None, solve=row.to_dict(),
-        measure=measure if choice is not None else None,
-        target_alignment=float(target_alignment) if choice is not None else None,
-        target_reached=choice.reached if choice is not None else None,
-        message=choice.message if choice is not None else "",
-        curve=[list(p) for p in choice.curve] if choice is not None else [],
-        alignment_dynamics_before=rec_kw.get("alignment_dynamics_before"),
-        alignment_dynamics_after=rec_kw.get("alignment_dynamics_after"),
-        alignment_model_before=rec_kw.get("alignment_model_before"),
-        alignment_model_after=rec_kw.get("alignment_model_after"),
-        weight_change=delta_norm, spectrum_before=spec_before, spectrum_after=rec_kw.get("spectrum_after"),
-        kl=rec_kw.get("kl"), kl_kind=rec_kw.get("kl_kind"), state_cosine=rec_kw.get("state_cosine"),
-        through_ffn=ffn_info, original_sha256=tensor_sha256(state["originals"][name]),
-        steered_sha256=tensor_sha256(new), steerformer_version=__version__,
-        heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
-        else [str(p) for p in heldout_prompts],
-        custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
-    )
-    state["records"].append(record)
+    steering = steering_of(model)
+    if steering is None:
+        steering = Steering(untie=untied_info)
+    edit = Edit(module=name, layer=L, slot=slot, u=u.detach().clone(), a=row.a.detach().clone(), gain=g,
+                kind="steer", solve=row.to_dict(), w=w.detach().clone(), w_eff=V.T @ row.a,
+                bias_coef=bias_coef, bias_module=bias_name if compensate_bias else None,
+                compensate_bias=bool(compensate_bias), transposed=transposed)
+    steering._remember_originals(model, [edit])  # the TRUE originals: kept from the first edit on
+    original = steering.originals[name]
+    try:
+        edit.apply(model, check=False)
+        new = param.detach()
+        _check_finite_weights(edit, model)
+        delta_norm = float(torch.linalg.norm(new.double() - original.double().to(new.device))
+                           / torch.linalg.norm(original.double()).clamp_min(1e-300))
+        rec_kw: dict = {}
+        if report:
+            rec_kw["alignment_dynamics_before"] = dyn.alignment(torch.zeros_like(W_O), u)
+            rec_kw["alignment_dynamics_after"] = dyn.alignment(edit.delta(), u)
+            rec_kw["alignment_model_before"] = float(mean_abs_cos(probe_h.final_before, u_target, probe_h.mask))
+            rec_kw["alignment_model_after"] = probe_h.alignment(u_target)
+            out_after = outputs(model, held)
+            _check_finite_outputs(out_after, edit)
+            rec_kw.update(price(out_before, out_after))
+            W_new = adapter.output_weight_from_stored(new.to(torch.float64).cpu())
+            rec_kw["spectrum_after"] = top_summary(W_new @ V)
+        w_eff = edit.w_eff
+        cos_eff = float(w_eff @ w / (torch.linalg.vector_norm(w_eff) * torch.linalg.vector_norm(w)).clamp_min(1e-300))
+        record = SteeringRecord(
+            model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type, layer=L, slot=slot,
+            module=name, layers_changed=[k for k, s in enumerate(seq) if s == slot], untied=steering.untie is not None,
+            dtype=str(param.dtype).replace("torch.", ""),
+            direction=u.tolist(), direction_sha256=dirs.vector_hash(u), direction_source=dsource.to_dict(),
+            target=u_target.tolist(), left=w.tolist(), left_sha256=dirs.vector_hash(w),
+            gain=g, strength=(g / abs_l1) if abs_l1 else None, solve=row.to_dict(),
+            measure=measure if choice is not None else None,
+            target_alignment=float(target_alignment) if choice is not None else None,
+            target_reached=choice.reached if choice is not None else None,
+            message=choice.message if choice is not None else "",
+            curve=[list(p) for p in choice.curve] if choice is not None else [],
+            alignment_dynamics_before=rec_kw.get("alignment_dynamics_before"),
+            alignment_dynamics_after=rec_kw.get("alignment_dynamics_after"),
+            alignment_model_before=rec_kw.get("alignment_model_before"),
+            alignment_model_after=rec_kw.get("alignment_model_after"),
+            weight_change=delta_norm, spectrum_before=spec_before, spectrum_after=rec_kw.get("spectrum_after"),
+            kl=rec_kw.get("kl"), kl_kind=rec_kw.get("kl_kind"), state_cosine=rec_kw.get("state_cosine"),
+            through_ffn=ffn_info, original_sha256=tensor_sha256(original),
+            steered_sha256=edit.after_sha256, steerformer_version=__version__,
+            heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
+            else [str(p) for p in heldout_prompts],
+            custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
+            w_eff_cos=cos_eff,
+            effective_strength=(abs(g) * abs(float(w_eff @ u)) / abs_l1) if abs_l1 else None,
+            bias_shift_norm=edit.bias_shift_norm, compensate_bias=bool(compensate_bias), edits=[edit],
+        )
+        _check_finite_record(record)
+    except BaseException:
+        if edit.is_applied:
+            edit.remove(model, check=False)
+        steering._forget_unused()
+        raise
+    steering.push(model, record)  # the edit is applied: push only appends
+    setattr(model, STATE_ATTR, steering)
     if choice is not None and not choice.reached:
         log.warning("%s", choice.message)
     return record
 
 
+def _has_param(base, name: str) -> bool:
+    try:
+        base.get_parameter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def _check_not_offloaded(model, adapter, L: int, slot: int) -> None:
+    """Offloaded weights (device_map with disk/CPU offload) sit on the meta device: name the layer."""
+    attn = adapter.slots()[slot]
+    for n, p in model.base_model.get_submodule(attn).named_parameters():
+        if p.device.type == "meta":
+            check_materialized(model, f"{attn}.{n}", L)
+    check_materialized(model, adapter.output_weight_name(slot), L)
+
+
+def _stores_transposed(adapter) -> bool:
+    """Whether the adapter stores W_Oᵀ (GPT-2 Conv1D): read from its own conversion, on a 2×3 probe."""
+    return tuple(adapter.output_weight_to_stored(torch.zeros(2, 3, dtype=torch.float64)).shape) == (3, 2)
+
+
+def _nonfinite(name: str, what: str) -> SteerformerError:
+    return SteerformerError(f"the edit gives non-finite {what} ({name}): nothing was changed or saved. "
+                            "Use a smaller gain/strength (or target alignment), or check the direction.")
+
+
+def _check_finite_weights(edit: Edit, model) -> None:
+    base = model.base_model
+    for n in (edit.module, edit.bias_module if edit.compensate_bias else None):
+        if n is not None and not bool(torch.isfinite(base.get_parameter(n)).all()):
+            raise _nonfinite(f"gain {edit.gain:.6g}", f"weights in {n}")
+
+
+def _check_finite_outputs(out, edit: Edit) -> None:
+    # final states must be finite; log-probabilities may be -inf (a probability that underflowed), never NaN
+    if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
+        raise _nonfinite(f"gain {edit.gain:.6g}", "model outputs on the held-out prompts")
+
+
+def _check_finite_record(record: SteeringRecord) -> None:
+    names = ("gain", "strength", "weight_change", "alignment_dynamics_after", "alignment_model_after", "kl",
+             "state_cosine", "w_eff_cos", "effective_strength", "bias_shift_norm")
+    for n in names:
+        v = getattr(record, n)
+        if v is not None and not math.isfinite(float(v)):
+            raise _nonfinite(f"record.{n} = {v}", "record values")
+    for n in ("spectrum_after",):
+        v = getattr(record, n)
+        if v is not None and not all(math.isfinite(float(x)) for x in v["lambda1"]):
+            raise _nonfinite(f"record.{n}", "record values")
+
+
 def is_steered(model: Any) -> bool:
-    return getattr(model, STATE_ATTR, None) is not None
+    return steering_of(model) is not None
 
 
 def steering_records(model: Any) -> list[SteeringRecord]:
-    state = getattr(model, STATE_ATTR, None)
-    return [] if state is None else list(state["records"])
+    s = steering_of(model)
+    return [] if s is None else list(s.records)
 
 
-def unsteer(model: Any) -> Any:
-    """Restore the original stored weights bit for bit (and ALBERT's shared groups); returns model."""
-    state = getattr(model, STATE_ATTR, None)
-    if state is None:
-        raise SteerformerError(f"{type(model).__name__} has not been steered by steerformer in this session "
-                               "(for a saved checkpoint use steerformer.steering.unsteer_checkpoint(dir)).")
+def unsteer(model: Any, *, last: int | None = None) -> Any:
+    """Undo steering bit for bit; returns ``model``. ``last=None``: every edit (the true original
+    weights, and ALBERT's shared groups, come back); ``last=k``: only the last k ``steer`` calls."""
+    steering = steering_of(model)
+    if steering is None:
+        raise SteerformerError(f"{type(model).__name__} has not been steered by steerformer "
+                               "(for a saved checkpoint load it with steerformer.load_model(dir), or use "
+                               "steerformer.steering.unsteer_checkpoint(dir)).")
+    n = len(steering.records)
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last):
+        raise bad_argument("last", last, f"a whole number >= 1 (the model has {n} steering call(s))")
+    if last is not None and last < n:
+        steering.pop(model, last)
+        return model
     base = model.base_model
     with torch.no_grad():
-        for name, original in state["originals"].items():
+        for name, original in steering.originals.items():
             base.get_parameter(name).copy_(original)
-    if state.get("untie"):
-        retie(model, state["untie"])
+    for e in steering.edits:
+        e._before = e._bias_before = None
+    if steering.untie:
+        retie(model, steering.untie)
     delattr(model, STATE_ATTR)
     return model
+
+
+@contextlib.contextmanager
+def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[SteeringRecord]:
+    """``with steered(model, direction, gain=…) as rec:`` — :func:`steer` on entry (same arguments),
+    and on exit, also on an exception, the edit is removed bit for bit (with any edit made after it
+    inside the block). Edits made before the block stay."""
+    rec = steer(model, direction, **kwargs)
+    try:
+        yield rec
+    finally:
+        steering = steering_of(model)
+        if steering is not None:
+            index = next((i for i, r in enumerate(steering.records) if r is rec), None)
+            if index is not None:
+                unsteer(model, last=len(steering.records) - index)

@@ -8,9 +8,10 @@ so only V and W_O of the edited layer are read, with the project's lazy safetens
 checkpoint is written next to the old one without ever building the model:
 
 * every file of the checkpoint is copied byte for byte (kernel-side copies), except
-* the shard(s) holding an edited output weight, which are rewritten by streaming: a new header (the
-  same tensors and offsets plus the ``steerformer`` metadata) followed by the original data, in
-  which only the edited tensor's bytes are replaced (same dtype and shape, so same size);
+* the model shards (``*.safetensors``): each gets a new header — the same tensors and offsets plus
+  the ``steerformer`` metadata copy of the record that ``save_steered`` puts in every shard and
+  ``verify`` compares — followed by its data streamed unchanged (kernel-side copy), except the
+  edited tensor's bytes in the shard that holds it (same dtype and shape, so same size);
 * the provenance ``save_steered`` writes: ``steerformer/record.json``,
   ``steerformer/original.safetensors`` (the original output weight) and a model card, so
   ``verify`` and ``unsteer`` work on it as on any steered checkpoint.
@@ -26,6 +27,7 @@ ALBERT untying, and a checkpoint that is already steered (use the in-memory path
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -71,8 +73,11 @@ def steer_checkpoint(
     id) to ``out`` without loading the model. ``direction``: array or ``.npy`` path, or
     ``eigvec=K`` (eigenvector of F_layer); ``gain`` (absolute) or ``strength`` (×|λ1(F_layer)|);
     ``left``: w (default u). Returns the record (also saved in ``out/steerformer/record.json``)."""
-    from .edit import _check_options, resolve_direction, tensor_sha256
-    from .save import METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, write_atomically
+    from .edit import _check_options, _stores_transposed, resolve_direction
+    from .edits import Edit, Steering, tensor_sha256
+    from .save import (CHAIN_FORMAT, METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, _payload_sha256,
+                       safetensors_hashes, write_atomically)
+    from .spectrum import top_summary
 
     if solve != "exact":
         raise bad_argument("solve", solve, "'exact' for a lazy edit (min-norm fits a on states from forward passes)",
@@ -81,7 +86,7 @@ def steer_checkpoint(
         raise bad_argument("gain", None, "a fixed gain= or strength= for a lazy edit (the gain search runs the model)",
                            "Pass --gain G or --strength S, or drop --lazy.")
     _check_options(0.99, strength, gain, solve, "model")
-    if isinstance(direction, dirs.DirectionSource) or hasattr(direction, "direction_source"):
+    if hasattr(direction, "direction_source"):
         raise bad_argument("direction", type(direction).__name__, "an array or .npy path for a lazy edit")
     source = open_source(checkpoint)
     if source.path is None or source.model is not None:
@@ -99,16 +104,19 @@ def steer_checkpoint(
     w = u if left is None else dirs.check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
 
     weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies of V and W_O only
-    V, W_O = weights.value_matrix(), weights.output_matrix()
+    V = weights.value_matrix()
     row = algebra.exact_row(V, w)
     if row.method == "lstsq":
         log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
-    from .spectrum import top_summary
-
     spec_before = top_summary(weights.layer_matrix())  # |λ1| for the strength (top eigenvalues only)
     abs_l1 = spec_before["abs_lambda1"]
     g = float(gain) if gain is not None else float(strength) * abs_l1
-    del weights
+    b_V = weights.b_V
+    edit = Edit(module=name, layer=L, slot=slot, u=u.clone(), a=row.a.clone(), gain=g, kind="steer",
+                solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
+                bias_coef=None if b_V is None else float(row.a @ b_V.reshape(-1).to(torch.float64)),
+                transposed=_stores_transposed(adapter))
+    del weights, V
 
     reader = SafetensorsReader(src, prefix=adapter.base_model_prefix)
     try:
@@ -117,31 +125,42 @@ def steer_checkpoint(
         shard = reader.weight_map[full_key]
     finally:
         reader.close()
-    new = adapter.output_weight_to_stored(W_O + g * torch.outer(u, row.a)).to(original.dtype).contiguous()
-    del V, W_O
-    if tuple(new.shape) != tuple(original.shape):
-        raise CheckpointError(f"{src / shard}: {full_key} has shape {tuple(original.shape)} but the edit gives "
-                              f"{tuple(new.shape)}")
-    if new.is_floating_point() and not bool(torch.isfinite(new).all()):
+    new = edit.applied_weight(original).contiguous()  # the same float64 formula as the in-memory edit
+    if not bool(torch.isfinite(new).all()):
         raise bad_argument("gain", g, "a gain whose edited weight stays finite", "Use a smaller gain.")
+    edit.dtype, edit.device, edit.shape = str(original.dtype).replace("torch.", ""), "cpu", list(original.shape)
+    edit.before_sha256, edit.after_sha256 = tensor_sha256(original), tensor_sha256(new)
     delta_norm = float(torch.linalg.norm(new.double() - original.double())
                        / torch.linalg.norm(original.double()).clamp_min(1e-300))
+    w_eff = edit.w_eff
     record = SteeringRecord(
         model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type, layer=L, slot=slot,
-        module=name, layers_changed=[k for k, s in enumerate(seq) if s == slot], untied=False,
-        dtype=str(original.dtype).replace("torch.", ""),
+        module=name, layers_changed=[k for k, s in enumerate(seq) if s == slot], untied=False, dtype=edit.dtype,
         direction=u.tolist(), direction_sha256=dirs.vector_hash(u), direction_source=dsource.to_dict(),
         target=u.tolist(), left=w.tolist(), left_sha256=dirs.vector_hash(w),
-        gain=g, strength=(g / abs_l1) if abs_l1 else None, solve=row.to_dict(),
+        gain=g, strength=g / abs_l1 if abs_l1 else None, solve=row.to_dict(),
         measure=None, target_alignment=None, target_reached=None, message="", curve=[],
         alignment_dynamics_before=None, alignment_dynamics_after=None, alignment_model_before=None,
         alignment_model_after=None, weight_change=delta_norm, spectrum_before=spec_before, spectrum_after=None,
         kl=None, kl_kind=None, state_cosine=None, through_ffn=None,
-        original_sha256=tensor_sha256(original), steered_sha256=tensor_sha256(new), steerformer_version=__version__,
+        original_sha256=edit.before_sha256, steered_sha256=edit.after_sha256, steerformer_version=__version__,
+        w_eff_cos=float(w_eff @ w / (torch.linalg.vector_norm(w_eff) * torch.linalg.vector_norm(w)).clamp_min(1e-300)),
+        effective_strength=abs(g) * abs(float(w_eff @ u)) / abs_l1 if abs_l1 else None,
+        bias_shift_norm=edit.bias_shift_norm, edits=[edit],
     )
-    payload = {"records": [record.to_dict()], "untie": None}
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
+    # The chain payload save_steered writes, with every tensor's sha256 streamed from the source
+    # (the edited tensor's from its new bytes).
+    shards = sorted(p.name for p in src.glob("*.safetensors"))
+    tensors: dict[str, str] = {}
+    for f in shards:
+        tensors.update(safetensors_hashes(src / f))
+    tensors[full_key] = hashlib.sha256(new_bytes).hexdigest()
+    payload = {"format": CHAIN_FORMAT, **Steering(records=[record], originals={name: original}).to_dict(),
+               "originals": {name: edit.before_sha256}, "tensors": tensors}
+    payload["record_sha256"] = _payload_sha256(payload)
+    meta = {METADATA_KEY: json.dumps(payload, separators=(",", ":"))}
 
     def fill(tmp: Path) -> None:
         from safetensors.torch import save_file
@@ -158,9 +177,8 @@ def steer_checkpoint(
                 continue  # replaced by the steered model's card
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if rel.as_posix() == shard:
-                rewrite_shard(path, dst, {full_key: new_bytes},
-                              {METADATA_KEY: json.dumps(payload, separators=(",", ":"))})
+            if rel.as_posix() in shards:  # model shards: new header (+ metadata), data streamed
+                rewrite_shard(path, dst, {full_key: new_bytes} if rel.as_posix() == shard else {}, meta)
             else:
                 shutil.copyfile(path, dst)  # follows HF-cache symlinks; sendfile on Linux
         side = tmp / SIDE_DIR

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from .._text import emit
+from .edits import Edit
 
-RECORD_FORMAT = "steerformer.steering/1"
+RECORD_FORMAT = "steerformer.steering/2"
 
 
 @dataclasses.dataclass
@@ -60,9 +61,25 @@ class SteeringRecord:
     heldout_prompts: list[str] | None = None  # None: steerformer's default held-out set
     custom_heldout_ids: bool = False  # held-out prompts were given as token ids (not recorded)
     format: str = RECORD_FORMAT
+    # honest reporting (MATH.md §5b): the left vector actually applied and what it means
+    w_eff_cos: float | None = None  # cos(w_eff, w), w_eff = Vᵀaᵀ (1 for an exact solve of a regular V)
+    effective_strength: float | None = None  # γ |w_effᵀu| / |λ1|: comparable with the paper's s
+    bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output
+    compensate_bias: bool = False  # the shift was removed through b_O
+    edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
+
+    @property
+    def edit(self) -> Edit:
+        """The record's edit (steer() makes exactly one)."""
+        if len(self.edits) != 1:
+            raise ValueError(f"this record holds {len(self.edits)} edits; use record.edits")
+        return self.edits[0]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "edits"}
+        d = copy.deepcopy(d)
+        d["edits"] = [e.to_dict() for e in self.edits]
+        return d
 
     def to_json(self, path: str | Path | None = None) -> str:
         return emit(json.dumps(self.to_dict(), indent=1), path)
@@ -70,7 +87,9 @@ class SteeringRecord:
     @classmethod
     def from_dict(cls, data: dict) -> "SteeringRecord":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        kw = {k: v for k, v in data.items() if k in names}
+        kw["edits"] = [Edit.from_dict(e) for e in data.get("edits") or []]
+        return cls(**kw)
 
     @classmethod
     def from_json(cls, path: str | Path) -> "SteeringRecord":
@@ -79,9 +98,11 @@ class SteeringRecord:
     def summary(self) -> str:
         """A few human-readable lines (the CLI prints them)."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
-            f"gain {self.gain:.6g} = strength {self.strength:.4g} x |lambda1|",
+            f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
+            f"{g(self.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(self.w_eff_cos)}",
             f"alignment, controlled dynamics: {f(self.alignment_dynamics_before)} -> {f(self.alignment_dynamics_after)}",
             f"alignment, real model final states: {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}",
             f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
@@ -90,6 +111,9 @@ class SteeringRecord:
         if self.spectrum_before and self.spectrum_after:
             lines.append(f"lambda1 {self.spectrum_before['lambda1'][0]:.4g} -> {self.spectrum_after['lambda1'][0]:.4g}, "
                          f"gap {self.spectrum_before['gap']:.4g} -> {self.spectrum_after['gap']:.4g}")
+        if self.bias_shift_norm is not None:
+            lines.append(f"bias shift |gain (a.b_V) u| = {self.bias_shift_norm:.4g} on every token's attention output"
+                         + (" (compensated through b_O)" if self.compensate_bias else ""))
         if len(self.layers_changed) > 1:
             lines.append(f"shared weights: layers {self.layers_changed} all changed")
         if self.message:
@@ -118,9 +142,3 @@ class SteeringRecord:
         fig.savefig(path, dpi=120, bbox_inches="tight")
         return [path]
 
-
-def to_jsonable(x: Any) -> Any:
-    """Plain floats/lists for numpy and torch scalars (json.dumps would refuse them)."""
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    return x

@@ -1,0 +1,379 @@
+"""Steering edits as values: :class:`Edit` (one rank-1 change of one stored output weight) and
+:class:`Steering` (the ordered edits of one model, with the true original weights).
+
+Stable API (other modules — LoRA export, ablation — build on it):
+
+``Edit``  one rank-1 edit ΔW_O = γ u a of one attention layer's output weight (MATH.md §5, §5b)
+    module: str            stored output weight, relative to ``model.base_model``
+    layer, slot: int       execution layer / weight slot (ALBERT: one slot runs several layers)
+    u: Tensor (out,)       float64, the written direction
+    a: Tensor (in,)        float64, the row vector (a = wᵀV⁺ for steering, uᵀW_O for ablation)
+    gain: float            γ (any sign; negative steers away)
+    kind: str              "steer" | "ablate"
+    solve: dict            how a was obtained (method, cond_V, alpha, fit_error) — may be {}
+    w: Tensor | None       the intended left vector (steering)
+    w_eff: Tensor | None   the left vector actually applied, Vᵀaᵀ (F' = F + γ u w_effᵀ)
+    bias_coef: float|None  a·b_V: the edit adds γ (a·b_V) u to every token's attention output
+    bias_module: str|None  the output bias b_O, when ``compensate_bias`` is on
+    compensate_bias: bool  b_O −= γ (a·b_V) u is applied with the weight (and undone with it)
+    transposed: bool       the stored tensor is W_Oᵀ (GPT-2 ``Conv1D``)
+    dtype, device: str     the stored weight's dtype / device when applied
+    shape: list[int]       stored shape
+    before_sha256, after_sha256            stored bytes of the weight before / after this edit
+    bias_before_sha256, bias_after_sha256  same for b_O (compensation only)
+
+    delta() -> Tensor               γ u a, (out, in), float64, canonical column convention
+    stored_delta() -> Tensor        the same in the stored layout (transposed for Conv1D)
+    bias_shift() -> Tensor | None   γ (a·b_V) u, (out,)
+    apply(model) / remove(model)    exact inverses: apply keeps the stored tensor it replaced
+                                    and remove copies it back (bit for bit, hash-checked)
+    to_dict() / Edit.from_dict(d)   JSON-safe (floats round-trip exactly through JSON)
+
+``Steering``  the state of a steered model (``steering_of(model)``)
+    records: list[SteeringRecord]  one per steer()/ablate() call, in order; record.edits its edits
+    edits: list[Edit]              all edits, in application order (flattened records)
+    originals: dict[str, Tensor]   the TRUE original stored tensor of every touched weight
+    untie: dict | None             ALBERT untie info (``retie`` needs it)
+    modules() -> list[str]         touched weights (b_O of compensated edits excluded), in order
+    edits_of(module) -> list[Edit]
+    factors(module) -> (B, A)      B = [γ₁u₁ … γ_k u_k] (out × k), A = [a₁; …; a_k] (k × in), float64,
+                                   canonical layout: Σ ΔW_O = B @ A (a rank-k LoRA, MATH.md §5c)
+    push(model, record)            apply a record's edits and append it (undone if any edit fails)
+    pop(model, k=1)                remove the last k records' edits, bit-exactly; returns them
+    to_dict() / Steering.from_dict(d)   (originals are saved separately, as safetensors)
+
+Where the state lives: a typed :class:`Steering` object in the model attribute ``_steerformer``
+(``steering_of(model)`` reads it). An attribute, not a registry keyed by the model object: it follows
+the model through ``copy.deepcopy`` / ``torch.save`` together with the weights it describes (a
+registry keyed by identity would make a deep copy look unsteered while its weights are steered),
+and it needs no weak-reference bookkeeping.
+
+All arithmetic is float64 on the stored weight's device (CPU when that device has no float64,
+e.g. MPS, then moved once), cast back to the stored dtype. Elementwise float64 products and sums
+are IEEE-exact, so an edit replayed from its record gives the same bytes on any device: that is how
+a chain loaded from disk is re-attached and verified (``replay``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import torch
+
+from ..errors import SteerformerError
+from . import algebra
+
+STATE_ATTR = "_steerformer"
+EDIT_FORMAT = "steerformer.edit/1"
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 of a tensor's stored bytes (dtype-exact: the identity used to verify an undo)."""
+    t = t.detach().contiguous().cpu()
+    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
+
+
+def _work_device(device: torch.device) -> torch.device:
+    """Where float64 arithmetic for a weight on ``device`` runs (MPS has no float64)."""
+    return torch.device("cpu") if device.type == "mps" else device
+
+
+def check_materialized(model: Any, module: str, layer: int) -> torch.nn.Parameter:
+    """The parameter ``module`` of the base model; a clear error when it is offloaded (meta device)."""
+    base = model.base_model
+    try:
+        p = base.get_parameter(module)
+    except AttributeError:
+        raise SteerformerError(f"{type(model).__name__} has no weight {module!r} (layer {layer}): "
+                               "the edit was made for another architecture.") from None
+    if p.device.type == "meta":
+        raise SteerformerError(
+            f"layer {layer}: weight {module} is offloaded (on the meta device, e.g. device_map with disk "
+            "offload), so it cannot be edited in place. Load the model without offloading (no device_map, "
+            "or a device_map that keeps this layer on a real device) and steer again.")
+    return p
+
+
+def edited_stored(stored: torch.Tensor, u: torch.Tensor, a: torch.Tensor, gain: float, *, transposed: bool,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The stored weight after W_O += γ u a: float64 on the weight's device, cast to ``dtype``
+    (default the stored dtype). Differentiable in ``u`` (the FFN pre-compensation uses that)."""
+    work = _work_device(stored.device)
+    W = stored.detach().to(device=work, dtype=torch.float64)
+    D = algebra.delta_output(u.to(work), a.to(work), gain)
+    return (W + (D.T if transposed else D)).to(dtype or stored.dtype)
+
+
+@dataclasses.dataclass(eq=False)
+class Edit:
+    """One rank-1 edit of one stored output weight (see the module docstring for the fields).
+    Two edits are equal when their :meth:`to_dict` are (tensors compared by value)."""
+
+    module: str
+    layer: int
+    slot: int
+    u: torch.Tensor
+    a: torch.Tensor
+    gain: float
+    kind: str = "steer"
+    solve: dict = dataclasses.field(default_factory=dict)
+    w: torch.Tensor | None = None
+    w_eff: torch.Tensor | None = None
+    bias_coef: float | None = None
+    bias_module: str | None = None
+    compensate_bias: bool = False
+    transposed: bool = False
+    dtype: str = ""
+    device: str = ""
+    shape: list[int] = dataclasses.field(default_factory=list)
+    before_sha256: str = ""
+    after_sha256: str = ""
+    bias_before_sha256: str | None = None
+    bias_after_sha256: str | None = None
+    _before: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
+    _bias_before: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Edit) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # mutable value
+
+    # ---- values ----------------------------------------------------------------------------------
+    def delta(self) -> torch.Tensor:
+        """ΔW_O = γ u a, (out, in), float64, canonical column convention."""
+        return algebra.delta_output(self.u, self.a, self.gain)
+
+    def stored_delta(self) -> torch.Tensor:
+        D = self.delta()
+        return D.T if self.transposed else D
+
+    def bias_shift(self) -> torch.Tensor | None:
+        """γ (a·b_V) u: what the edit adds to every token's attention output (None without b_V)."""
+        if self.bias_coef is None:
+            return None
+        return (float(self.gain) * float(self.bias_coef)) * self.u.to(torch.float64)
+
+    @property
+    def bias_shift_norm(self) -> float | None:
+        s = self.bias_shift()
+        return None if s is None else float(torch.linalg.vector_norm(s))
+
+    @property
+    def is_applied(self) -> bool:
+        return self._before is not None
+
+    # ---- apply / remove --------------------------------------------------------------------------
+    def applied_weight(self, current: torch.Tensor) -> torch.Tensor:
+        """The stored weight this edit turns ``current`` into (no model touched)."""
+        return edited_stored(current, self.u, self.a, self.gain, transposed=self.transposed)
+
+    def applied_bias(self, current: torch.Tensor) -> torch.Tensor:
+        work = _work_device(current.device)
+        b = current.detach().to(device=work, dtype=torch.float64)
+        return (b - self.bias_shift().to(work)).to(current.dtype)
+
+    def apply(self, model: Any, *, check: bool = True) -> "Edit":
+        """Edit ``model`` in place; keeps the replaced stored tensor(s) for :meth:`remove`. With
+        ``check`` the weight must hold the bytes recorded in ``before_sha256`` (when recorded)."""
+        if self._before is not None:
+            raise SteerformerError(f"this edit of {self.module} is already applied (remove it first)")
+        base = model.base_model
+        p = check_materialized(model, self.module, self.layer)
+        if check and self.before_sha256 and tensor_sha256(p) != self.before_sha256:
+            raise SteerformerError(f"{self.module} does not hold the weights this edit was made for (its sha256 "
+                                   "differs from the recorded before_sha256): apply the edits in their order.")
+        before = p.detach().clone()
+        new = self.applied_weight(before).to(p.device)
+        bias_before = bias_new = None
+        if self.compensate_bias:
+            if self.bias_module is None or self.bias_coef is None:
+                raise SteerformerError(f"compensate_bias on {self.module} needs an output bias and a value bias")
+            bp = check_materialized(model, self.bias_module, self.layer)
+            bias_before = bp.detach().clone()
+            bias_new = self.applied_bias(bias_before).to(bp.device)
+        with torch.no_grad():
+            p.copy_(new)
+            if bias_new is not None:
+                base.get_parameter(self.bias_module).copy_(bias_new)
+        self._before, self._bias_before = before, bias_before
+        self.dtype = str(p.dtype).replace("torch.", "")
+        self.device = str(p.device)
+        self.shape = list(p.shape)
+        if not self.before_sha256:
+            self.before_sha256 = tensor_sha256(before)
+        got = tensor_sha256(new)
+        got_bias = tensor_sha256(bias_new) if bias_new is not None else None
+        if check and ((self.after_sha256 and got != self.after_sha256)
+                      or (got_bias is not None and self.bias_after_sha256 and got_bias != self.bias_after_sha256)):
+            self.remove(model, check=False)
+            raise SteerformerError(f"replaying the edit of {self.module} does not give the recorded weights "
+                                   "(after_sha256 differs): the record or the original weights were changed.")
+        self.after_sha256 = got
+        if bias_new is not None:
+            self.bias_before_sha256 = self.bias_before_sha256 or tensor_sha256(bias_before)
+            self.bias_after_sha256 = got_bias
+        return self
+
+    def remove(self, model: Any, *, check: bool = True) -> "Edit":
+        """Put back the stored tensor(s) :meth:`apply` replaced, bit for bit. With ``check`` the weight
+        must still hold this edit's result (edits are removed last-in, first-out)."""
+        if self._before is None:
+            raise SteerformerError(f"this edit of {self.module} is not applied to a model in this session")
+        base = model.base_model
+        p = base.get_parameter(self.module)
+        if check and tensor_sha256(p) != self.after_sha256:
+            raise SteerformerError(f"{self.module} was changed after this edit (sha256 differs from after_sha256): "
+                                   "remove later edits first, or the weight was modified outside steerformer.")
+        with torch.no_grad():
+            p.copy_(self._before.to(p.device))
+            if self._bias_before is not None:
+                bp = base.get_parameter(self.bias_module)
+                bp.copy_(self._bias_before.to(bp.device))
+        self._before = self._bias_before = None
+        return self
+
+    # ---- serialization ---------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        def vec(t):
+            return None if t is None else [float(x) for x in t.detach().to(torch.float64).cpu().tolist()]
+
+        return {
+            "format": EDIT_FORMAT, "module": self.module, "layer": int(self.layer), "slot": int(self.slot),
+            "kind": self.kind, "gain": float(self.gain), "u": vec(self.u), "a": vec(self.a), "w": vec(self.w),
+            "w_eff": vec(self.w_eff), "solve": dict(self.solve),
+            "bias_coef": None if self.bias_coef is None else float(self.bias_coef),
+            "bias_module": self.bias_module, "compensate_bias": bool(self.compensate_bias),
+            "transposed": bool(self.transposed), "dtype": self.dtype, "device": self.device, "shape": list(self.shape),
+            "before_sha256": self.before_sha256, "after_sha256": self.after_sha256,
+            "bias_before_sha256": self.bias_before_sha256, "bias_after_sha256": self.bias_after_sha256,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Edit":
+        def vec(x):
+            return None if x is None else torch.tensor(x, dtype=torch.float64)
+
+        missing = [k for k in ("module", "layer", "slot", "u", "a", "gain") if k not in d]
+        if missing:
+            raise KeyError(f"edit is missing field(s) {missing}")
+        return cls(
+            module=str(d["module"]), layer=int(d["layer"]), slot=int(d["slot"]), u=vec(d["u"]), a=vec(d["a"]),
+            gain=float(d["gain"]), kind=str(d.get("kind", "steer")), solve=dict(d.get("solve") or {}),
+            w=vec(d.get("w")), w_eff=vec(d.get("w_eff")), bias_coef=d.get("bias_coef"),
+            bias_module=d.get("bias_module"), compensate_bias=bool(d.get("compensate_bias", False)),
+            transposed=bool(d.get("transposed", False)), dtype=str(d.get("dtype", "")),
+            device=str(d.get("device", "")), shape=list(d.get("shape") or []),
+            before_sha256=str(d.get("before_sha256", "")), after_sha256=str(d.get("after_sha256", "")),
+            bias_before_sha256=d.get("bias_before_sha256"), bias_after_sha256=d.get("bias_after_sha256"),
+        )
+
+
+@dataclasses.dataclass
+class Steering:
+    """The ordered steering records (each with its edits) of one model, and the true originals."""
+
+    records: list = dataclasses.field(default_factory=list)  # list[SteeringRecord]
+    originals: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    untie: dict | None = None
+
+    @property
+    def edits(self) -> list[Edit]:
+        return [e for r in self.records for e in r.edits]
+
+    def modules(self) -> list[str]:
+        return list(dict.fromkeys(e.module for e in self.edits))
+
+    def edits_of(self, module: str) -> list[Edit]:
+        return [e for e in self.edits if e.module == module]
+
+    def factors(self, module: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, A), float64, with B @ A = Σ_i γ_i u_i a_i over the edits of ``module`` (rank k)."""
+        es = self.edits_of(module)
+        if not es:
+            raise KeyError(f"no edit of {module!r}")
+        B = torch.stack([float(e.gain) * e.u.to(torch.float64) for e in es], dim=1)
+        A = torch.stack([e.a.to(torch.float64) for e in es], dim=0)
+        return B, A
+
+    def _remember_originals(self, model: Any, edits: list[Edit]) -> None:
+        base = model.base_model
+        for e in edits:
+            for name in (e.module, e.bias_module if e.compensate_bias else None):
+                if name is not None and name not in self.originals:
+                    self.originals[name] = base.get_parameter(name).detach().clone()
+
+    def push(self, model: Any, record: Any) -> None:
+        """Apply ``record.edits`` in order and append the record; on failure nothing stays applied."""
+        self._remember_originals(model, record.edits)
+        done: list[Edit] = []
+        try:
+            for e in record.edits:
+                if not e.is_applied:
+                    e.apply(model, check=False)
+                done.append(e)
+        except BaseException:
+            for e in reversed(done):
+                e.remove(model, check=False)
+            self._forget_unused()
+            raise
+        self.records.append(record)
+
+    def pop(self, model: Any, k: int = 1) -> list:
+        """Remove the last ``k`` records' edits (last first), bit for bit; returns those records."""
+        k = min(int(k), len(self.records))
+        removed = self.records[len(self.records) - k:] if k > 0 else []
+        for r in reversed(removed):
+            for e in reversed(r.edits):
+                e.remove(model)
+        del self.records[len(self.records) - k:]
+        self._forget_unused()
+        return removed
+
+    def _forget_unused(self) -> None:
+        used = {e.module for e in self.edits} | {e.bias_module for e in self.edits if e.compensate_bias}
+        for name in list(self.originals):
+            if name not in used:
+                del self.originals[name]
+
+    def to_dict(self) -> dict:
+        return {"records": [r.to_dict() for r in self.records], "untie": self.untie}
+
+
+def steering_of(model: Any) -> Steering | None:
+    """The :class:`Steering` of ``model`` (None when it is not steered)."""
+    s = getattr(model, STATE_ATTR, None)
+    return s if isinstance(s, Steering) else None
+
+
+def replay(model: Any, steering: Steering) -> None:
+    """Re-attach a chain read from disk to ``model``, whose weights are the chain's result: put the
+    originals in, re-apply every edit checking each recorded hash, and end on bytes identical to the
+    ones loaded (else the model is left as loaded and an error says which weight differs)."""
+    base = model.base_model
+    loaded = {name: base.get_parameter(name).detach().clone() for name in steering.originals}
+    try:
+        with torch.no_grad():
+            for name, t in steering.originals.items():
+                p = check_materialized(model, name, -1)
+                if tuple(p.shape) != tuple(t.shape):
+                    raise SteerformerError(f"original {name} has shape {tuple(t.shape)} but the model's is "
+                                           f"{tuple(p.shape)}")
+                if p.dtype != t.dtype:
+                    raise SteerformerError(f"{name}: the model holds it as {p.dtype} but the original is {t.dtype}; "
+                                           "load the checkpoint in its stored dtype to unsteer it")
+                p.copy_(t.to(p.device))
+        for e in steering.edits:
+            e.apply(model, check=True)
+        for name, t in loaded.items():
+            if not torch.equal(base.get_parameter(name).detach(), t):
+                raise SteerformerError(f"{name}: the loaded weights are not the result of the recorded edits")
+    except BaseException:
+        for e in reversed(steering.edits):
+            e._before = e._bias_before = None
+        with torch.no_grad():
+            for name, t in loaded.items():
+                base.get_parameter(name).copy_(t)
+        raise
+    setattr(model, STATE_ATTR, steering)
