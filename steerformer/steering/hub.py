@@ -68,8 +68,8 @@ def push_to_hub(dir_or_model: Any, repo_id: str, *, private: bool = False, token
     opts = dict(private=private, message=commit_message, revision=revision, create_pr=create_pr)
     if isinstance(dir_or_model, (str, os.PathLike)):
         folder = Path(dir_or_model)
-        if not (folder / "config.json").is_file():
-            raise bad_argument("dir_or_model", str(folder), "a checkpoint folder written by save_steered")
+        if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+            raise bad_argument("dir_or_model", str(folder), "a checkpoint or adapter folder written by save_steered")
         with _timeout(timeout), _one_line(where, timeout, folder):
             return _upload(api, folder, repo_id, **opts)
     from .save import save_steered

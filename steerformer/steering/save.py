@@ -166,9 +166,10 @@ def _payload_sha256(payload: dict) -> str:
 
 # ---- save --------------------------------------------------------------------------------------
 def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
-                 card: bool = True) -> Path:
+                 card: bool = True, format: str = "checkpoint") -> Path:
     """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
-    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``."""
+    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
+    ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``peft_export.py``)."""
     from safetensors.torch import save_file
 
     from .st_stack import as_sentence_transformer, copy_module_stack, inner_model
@@ -176,6 +177,12 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
     if st_model is not None:
         model = inner_model(st_model)
+    if format == "peft":  # the edits alone, as a LoRA adapter (MATH.md §5c)
+        from .peft_export import save_peft_adapter
+
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card)
+    if format != "checkpoint":
+        raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
     steering = steering_of(model)
     if steering is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
