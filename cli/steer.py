@@ -28,6 +28,11 @@ def steer_cmd(
     measure: str = typer.Option("model", "--measure", help="Where the target is measured: model | dynamics."),
     solve: str = typer.Option("min-norm", "--solve", help="How wᵀV⁺ is obtained: min-norm | exact."),
     layer: int = typer.Option(-1, "--layer", help="Execution layer to edit (negative counts from the end)."),
+    mode: str = typer.Option("steer", "--mode", help="steer (toward u; a negative --gain/--strength steers away) "
+                             "| ablate (remove u from the writes of --ablate-layers)."),
+    ablate_layers: Optional[str] = typer.Option(None, "--ablate-layers", help="--mode ablate: layers such as "
+                                                "'0,2,5-7' (default all)."),
+    ablate_scale: float = typer.Option(1.0, "--ablate-scale", help="--mode ablate: W_O' = (I - s uu^T) W_O, s in (0, 1]."),
     through_ffn: bool = typer.Option(False, "--through-ffn", help="Pre-compensate the FFN (align final states)."),
     untie_last: bool = typer.Option(False, "--untie-last", help="ALBERT: give the last layer its own weights."),
     lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
@@ -73,9 +78,15 @@ def steer_cmd(
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=layer,
                                                   method=contrastive_method)
-        rec = steer(m, the_direction, token=token, eigvec=eigvec, text=text,
-                    strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
-                    layer=layer, through_ffn=through_ffn, untie_last=untie_last)
+        if mode == "ablate":
+            from steerformer_cli._common import parse_layers
+
+            rec = steer(m, the_direction, token=token, eigvec=eigvec, text=text, mode="ablate",
+                        layers=parse_layers(ablate_layers), scale=ablate_scale)
+        else:
+            rec = steer(m, the_direction, token=token, eigvec=eigvec, text=text,
+                        strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
+                        layer=layer, through_ffn=through_ffn, untie_last=untie_last)
         typer.echo(rec.summary())
         if record_json is not None:
             rec.to_json(record_json)
