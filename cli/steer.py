@@ -47,6 +47,10 @@ def steer_cmd(
     create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request instead of committing."),
     hub_timeout: float = typer.Option(30.0, "--hub-timeout", help="Seconds each Hub request may wait for an answer."),
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
+    device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Load the model in this dtype (fp32, fp16, bf16; default: stored)."),
+    compensate_bias: bool = typer.Option(False, "--compensate-bias", help="Remove the edit's bias shift through b_O."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars on stderr."),
 ) -> None:
     """Edit one attention layer's output weight so tokens align with a direction; print the cost."""
     from steerformer.steering import load_for_steering, save_steered, steer
@@ -69,7 +73,8 @@ def steer_cmd(
             if push_to_hub is not None:
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
             return
-        m = load_for_steering(model)
+        dev, dt = _device_dtype(device, dtype)  # cheap checks before loading
+        m = load_for_steering(model, dtype=dt, device=dev)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:
             from steerformer.steering.contrastive import contrastive_direction
@@ -86,7 +91,8 @@ def steer_cmd(
         else:
             rec = steer(m, the_direction, token=token, eigvec=eigvec, text=text,
                         strength=strength, gain=gain, target_alignment=target_alignment, measure=measure, solve=solve,
-                        layer=layer, through_ffn=through_ffn, untie_last=untie_last)
+                        layer=layer, through_ffn=through_ffn, untie_last=untie_last, compensate_bias=compensate_bias,
+                        progress=not quiet)
         typer.echo(rec.summary())
         if record_json is not None:
             rec.to_json(record_json)
@@ -99,17 +105,49 @@ def steer_cmd(
                 typer.echo(f"pushed: {url}")
 
 
+def _device_dtype(device: Optional[str], dtype: Optional[str]):
+    """(device, torch dtype) from --device / --dtype, checked before anything is loaded."""
+    import torch
+    from steerformer.collapse.run import DTYPES
+    from steerformer.errors import bad_argument
+
+    dt = None
+    if dtype is not None:
+        key = dtype.lower().removeprefix("torch.")
+        if key not in DTYPES:
+            raise bad_argument("--dtype", dtype, f"one of {', '.join(sorted(DTYPES))}")
+        dt = DTYPES[key]
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise bad_argument("--device", device, "a torch device such as cpu, cuda or cuda:1") from None
+        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+            raise bad_argument("--device", device, "an available device", "This torch build or machine has no such "
+                               "CUDA device; use --device cpu.")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise bad_argument("--device", device, "an available device", "MPS is not available here; use --device cpu.")
+    return device, dt
+
+
 @app.command("unsteer")
 def unsteer_cmd(
     directory: Path = typer.Argument(..., help="A checkpoint written by `steerformer steer --out`."),
     out: Path = typer.Option(..., "--out", help="Where to write the restored original model."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+    last: Optional[int] = typer.Option(None, "--last", help="Remove only the last K steering calls (default: all)."),
 ) -> None:
     """Restore the original weights (bit-identical) from a steered checkpoint alone."""
     from steerformer.steering import unsteer_checkpoint
 
     with user_errors():
-        typer.echo(f"restored original model to {unsteer_checkpoint(directory, out, overwrite=overwrite)}")
+        if last is not None and last < 1:
+            from steerformer.errors import bad_argument
+
+            raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
+        path = unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
+        typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None
+                   else f"restored original model to {path}")
 
 
 @app.command("verify")

@@ -180,3 +180,56 @@ def test_steered_context_manager_always_removes_its_edit() -> None:
             steer(model, _unit(64, 3), gain=1.0, solve="exact", report=False)  # made inside: removed too
             raise RuntimeError("boom")
     assert _same(_params(model), once) and len(steering_of(model).records) == 1
+
+
+def test_offloaded_layer_is_a_clear_error_naming_it(tmp_path) -> None:
+    """device_map with disk offload leaves the layer's weights on the meta device; today's code
+    crashed with 'Tensor.item() cannot be called on meta tensors'."""
+    from transformers import BertModel
+
+    make_model("bert", dtype=torch.float32).save_pretrained(tmp_path / "b")
+    device_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "pooler": "cpu"}
+    model = BertModel.from_pretrained(tmp_path / "b", device_map=device_map, offload_folder=str(tmp_path / "off"),
+                                      attn_implementation="eager")
+    with pytest.raises(Exception, match=r"layer 1: weight encoder\.layer\.1\..* is offloaded") as exc:
+        steer(model, _unit(64, 1), gain=1.0, solve="exact", report=False)
+    assert "meta tensors" not in str(exc.value) and steering_of(model) is None
+    steer(model, _unit(64, 1), layer=0, gain=1.0, solve="exact", report=False)  # a layer held in memory: fine
+    assert steering_of(model).records[0].edit.layer == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_edit_is_float64_then_cast_once(dtype) -> None:
+    model = make_model("gpt2", dtype=dtype)
+    W0 = model.transformer.h[1].attn.c_proj.weight.detach().clone()
+    u, w = _unit(64, 1), _unit(64, 2)
+    rec = steer(model, u, left=w, gain=2.0, solve="exact", report=False)
+    expect = (W0.double() + (2.0 * torch.outer(u, rec.edit.a)).T).to(dtype)  # Conv1D stores W_Oᵀ
+    assert torch.equal(model.transformer.h[1].attn.c_proj.weight.detach(), expect)
+    assert rec.edit.dtype == str(dtype).replace("torch.", "") and rec.edit.device == "cpu"
+    unsteer(model)
+    assert torch.equal(model.transformer.h[1].attn.c_proj.weight.detach(), W0)
+
+
+def test_cli_steer_device_dtype_quiet_and_progress(tmp_path) -> None:
+    import numpy as np
+    from steerformer_cli.main import app
+    from typer.testing import CliRunner
+
+    make_model("bert", dtype=torch.float32).save_pretrained(tmp_path / "b")
+    np.save(tmp_path / "u.npy", _unit(64, 1).numpy())
+    r = CliRunner()
+    common = ["steer", str(tmp_path / "b"), "--direction", str(tmp_path / "u.npy"), "--solve", "exact",
+              "--measure", "dynamics", "--target-alignment", "0.5"]
+    res = r.invoke(app, common + ["--device", "cpu", "--dtype", "bf16", "--record", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    import json
+
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["dtype"] == "bfloat16" and rec["edits"][0]["dtype"] == "bfloat16"
+    assert "gain search" in res.output  # tqdm on stderr (CliRunner mixes the streams)
+    res = r.invoke(app, common + ["--quiet"])
+    assert res.exit_code == 0 and "gain search" not in res.output, res.output
+    for flag, value in (("--device", "quantum"), ("--device", "cuda:7"), ("--dtype", "int3")):
+        res = r.invoke(app, common + [flag, value])
+        assert res.exit_code == 2 and flag in res.output, res.output

@@ -65,7 +65,7 @@ def test_steer_save_steer_save_unsteer_restores_the_true_original(tmp_path: Path
     res = verify_checkpoint(s2)
     assert res["ok"] and res["records"] == 3, res
     card = (s2 / "README.md").read_text()
-    assert card.count("gain") >= 3
+    assert card.count("| layer (execution) |") == 3
     # unsteer --last 1 from disk leaves a 2-edit chain that still verifies
     partial = unsteer_checkpoint(s2, tmp_path / "p", last=1)
     assert verify_checkpoint(partial)["ok"]
@@ -88,6 +88,11 @@ def test_cli_chain_steer_twice_then_unsteer(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
     res = r.invoke(app, ["verify", str(tmp_path / "s2")])
     assert res.exit_code == 0, res.output
+    res = r.invoke(app, ["unsteer", str(tmp_path / "s2"), "--out", str(tmp_path / "s1b"), "--last", "1"])
+    assert res.exit_code == 0, res.output
+    one = AutoModel.from_pretrained(tmp_path / "s1").state_dict()
+    back = AutoModel.from_pretrained(tmp_path / "s1b").state_dict()
+    assert all(torch.equal(one[k], back[k]) for k in one)
     res = r.invoke(app, ["unsteer", str(tmp_path / "s2"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     a = AutoModel.from_pretrained(tmp_path / "base").state_dict()

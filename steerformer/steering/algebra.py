@@ -80,20 +80,20 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
     """Ridge fit of a with aV ≈ wᵀ on the states entering the layer (rows of ``X_fit``, (N, d)),
     α chosen by the relative fit error on held-out states ``X_held``; refit on all states."""
     V = V.to(torch.float64)
-    w = w.to(torch.float64)
+    w = w.to(device=V.device, dtype=torch.float64)
 
     def fit(X: torch.Tensor, alpha: float) -> torch.Tensor:
         Z = X @ V.T  # (N, d): value states V x
         t = X @ w  # (N,): targets wᵀx
-        G = Z.T @ Z + alpha * torch.eye(Z.shape[1], dtype=Z.dtype)
+        G = Z.T @ Z + alpha * torch.eye(Z.shape[1], dtype=Z.dtype, device=Z.device)
         return torch.linalg.solve(G, Z.T @ t)
 
     def err(a: torch.Tensor, X: torch.Tensor) -> float:
         t = X @ w
         return float(torch.linalg.vector_norm(X @ V.T @ a - t) / torch.linalg.vector_norm(t).clamp_min(1e-300))
 
-    X_fit = X_fit.to(torch.float64)
-    X_held = X_held.to(torch.float64)
+    X_fit = X_fit.to(device=V.device, dtype=torch.float64)
+    X_held = X_held.to(device=V.device, dtype=torch.float64)
     scale = float((X_fit @ V.T).pow(2).sum(0).mean())
     scored = [(err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas]
     best_err, best_alpha = min(scored)

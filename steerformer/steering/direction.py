@@ -117,6 +117,8 @@ def text_direction(model: Any, tokenizer: Any, text: str, d: int) -> tuple[torch
         raise bad_argument("text", text, "a non-empty string")
     enc = tokenizer([text], return_tensors="pt")
     base = getattr(model, "base_model", model)
+    dev = next((p.device for p in base.parameters() if p.device.type != "meta"), None)
+    enc = {k: v.to(dev) for k, v in enc.items()} if dev is not None else enc
     with torch.no_grad():
         h = base(**enc).last_hidden_state[0]
     return check_vector(h.mean(0), d, name="text"), {"text": text, "n_tokens": int(h.shape[0])}

@@ -74,7 +74,7 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         u, info = dirs.token_direction(model, tokenizer, token, d)
         return u, dirs.DirectionSource("token", info)
     if eigvec is not None:
-        w = read_attention_weights(source, [layer], parts=("vo",))[layer]
+        w = read_attention_weights(source, [layer], parts=("vo",), device="cpu")[layer]
         u, info = dirs.eigvec_direction(w.layer_matrix(), eigvec)
         return u, dirs.DirectionSource("eigvec", {**info, "layer": layer})
     u, info = dirs.text_direction(model, tokenizer, text, d)
@@ -105,6 +105,7 @@ def steer(
     seed: int = 0,
     report: bool = True,
     compensate_bias: bool = False,
+    progress: bool = False,
     mode: Literal["steer", "ablate"] = "steer",
     layers: Sequence[int] | int | None = None,
     scale: float = 1.0,
@@ -127,7 +128,7 @@ def steer(
     ``report=False`` skips the measurements not needed to make the edit (fast path).
     ``compensate_bias``: the edit also shifts every token's attention output by γ (a·b_V) u (the
     value bias goes through W_O); subtract that from the output bias b_O (recorded, undone with
-    the edit).
+    the edit). ``progress``: tqdm bars on stderr for the gain search and ``through_ffn``.
 
     A steered model steered again appends to its chain (``steering_of(model)``); ``unsteer`` undoes
     all of it, or the last k calls.
@@ -173,7 +174,8 @@ def steer(
                         strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
                         prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
                         dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
-                        report=report, untied_info=untied_info, compensate_bias=compensate_bias)
+                        report=report, untied_info=untied_info, compensate_bias=compensate_bias,
+                        progress=progress)
     except BaseException:
         if untied_info is not None and getattr(model, STATE_ATTR, None) is None:
             retie(model, untied_info)
@@ -183,13 +185,15 @@ def steer(
 
 def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, strength, gain, solve, measure,
            through_ffn, prompts, heldout_prompts, tokenizer, dynamics_prompts, dynamics_tokens, seed, report,
-           untied_info, compensate_bias) -> SteeringRecord:
+           untied_info, compensate_bias, progress=False) -> SteeringRecord:
     adapter = source.adapter
     seq = adapter.layer_sequence()
     base = model.base_model
     name = adapter.output_weight_name(slot)
     param = base.get_parameter(name)
-    weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
+    # float64 CPU copies: a = wᵀV⁺, spectra and reports run on the CPU; the edit itself is made on
+    # the weight's device from u and a moved there once (edits.edited_stored)
+    weights = read_attention_weights(source, [L], parts=("vo",), device="cpu")[L]
     V, W_O = weights.value_matrix(), weights.output_matrix()
     bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
     b_V = getattr(weights, "b_V", None)
@@ -218,7 +222,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
 
     transposed = _stores_transposed(adapter)
     if b_V is not None:
-        bias_coef = float(row.a @ b_V.reshape(-1).to(torch.float64))
+        bias_coef = float(row.a.cpu() @ b_V.reshape(-1).to(torch.float64).cpu())
 
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
         return edited_stored(param, u, row.a, g, transposed=transposed)
@@ -229,10 +233,12 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     dyn = dynamics_probe(source, L, prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
         if (report or (searching and measure == "dynamics")) else None
 
-    def curve_for(u_: torch.Tensor):
+    def curve_for(u_: torch.Tensor, desc: str = "gain search"):
         if measure == "dynamics":
-            return lambda g: dyn.alignment(algebra.delta_output(u_, row.a, g), u_)
-        return lambda g: probe.alignment(u_target, {name: stored(u_, g)})
+            f = lambda g: dyn.alignment(algebra.delta_output(u_, row.a, g), u_)  # noqa: E731
+        else:
+            f = lambda g: probe.alignment(u_target, {name: stored(u_, g)})  # noqa: E731
+        return _counted(f, desc, progress)
 
     choice = None
     ffn_info = None
@@ -241,15 +247,17 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     elif strength is not None:
         g = float(strength) * abs_l1
     else:
-        choice = choose_gain(curve_for(u), float(target_alignment), scale=abs_l1)
+        choice = _choose(curve_for(u), float(target_alignment), abs_l1)
         g = choice.gain
     if through_ffn:
         from .ffn import compensate
 
         before_ffn = probe.alignment(u_target, {name: stored(u_target, g)})
-        u, history = compensate(probe, u_target, lambda v: {name: stored(v, g)})
+        with _bar("through-ffn", 60, progress) as bar:
+            u, history = compensate(probe, u_target, lambda v: {name: stored(v, g)},
+                                    on_step=lambda val: (bar.update(1), bar.set_postfix(alignment=f"{val:.3f}")))
         if searching:
-            choice = choose_gain(curve_for(u), float(target_alignment), scale=abs_l1)
+            choice = _choose(curve_for(u, "gain search (after FFN)"), float(target_alignment), abs_l1)
             g = choice.gain
         ffn_info = {"alignment_without": before_ffn, "alignment_with_at_same_gain": history and max(history),
                     "steps": len(history), "gain_used_for_solve": g}
@@ -265,8 +273,8 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     steering = steering_of(model)
     if steering is None:
         steering = Steering(untie=untied_info)
-    edit = Edit(module=name, layer=L, slot=slot, u=u.detach().clone(), a=row.a.detach().clone(), gain=g,
-                kind="steer", solve=row.to_dict(), w=w.detach().clone(), w_eff=V.T @ row.a,
+    edit = Edit(module=name, layer=L, slot=slot, u=u.detach().cpu().clone(), a=row.a.detach().cpu().clone(), gain=g,
+                kind="steer", solve=row.to_dict(), w=w.detach().cpu().clone(), w_eff=V.T @ row.a.cpu(),
                 bias_coef=bias_coef, bias_module=bias_name if compensate_bias else None,
                 compensate_bias=bool(compensate_bias), transposed=transposed)
     steering._remember_originals(model, [edit])  # the TRUE originals: kept from the first edit on
@@ -328,6 +336,42 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     if choice is not None and not choice.reached:
         log.warning("%s", choice.message)
     return record
+
+
+def _bar(desc: str, total: int | None, enabled: bool):
+    """A tqdm bar on stderr (a silent one when not ``enabled``)."""
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="eval" if total is None else "step", file=sys.stderr,
+                disable=not enabled, leave=False, dynamic_ncols=True)
+
+
+class _counted:
+    """A curve γ ↦ alignment that advances a progress bar per evaluation (closed when the search ends)."""
+
+    def __init__(self, f, desc: str, enabled: bool) -> None:
+        self.f, self.desc, self.enabled, self.bar = f, desc, enabled, None
+
+    def __call__(self, g: float) -> float:
+        if self.bar is None:
+            self.bar = _bar(self.desc, None, self.enabled)
+        val = self.f(g)
+        self.bar.update(1)
+        self.bar.set_postfix(gain=f"{float(g):.3g}", alignment=f"{val:.3f}")
+        return val
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _choose(curve: _counted, target: float, scale: float):
+    try:
+        return choose_gain(curve, target, scale=scale)
+    finally:
+        curve.close()
 
 
 def _has_param(base, name: str) -> bool:

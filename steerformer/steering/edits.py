@@ -324,6 +324,9 @@ class Steering:
         """Remove the last ``k`` records' edits (last first), bit for bit; returns those records."""
         k = min(int(k), len(self.records))
         removed = self.records[len(self.records) - k:] if k > 0 else []
+        if any(not r.edits for r in removed):
+            raise SteerformerError("these records were saved without their edits (an older steerformer): only a "
+                                   "full unsteer (all edits) is possible")
         for r in reversed(removed):
             for e in reversed(r.edits):
                 e.remove(model)

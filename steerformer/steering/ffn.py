@@ -21,7 +21,8 @@ from .measure import ModelProbe, mean_abs_cos
 
 
 def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[torch.Tensor], dict[str, torch.Tensor]],
-               *, steps: int = 60, lr: float = 0.05) -> tuple[torch.Tensor, list[float]]:
+               *, steps: int = 60, lr: float = 0.05,
+               on_step: Callable[[float], None] | None = None) -> tuple[torch.Tensor, list[float]]:
     """Direction u (unit, float64) whose edit best aligns the final states with ``target``.
 
     ``stored_for(u)`` gives the replaced parameters (differentiable in u) for the fixed gain.
@@ -36,6 +37,8 @@ def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[to
         score = mean_abs_cos(h, target, probe.mask)
         val = float(score.detach())
         history.append(val)
+        if on_step is not None:
+            on_step(val)
         if val > best[0]:
             best = (val, unit.detach().clone())
         opt.zero_grad()

@@ -27,11 +27,11 @@ from .prompts import PromptBatch
 def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """mean over tokens of ρ(x, u) = |⟨x, u⟩| / (‖x‖‖u‖) (MATH.md §4); ``mask`` selects tokens."""
     x = x.to(torch.float64)
-    u = u.to(torch.float64)
+    u = u.to(device=x.device, dtype=torch.float64)
     rho = (x @ u).abs() / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
     if mask is None:
         return rho.mean()
-    m = mask.to(torch.bool)
+    m = mask.to(device=rho.device, dtype=torch.bool)
     return rho[m].mean()
 
 
@@ -48,7 +48,7 @@ class DynamicsProbe:
         """Output states of the edited layer for the output-weight change ``delta`` (d, d)."""
         if self.rerun is not None:
             return self.rerun(delta)
-        return normalize(self.y0 + self.z @ delta.T)
+        return normalize(self.y0 + self.z @ delta.to(self.z.device).T)
 
     def alignment(self, delta: torch.Tensor, u: torch.Tensor) -> float:
         return float(mean_abs_cos(self.states(delta), u))
@@ -62,7 +62,8 @@ def dynamics_probe(source: ModelSource, layer: int, *, prompts: int = 30, n_toke
     x0 = random_tokens(prompts, n_tokens, d, seed=seed)
     from ..matrices import read_attention_weights
 
-    weights = read_attention_weights(source, sorted(set(range(layer + 1))))
+    # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.
+    weights = read_attention_weights(source, sorted(set(range(layer + 1))), device="cpu")
     if seq[layer] in seq[:layer]:
         # The edited weights also run before ``layer`` (ALBERT): rerun the whole stack each time.
         def rerun(delta: torch.Tensor) -> torch.Tensor:
@@ -127,7 +128,7 @@ class ModelProbe:
         """Attention-input states of the real tokens, (fit, held-out) split by prompt."""
         P = self.mask.shape[0]
         k = min(max(1, int(round(P * fraction))), P - 1) if P > 1 else 1
-        X, m = self.attn_inputs, self.mask
+        X, m = self.attn_inputs, self.mask.cpu()
         held = X[k:][m[k:]] if P > 1 else X[m][1::2]
         fit = X[:k][m[:k]] if P > 1 else X[m][0::2]
         return fit, held
@@ -169,7 +170,7 @@ def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) ->
     X = attn_calls[seq[:layer].count(slot)]
     mask = batch.attention_mask.to(torch.bool)
     probe = ModelProbe(model=model, adapter=adapter, calls=calls[start:], mask=mask,
-                       attn_inputs=X.to(torch.float64), final_before=torch.empty(0))
+                       attn_inputs=X.to(torch.float64).cpu(), final_before=torch.empty(0))
     with torch.no_grad():
         probe.final_before = probe.final_states().to(torch.float64)
     return probe

@@ -66,11 +66,30 @@ class PromptBatch:
     def inputs(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
 
+    def to(self, device: torch.device | str | None) -> "PromptBatch":
+        if device is None:
+            return self
+        return PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
+
+
+def model_device(model: Any) -> torch.device | None:
+    """Where the model's inputs go: the device of its first materialized parameter (None: CPU)."""
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return None
+
 
 def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool = False,
            n_random: int = 8, n_tokens: int = 12, name: str = "prompts") -> PromptBatch:
-    """Prompts as model inputs: strings through the tokenizer, a (P, n) id tensor as is, or the
-    defaults (sentences with a tokenizer, seeded random ids without)."""
+    """Prompts as model inputs, on the model's device: strings through the tokenizer, a (P, n) id
+    tensor as is, or the defaults (sentences with a tokenizer, seeded random ids without)."""
+    return _encode(model, prompts, tokenizer, held_out=held_out, n_random=n_random, n_tokens=n_tokens,
+                   name=name).to(model_device(model))
+
+
+def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool,
+            n_random: int, n_tokens: int, name: str) -> PromptBatch:
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim != 2 or prompts.dtype not in (torch.int64, torch.int32):
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} {prompts.dtype}", "a (prompts, tokens) integer tensor of token ids")
