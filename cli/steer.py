@@ -82,7 +82,7 @@ def steer_cmd(
             if direction is not None:
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=layer,
-                                                  method=contrastive_method)
+                                                  method=contrastive_method, progress=not quiet)
         if mode == "ablate":
             from steerformer_cli._common import parse_layers
 

@@ -109,3 +109,20 @@ def test_cli_format_peft(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "a" / "adapter_config.json").read_text())["r"] == 1
     assert not (tmp_path / "a" / "model.safetensors").exists()
+
+
+def test_push_adapter_folder(tmp_path: Path, monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    from steerformer.steering import push_to_hub
+
+    from .hub_server import RecordingHub
+
+    model = make_model("gpt2", dtype=torch.float32)
+    steer(model, _u(64, 0), gain=2.0, solve="exact", report=False)
+    out = save_steered(model, tmp_path / "lora", format="peft")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with RecordingHub() as hub:
+        push_to_hub(out, "alice/tiny-lora", token="hf_t", endpoint=hub.url)
+    assert hub.files["adapter_model.safetensors"] == (out / "adapter_model.safetensors").read_bytes()
+    assert "adapter_config.json" in hub.files and "README.md" in hub.files

@@ -115,7 +115,7 @@ def token_reduction(adapter, layer: int) -> str:
 
 
 def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, token: str,
-                 batch_size: int = 16, name: str = "prompts") -> torch.Tensor:
+                 batch_size: int = 16, name: str = "prompts", bar: Any = None) -> torch.Tensor:
     """(P, d) float64: the output of execution layer ``layer`` for each prompt, reduced over its real
     tokens (``token`` = "last" or "mean"). Read with forward hooks on the model's own blocks."""
     base = model.base_model
@@ -145,6 +145,8 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
         else:  # the last real token, whichever side the tokenizer pads
             last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
             out.append(h[torch.arange(h.shape[0]), last])
+        if bar is not None:
+            bar.update(len(out[-1]))
     return torch.cat(out)
 
 
@@ -159,11 +161,13 @@ def contrastive_direction(
     token: Literal["auto", "last", "mean"] = "auto",
     tokenizer: Any = None,
     batch_size: int = 16,
+    progress: bool = False,
 ) -> ContrastiveDirection:
     """The direction separating ``positive`` from ``negative`` prompts in the hidden state after
     execution layer ``layer`` (negative counts from the end). Prompts: two lists of strings, two
     text files (one prompt per line), or ``pairs=`` a JSONL file of {"positive", "negative"} lines.
-    ``method``: "mean-diff" or "pca" (pairs: as many positives as negatives, matched by position)."""
+    ``method``: "mean-diff" or "pca" (pairs: as many positives as negatives, matched by position).
+    ``progress``: a tqdm bar on stderr over the prompts."""
     if method not in METHODS:
         raise bad_argument("method", method, f"one of {METHODS}")
     if token not in TOKENS:
@@ -195,8 +199,13 @@ def contrastive_direction(
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
     red = token_reduction(adapter, L) if token == "auto" else token
-    hp = layer_states(model, adapter, L, positive, tokenizer, token=red, batch_size=batch_size, name="positive")
-    hn = layer_states(model, adapter, L, negative, tokenizer, token=red, batch_size=batch_size, name="negative")
+    from .edit import _bar
+
+    with _bar("contrastive", len(positive) + len(negative), progress) as bar:
+        hp = layer_states(model, adapter, L, positive, tokenizer, token=red, batch_size=batch_size, name="positive",
+                          bar=bar)
+        hn = layer_states(model, adapter, L, negative, tokenizer, token=red, batch_size=batch_size, name="negative",
+                          bar=bar)
     explained = None
     if method == "mean-diff":
         raw = hp.mean(0) - hn.mean(0)
