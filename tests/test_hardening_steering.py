@@ -102,6 +102,13 @@ def test_steer_huge_gain_is_refused_and_the_model_restored(gain: float, report: 
     assert len(steering_of(model).records) == 1
 
 
+def test_steer_strength_1e308_is_one_clear_error() -> None:  # id: steer-strength-1e308 (was ArpackError)
+    model = make_model("gpt2", dtype=torch.float32)
+    with pytest.raises(SteerformerError, match=r"strength=1e\+308"):
+        steer(model, _unit(64, 1), strength=1e308, solve="exact")
+    assert steering_of(model) is None
+
+
 def test_cli_steer_huge_gain_saves_nothing(tmp_path: Path) -> None:
     make_model("gpt2", dtype=torch.float32).save_pretrained(tmp_path / "base")
     np.save(tmp_path / "u.npy", _unit(64, 1).numpy())
@@ -247,3 +254,32 @@ def test_plain_load_of_a_broken_chain_warns_and_loads(ckpt: Path, caplog) -> Non
     model = sf.load_model(ckpt)
     assert isinstance(model, BertModel) and steering_of(model) is None
     assert "not attached" in caplog.text
+
+
+@pytest.mark.parametrize("case", ["verify-config-changed", "verify-extra-file", "verify-config-unreadable",
+                                  "verify-header-shape-changed"])
+def test_verify_accounts_for_every_file(ckpt: Path, case: str) -> None:
+    if case == "verify-config-changed":
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg["layer_norm_eps"] = 0.5
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+        named = "config.json"
+    elif case == "verify-extra-file":
+        (ckpt / "payload.py").write_text("print('hi')")
+        named = "payload.py"
+    elif case == "verify-config-unreadable":
+        (ckpt / "config.json").write_text("{}")  # no model_type: the model cannot be built
+        named = "config.json"
+    else:  # same bytes, another shape in the header: (64, 64) -> (32, 128)
+        st = ckpt / "model.safetensors"
+        raw = st.read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        key = "encoder.layer.0.intermediate.dense.weight"
+        header[key]["shape"] = header[key]["shape"][::-1]
+        new = json.dumps(header, separators=(",", ":")).encode()
+        new += b" " * (-len(new) % 8)
+        st.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+        named = key
+    res = verify_checkpoint(ckpt)  # also when the model can no longer be built: the cause is named
+    assert not res["ok"] and any(named in f for f in _failed(res)), _failed(res)

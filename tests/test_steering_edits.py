@@ -157,9 +157,7 @@ def test_compensated_chain_saves_verifies_and_unsteers_from_disk(tmp_path) -> No
 
 
 def test_compensate_bias_needs_biases() -> None:
-    from transformers import GPTNeoModel  # noqa: F401  (GPT-Neo has no value bias)
-
-    model = make_model("gpt_neo")
+    model = make_model("gpt_neo")  # GPT-Neo's q/k/v projections have no bias
     with pytest.raises(Exception, match="compensate_bias"):
         steer(model, _unit(64, 1), gain=1.0, solve="exact", report=False, compensate_bias=True)
 

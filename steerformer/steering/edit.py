@@ -246,6 +246,9 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         g = float(gain)
     elif strength is not None:
         g = float(strength) * abs_l1
+        if not math.isfinite(g):
+            raise bad_argument("strength", strength, f"a strength whose gain strength x |lambda1| = strength x "
+                               f"{abs_l1:.4g} is finite", "Use a smaller strength.")
     else:
         choice = _choose(curve_for(u), float(target_alignment), abs_l1)
         g = choice.gain

@@ -75,8 +75,8 @@ def steer_checkpoint(
     ``left``: w (default u). Returns the record (also saved in ``out/steerformer/record.json``)."""
     from .edit import _check_options, _stores_transposed, resolve_direction
     from .edits import Edit, Steering, tensor_sha256
-    from .save import (CHAIN_FORMAT, METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, _payload_sha256,
-                       safetensors_hashes, write_atomically)
+    from .save import (CHAIN_FORMAT, METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, _file_hashes,
+                       _payload_sha256, _tensor_specs, safetensors_hashes, write_atomically)
     from .spectrum import top_summary
 
     if solve != "exact":
@@ -151,23 +151,21 @@ def steer_checkpoint(
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
     # The chain payload save_steered writes, with every tensor's sha256 streamed from the source
-    # (the edited tensor's from its new bytes).
+    # (the edited tensor's from its new bytes); dtype/shape from the headers, which do not change.
     shards = sorted(p.name for p in src.glob("*.safetensors"))
     tensors: dict[str, str] = {}
+    specs: dict[str, list] = {}
     for f in shards:
         tensors.update(safetensors_hashes(src / f))
+        specs.update(_tensor_specs(src / f))
     tensors[full_key] = hashlib.sha256(new_bytes).hexdigest()
-    payload = {"format": CHAIN_FORMAT, **Steering(records=[record], originals={name: original}).to_dict(),
-               "originals": {name: edit.before_sha256}, "tensors": tensors}
-    payload["record_sha256"] = _payload_sha256(payload)
-    meta = {METADATA_KEY: json.dumps(payload, separators=(",", ":"))}
 
     def fill(tmp: Path) -> None:
         from safetensors.torch import save_file
 
         for path in sorted(src.rglob("*")):
             rel = path.relative_to(src)
-            if rel.parts[0] in (SIDE_DIR, ".cache") or not path.is_file():
+            if rel.parts[0] in (SIDE_DIR, ".cache") or not path.is_file() or rel.as_posix() in shards:
                 continue
             if any(rel.match(p) for p in SKIPPED_WEIGHT_FILES):
                 log.warning("%s is not copied: only safetensors weights are carried into a lazily steered checkpoint",
@@ -177,19 +175,23 @@ def steer_checkpoint(
                 continue  # replaced by the steered model's card
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            if rel.as_posix() in shards:  # model shards: new header (+ metadata), data streamed
-                rewrite_shard(path, dst, {full_key: new_bytes} if rel.as_posix() == shard else {}, meta)
-            else:
-                shutil.copyfile(path, dst)  # follows HF-cache symlinks; sendfile on Linux
-        side = tmp / SIDE_DIR
-        side.mkdir()
-        (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
-        save_file({name: original}, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
+            shutil.copyfile(path, dst)  # follows HF-cache symlinks; sendfile on Linux
         if card:
             from .card import model_card
 
             model_card([record], model=types.SimpleNamespace(config=source.config), base_folder=src,
                        sentence_transformers=(tmp / "modules.json").is_file()).save(str(tmp / "README.md"))
+        payload = {"format": CHAIN_FORMAT, **Steering(records=[record], originals={name: original}).to_dict(),
+                   "originals": {name: edit.before_sha256}, "tensors": tensors, "tensor_specs": specs,
+                   "files": _file_hashes(tmp)}
+        payload["record_sha256"] = _payload_sha256(payload)
+        meta = {METADATA_KEY: json.dumps(payload, separators=(",", ":"))}
+        for f in shards:  # model shards: new header (+ metadata), data streamed
+            rewrite_shard(src / f, tmp / f, {full_key: new_bytes} if f == shard else {}, meta)
+        side = tmp / SIDE_DIR
+        side.mkdir()
+        (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
+        save_file({name: original}, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
 
     write_atomically(out, fill, overwrite=overwrite)
     return record

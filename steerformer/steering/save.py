@@ -7,8 +7,9 @@ Layout written by :func:`save_steered` (atomic: a temporary sibling folder moved
     tokenizer files                       when the tokenizer is known
     README.md                             model card (template ``model_cards/steered.md``)
     steerformer/record.json               the chain: every SteeringRecord (with its Edits) in order,
-                                          ALBERT untie info, sha256 of every saved tensor and of each
-                                          original, and ``record_sha256`` (of this payload)
+                                          ALBERT untie info, sha256 of every saved tensor (and its
+                                          dtype/shape), of every other file and of each original,
+                                          and ``record_sha256`` (of this payload)
     steerformer/original.safetensors      the TRUE original of every edited weight (bit-exact undo;
                                           steering a steered checkpoint keeps them, not its weights)
 
@@ -155,6 +156,28 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     return out
 
 
+def _tensor_specs(path: Path) -> dict[str, list]:
+    """key -> [dtype, shape] from a safetensors header (the bytes alone do not fix the tensor)."""
+    header, _ = _safetensors_header(path)
+    return {k: [v.get("dtype"), v.get("shape")] for k, v in header.items() if k != "__metadata__"}
+
+
+def _file_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
+    safetensors files (their tensors are hashed one by one, their header holds the record) and
+    steerformer's own folder are left out."""
+    out = {}
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            out[rel] = h.hexdigest()
+    return out
+
+
 def _model_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.safetensors"))
 
@@ -197,19 +220,6 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
         else:
             model.save_pretrained(str(tmp))
             copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
-        side = tmp / SIDE_DIR
-        side.mkdir()
-        tensors: dict[str, str] = {}
-        for st in _model_files(tmp):
-            tensors.update(safetensors_hashes(st))
-        payload = {"format": CHAIN_FORMAT, **steering.to_dict(),
-                   "originals": {k: tensor_sha256(v) for k, v in originals.items()}, "tensors": tensors}
-        payload["record_sha256"] = _payload_sha256(payload)
-        (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
-        save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
-        compact = json.dumps(payload, separators=(",", ":"))
-        for st in _model_files(tmp):
-            add_safetensors_metadata(st, {METADATA_KEY: compact})
         if tok is not None:
             tok.save_pretrained(str(tmp))
         if card:
@@ -219,6 +229,22 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
 
             model_card(records, untie=steering.untie, model=model, base_folder=source_folder(model),
                        sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
+        side = tmp / SIDE_DIR
+        side.mkdir()
+        tensors: dict[str, str] = {}
+        specs: dict[str, list] = {}
+        for st in _model_files(tmp):
+            tensors.update(safetensors_hashes(st))
+            specs.update(_tensor_specs(st))
+        payload = {"format": CHAIN_FORMAT, **steering.to_dict(),
+                   "originals": {k: tensor_sha256(v) for k, v in originals.items()}, "tensors": tensors,
+                   "tensor_specs": specs, "files": _file_hashes(tmp)}
+        payload["record_sha256"] = _payload_sha256(payload)
+        (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
+        save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
+        compact = json.dumps(payload, separators=(",", ":"))
+        for st in _model_files(tmp):
+            add_safetensors_metadata(st, {METADATA_KEY: compact})
 
     return write_atomically(directory, fill, overwrite=overwrite)
 
@@ -433,9 +459,6 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
     for st in files:
         hashes.update(safetensors_hashes(st))  # validates every file against its size first
         metas[st.name] = read_safetensors_metadata(st).get(METADATA_KEY)
-    model = _load_plain(d, _auto_class(d), None, None)
-    for name in _named_originals(records):
-        _param(model, name, d)  # a module the model does not have: broken provenance
     checks = []
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -470,6 +493,26 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
             check("tensor hash", False, f"{k}: in the model files but not in the record")
         if not bad and set(recorded) == set(hashes):
             check("tensor hashes", True, f"all {len(hashes)} tensors match")
+    specs = payload.get("tensor_specs")
+    if isinstance(specs, dict):
+        got = {}
+        for st in files:
+            got.update(_tensor_specs(st))
+        bad = sorted(k for k in set(specs) | set(got) if specs.get(k) != (list(got[k]) if k in got else None))
+        for k in bad:
+            check("tensor dtype/shape", False, f"{k}: header says {got.get(k)}, record says {specs.get(k)}")
+    # Every other file (config, tokenizer, card).
+    rec_files = payload.get("files")
+    if not isinstance(rec_files, dict):
+        check("file hashes", False, "no file sha256 recorded (saved by an older steerformer)")
+    else:
+        now = _file_hashes(d)
+        bad = sorted(k for k in set(rec_files) | set(now) if rec_files.get(k) != now.get(k))
+        for k in bad:
+            what = "missing" if k not in now else "not in the record" if k not in rec_files else "changed"
+            check("file hash", False, f"{k}: {what}")
+        if not bad:
+            check("file hashes", True, f"all {len(now)} other files match")
     # The originals.
     problems = check_originals(records, originals, d)
     for p in problems:
@@ -482,6 +525,15 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         check("direction hash", vector_hash(u) == r.direction_sha256 and vector_hash(w) == r.left_sha256,
               f"records[{i}] (layer {r.layer})")
     # Recompute the whole chain from the originals and compare with the saved weights.
+    try:
+        model = _load_plain(d, _auto_class(d), None, None)
+    except SteerformerError as exc:
+        if any(not c["ok"] for c in checks):  # explained by a mismatch already named: report, exit 1
+            check("model loads", False, str(exc))
+            return {"ok": False, "checks": checks, "records": len(records)}
+        raise
+    for name in _named_originals(records):
+        _param(model, name, d)  # a module the model does not have: broken provenance
     if problems:
         check("edits recomputed", False, "not recomputed: the originals do not match the records")
     elif any(not r.edits for r in records):
