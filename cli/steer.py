@@ -64,6 +64,8 @@ def steer_cmd(
 
             if out is None:
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
+            if out_format != "checkpoint" or mode != "steer":
+                raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format/--mode")
             rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, eigvec=eigvec,
                                    gain=gain, strength=strength, layer=layer, solve=solve, overwrite=overwrite)
             typer.echo(rec.summary())
