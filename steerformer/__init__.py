@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "verify_checkpoint": ".steering",
     # steering edits as values (issue 11): the Edit / Steering API and the context manager
     "Edit": ".steering", "Steering": ".steering", "steered": ".steering", "steering_of": ".steering",
+    "ContrastiveDirection": ".steering", "contrastive_direction": ".steering",
     # the result protocol
     "ResultProtocol": ".results",
     # statistics
@@ -108,7 +109,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
-        Edit, Steering, SteeringRecord, is_steered, load_for_steering, push_to_hub, save_steered, steer, steered,
+        ContrastiveDirection, Edit, Steering, SteeringRecord, contrastive_direction, is_steered, load_for_steering, push_to_hub, save_steered, steer, steered,
         steering_of, steering_records, unsteer, unsteer_checkpoint, verify_checkpoint,
     )
     from .stats import (

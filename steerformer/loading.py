@@ -31,6 +31,8 @@ _BUNDLED_ALIASES = {BUNDLED_MINILM, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "min
 _HUB_PATTERNS = [
     "config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*", "vocab*",
     "merges.txt", "special_tokens_map.json", "*.model", "generation_config.json",
+    # the base model's card (license, pipeline tag) and its sentence-transformers stack, for steered copies
+    "README.md", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "*_Pooling/*",
 ]
 
 

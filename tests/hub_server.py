@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -34,6 +35,15 @@ class RecordingHub:
 
             def do_GET(self) -> None:
                 hub.requests.append({"method": "GET", "path": self.path, "auth": self.headers.get("authorization")})
+                path = self.path.split("?")[0]
+                if "/discussions/" in path:  # the pull request opened by create_pr=True
+                    repo = path.split("/api/models/")[1].split("/discussions/")[0]
+                    num = int(path.rsplit("/", 1)[1])
+                    return self._reply(200, {
+                        "title": "steered", "num": num, "author": {"name": "alice"}, "status": "draft",
+                        "createdAt": "2026-01-01T00:00:00.000Z", "repo": {"name": repo, "type": "model"},
+                        "isPullRequest": True, "events": [], "filesWithConflicts": [],
+                        "changes": {"base": "refs/heads/main"}})
                 self._reply(404, {"error": "not found"})
 
             def do_POST(self) -> None:
@@ -55,7 +65,15 @@ class RecordingHub:
                     entry["json"] = body
                     return self._reply(200, {"files": [
                         {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in body["files"]]})
+                if path.endswith("/discussions"):  # create_pull_request
+                    entry["json"] = json.loads(raw)
+                    return self._reply(200, {"num": 1})
+                if "/branch/" in path:  # create_branch
+                    entry["branch"] = path.rsplit("/branch/", 1)[1]
+                    return self._reply(200, {})
                 if "/commit/" in path:
+                    entry["revision"] = path.rsplit("/commit/", 1)[1]
+                    entry["create_pr"] = "create_pr=1" in self.path
                     lines = [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
                     entry["ndjson"] = lines
                     for item in lines:
@@ -64,7 +82,8 @@ class RecordingHub:
                     repo = path.split("/api/models/")[1].split("/commit/")[0]
                     return self._reply(200, {"commitUrl": f"http://{self.headers['Host']}/{repo}/commit/{'0' * 40}",
                                              "commitOid": "0" * 40,
-                                             "pullRequestUrl": None})
+                                             "pullRequestUrl": f"http://{self.headers['Host']}/{repo}/discussions/1"
+                                             if entry["create_pr"] else None})
                 self._reply(404, {"error": "not found"})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -78,3 +97,29 @@ class RecordingHub:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class SilentEndpoint:
+    """An endpoint that accepts TCP connections (the kernel completes the handshake for the listen
+    backlog) but never reads or answers: a client without a timeout waits forever."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def __enter__(self) -> "SilentEndpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+
+def refused_url() -> str:
+    """A local URL whose port has no listener (connections are refused at once)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"

@@ -51,7 +51,7 @@ def test_ragged_or_non_numeric_npy(model, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"strength": 0.0}, "strength=0.0"), ({"strength": -2.0}, "strength=-2.0"),
+    ({"strength": 0.0}, "strength=0.0"), ({"gain": -math.inf}, "gain=-inf"),
     ({"strength": math.inf}, "strength=inf"), ({"gain": math.nan}, "gain=nan"),
     ({"strength": 1.0, "gain": 1.0}, "either strength= or gain="),
     ({"target_alignment": 1.5}, "target_alignment=1.5"), ({"layer": 2}, r"layer=\[2\].*\[-2, 1\]"),

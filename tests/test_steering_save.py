@@ -185,5 +185,5 @@ def test_cli_steer_unsteer_verify(tmp_path: Path) -> None:
     a = AutoModel.from_pretrained(tmp_path / "base").state_dict()
     b = AutoModel.from_pretrained(tmp_path / "o").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    res = runner.invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(vec), "--strength", "-1"])
-    assert res.exit_code == 2 and "strength=-1.0" in res.output
+    res = runner.invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(vec), "--strength", "0"])
+    assert res.exit_code == 2 and "strength=0.0" in res.output

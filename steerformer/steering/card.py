@@ -1,17 +1,38 @@
 """The model card of a steered checkpoint, from the template ``model_cards/steered.md`` through
-huggingface_hub's ``ModelCard`` (YAML metadata: base_model, tags, library)."""
+huggingface_hub's ``ModelCard`` (YAML metadata: base_model, license, pipeline_tag, tags, library).
+
+What the card says about the base model comes from the base model itself: its Hub id (a local
+folder is named by its folder name, never by an absolute path; a Hugging Face cache snapshot by the
+repo id it caches), the ``license`` and ``pipeline_tag`` of the base model's own card when it has
+one, else a pipeline tag derived from the model's head class with transformers' auto mappings.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..loading import name_looks_like_path
 from .record import SteeringRecord
 
+log = logging.getLogger(__name__)
+
 # steerformer/model_cards links to the repository's model_cards/ folder, so the template is both
 # where the project layout puts it and package data of the installed wheel.
 TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "steered.md"
+
+#: Head-class mapping of transformers (modeling_auto) → Hub pipeline tag, most specific first.
+_PIPELINES = (
+    ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "text-generation"),
+    ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "fill-mask"),
+    ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "text-classification"),
+    ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "token-classification"),
+    ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "question-answering"),
+    ("MODEL_MAPPING_NAMES", "feature-extraction"),
+)
+_NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
 def _fmt(x, spec: str = ".4f") -> str:
@@ -23,14 +44,78 @@ def _looks_like_hub_id(name: str) -> bool:
     return bool(name) and not name_looks_like_path(name) and name.count("/") == 1
 
 
-def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None):
+def public_model_id(model_id: str) -> str | None:
+    """The Hub repo id of ``model_id``: itself when it is one, the cached repo for a path inside a
+    Hugging Face cache (``.../models--org--name/snapshots/<sha>``), else None."""
+    if _looks_like_hub_id(model_id):
+        return model_id
+    for part in reversed(Path(model_id).parts):
+        m = re.fullmatch(r"models--([^/]+?)--([^/]+)", part)
+        if m:
+            return f"{m.group(1)}/{m.group(2)}"
+    return None
+
+
+def display_name(model_id: str) -> str:
+    """A name for the title: the Hub id, else the local folder's name (never an absolute path)."""
+    return public_model_id(model_id) or Path(str(model_id).rstrip("/\\")).name or str(model_id)
+
+
+def edit_count_text(n: int) -> str:
+    word = _NUMBERS.get(n, str(n))
+    return f"{word} rank-1 edit{'s' if n != 1 else ''}"
+
+
+def base_card_data(folder: Path | None) -> dict:
+    """license / pipeline_tag / language of the base model's own README.md, when it has one."""
+    if folder is None or not (Path(folder) / "README.md").is_file():
+        return {}
+    try:
+        from huggingface_hub import ModelCard
+
+        data = ModelCard.load(Path(folder) / "README.md").data
+    except Exception as exc:  # a README without YAML metadata, or unreadable: nothing to copy
+        log.info("no model card metadata in %s (%s)", folder, exc)
+        return {}
+    return {k: getattr(data, k, None) for k in ("license", "pipeline_tag", "language")
+            if getattr(data, k, None) is not None}
+
+
+def pipeline_tag_of(model: Any) -> str | None:
+    """The pipeline tag of ``model``'s head class (config.architectures) per transformers' mappings."""
+    try:
+        from transformers.models.auto import modeling_auto
+    except ImportError:  # pragma: no cover
+        return None
+    arch = (getattr(getattr(model, "config", None), "architectures", None) or [type(model).__name__])[0]
+    for mapping, tag in _PIPELINES:
+        if arch in set(getattr(modeling_auto, mapping, {}).values()):
+            return tag
+    return None
+
+
+def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, model: Any = None,
+               base_folder: str | Path | None = None, sentence_transformers: bool = False):
+    """The card for ``records``. ``model``: the steered model (for its pipeline tag);
+    ``base_folder``: the folder the base model was loaded from (its README's license/pipeline tag);
+    ``sentence_transformers``: the saved folder is a sentence-transformers model."""
     from huggingface_hub import ModelCard, ModelCardData
 
     first = records[0]
+    base = base_card_data(Path(base_folder) if base_folder is not None else None)
+    pipeline = base.get("pipeline_tag") or ("sentence-similarity" if sentence_transformers else None) \
+        or (pipeline_tag_of(model) if model is not None else None)
+    base_id = public_model_id(first.model_id)
+    tags = ["steerformer", "steering", "rank-1-edit", first.model_type]
+    if sentence_transformers:
+        tags.append("sentence-transformers")
     data = ModelCardData(
-        base_model=first.model_id if _looks_like_hub_id(first.model_id) else None,
-        library_name="transformers",
-        tags=["steerformer", "steering", "rank-1-edit", first.model_type],
+        base_model=base_id,
+        license=base.get("license"),
+        language=base.get("language"),
+        pipeline_tag=pipeline,
+        library_name="sentence-transformers" if sentence_transformers else "transformers",
+        tags=tags,
     )
     rows = []
     for r in records:
@@ -45,7 +130,8 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None):
             "l1_after": _fmt(r.spectrum_after["lambda1"][0], ".4g") if r.spectrum_after else "n/a",
         }
         rows.append(d)
+    name = display_name(first.model_id)
     return ModelCard.from_template(
-        data, template_path=str(TEMPLATE), title=f"{first.model_id} (steered)", base_model_name=first.model_id,
-        records=rows,
+        data, template_path=str(TEMPLATE), title=f"{name} (steered)", base_model_name=name,
+        records=rows, edits_text=edit_count_text(len(records)),
     )

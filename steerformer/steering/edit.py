@@ -47,8 +47,9 @@ def _check_options(target_alignment, strength, gain, solve, measure) -> None:
         raise bad_argument("gain", gain, "either strength= or gain=, not both")
     for name, v in (("strength", strength), ("gain", gain)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))
-                              or not math.isfinite(float(v)) or float(v) <= 0):
-            raise bad_argument(name, v, "a finite number > 0", "Milder steering is a smaller positive value.")
+                              or not math.isfinite(float(v)) or float(v) == 0):
+            raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
+                               "Milder steering is a value closer to 0.")
     if strength is None and gain is None:
         t = target_alignment
         if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < float(t) < 1:
@@ -63,6 +64,8 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
                            "exactly one source: direction= (array or .npy path), token=, eigvec= or text=")
     d, name = source.adapter.d_model, source.model_id
     if direction is not None:
+        if isinstance(getattr(direction, "direction_source", None), dirs.DirectionSource):  # e.g. contrastive
+            return dirs.check_vector(direction.vector, d, model_name=name), direction.direction_source
         if isinstance(direction, (str, bytes)) or hasattr(direction, "__fspath__"):
             path = str(direction)
             return dirs.load_npy(path, d, model_name=name), dirs.DirectionSource("npy", {"path": path})
@@ -103,6 +106,9 @@ def steer(
     report: bool = True,
     compensate_bias: bool = False,
     progress: bool = False,
+    mode: Literal["steer", "ablate"] = "steer",
+    layers: Sequence[int] | int | None = None,
+    scale: float = 1.0,
 ) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
@@ -126,7 +132,18 @@ def steer(
 
     A steered model steered again appends to its chain (``steering_of(model)``); ``unsteer`` undoes
     all of it, or the last k calls.
+
+    A negative ``gain``/``strength`` steers away from u (F' = F − |γ| u wᵀ); the gain search only
+    steers toward. ``mode="ablate"``: remove u from the write of every layer in ``layers`` (default
+    all), W_O' = (I − scale·uuᵀ) W_O (see ``ablate.py``; gain/strength/solve do not apply).
     """
+    if mode == "ablate":
+        from .ablate import ablate
+
+        return ablate(model, direction, token=token, eigvec=eigvec, text=text, layers=layers, scale=scale,
+                      tokenizer=tokenizer, heldout_prompts=heldout_prompts, report=report)
+    if mode != "steer":
+        raise bad_argument("mode", mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
     _check_options(target_alignment, strength, gain, solve, measure)
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         raise bad_argument("model", model, "a model object (steer edits it in place)",

@@ -99,6 +99,13 @@ class SteeringRecord:
         """A few human-readable lines (the CLI prints them)."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+        if self.solve.get("method") == "ablate":  # one edit per ablated weight (ablate.py)
+            lines = [f"ablated layers {self.layers_changed} ({len(self.edits)} weight(s)): W_O' = (I - {-self.gain:g} uu^T) W_O",
+                     f"alignment, real model final states: {f(self.alignment_model_before)} -> "
+                     f"{f(self.alignment_model_after)}",
+                     f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
+                     f"state cosine = {f(self.state_cosine)}"]
+            return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
             f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "

@@ -161,11 +161,23 @@ def _payload_sha256(payload: dict) -> str:
 
 # ---- save --------------------------------------------------------------------------------------
 def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
-                 card: bool = True) -> Path:
+                 card: bool = True, format: str = "checkpoint") -> Path:
     """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
-    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``."""
+    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
+    ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``peft_export.py``)."""
     from safetensors.torch import save_file
 
+    from .st_stack import as_sentence_transformer, copy_module_stack, inner_model
+
+    st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
+    if st_model is not None:
+        model = inner_model(st_model)
+    if format == "peft":  # the edits alone, as a LoRA adapter (MATH.md §5c)
+        from .peft_export import save_peft_adapter
+
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card)
+    if format != "checkpoint":
+        raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
     steering = steering_of(model)
     if steering is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
@@ -175,13 +187,20 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
 
     def fill(tmp: Path) -> None:
-        model.save_pretrained(str(tmp))
+        if st_model is not None:
+            st_model.save(str(tmp), create_model_card=False)
+        else:
+            model.save_pretrained(str(tmp))
+            copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
         if tok is not None:
             tok.save_pretrained(str(tmp))
         if card:
             from .card import model_card
 
-            model_card(records, untie=steering.untie).save(str(tmp / "README.md"))
+            from .st_stack import MODULES_FILE, source_folder
+
+            model_card(records, untie=steering.untie, model=model, base_folder=source_folder(model),
+                       sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
         side = tmp / SIDE_DIR
         side.mkdir()
         tensors: dict[str, str] = {}
@@ -502,7 +521,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         except SteerformerError as exc:
             check("edits recomputed", False, str(exc))
         for i, r in enumerate(records):
-            for e in r.edits:
+            for e in r.edits[:1] if len(r.edits) == 1 else []:  # an ablation record holds one edit per layer
                 if e.gain != r.gain or e.layer != r.layer or e.module != r.module:
                     check("record vs edit", False, f"records[{i}]: gain/layer/module differ from its edit")
     last = records[-1]
