@@ -98,7 +98,7 @@ def test_negative_gain_steers_away() -> None:
 
 def test_ablation_bad_input() -> None:
     model = make_model("bert")
-    for kw, match in (({"scale": 1.5}, "scale=1.5"), ({"scale": 0}, "scale=0"), ({"layers": [0, 0]}, "distinct")):
+    for kw, match in (({"scale": 1.5}, "scale=1.5"), ({"scale": 0}, "scale=0"), ({"layers": [0, 0]}, "each layer once")):
         with pytest.raises(InvalidArgumentError, match=match):
             ablate(model, _u(), report=False, **kw)
     with pytest.raises(InvalidArgumentError, match="mode='erase'"):

@@ -70,9 +70,7 @@ def ablate(
     if steering is not None and steering.untie:
         raise bad_argument("model", type(model).__name__, "a model without untied layers for ablation",
                            "Unsteer it first.")
-    selected = select_layers(layers, adapter.n_layers, name="layers")
-    if len(set(selected)) != len(selected):
-        raise bad_argument("layers", layers, "distinct layer indices")
+    selected = select_layers(layers, adapter.n_layers, name="layers")  # refuses duplicates itself
     seq = adapter.layer_sequence()
     by_slot: dict[int, int] = {}
     for L in selected:
