@@ -38,10 +38,9 @@ def top_eigenvalues(F: torch.Tensor, k: int = 4) -> np.ndarray:
 def top_summary(F: torch.Tensor) -> dict:
     """{"lambda1": [re, im], "lambda2": [re, im], "gap": Re λ1 − Re λ2} (λ2 after the pair when
     λ1 is complex, as in MATH.md §2)."""
-    vals = top_eigenvalues(F, 4)
-    l1 = vals[0]
-    radius_guess = max(abs(l1), 1e-300)
-    j2 = 2 if abs(l1.imag) > 1e-9 * radius_guess and len(vals) > 2 else 1
-    l2 = vals[min(j2, len(vals) - 1)]
+    from ..spectra import spectral_summary
+
+    s = spectral_summary(top_eigenvalues(F, 4))
+    l1, l2 = s.lambda1, s.lambda2
     return {"lambda1": [float(l1.real), float(l1.imag)], "lambda2": [float(l2.real), float(l2.imag)],
-            "gap": float(l1.real - l2.real), "abs_lambda1": float(abs(l1))}
+            "gap": s.gap, "abs_lambda1": float(abs(l1))}
