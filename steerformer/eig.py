@@ -136,18 +136,18 @@ def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | No
             maxiter: int | None = None, seed: int = 0) -> TopK:
     """The ``k`` eigenvalues of largest real part of a real (n, n) matrix and their unit vectors,
     by ARPACK (``which="LR"``); accepted only if every returned pair has ‖Mv − λv‖ ≤ tol·‖M‖_F
-    and a whole conjugate pair is inside (a pair split at the k-th position is dropped by
-    asking for k+1). The start vector is deterministic."""
+    (ARPACK's own test is relative to |λ|; this one is what the fallback decides on). A conjugate
+    pair may be cut at the k-th position. The start vector is deterministic."""
     import scipy.sparse.linalg as sla
 
     n = M.shape[0]
     if k < 1 or k > n - 2:
         return TopK(None, None, f"k={k} needs 1 ≤ k ≤ n − 2 = {n - 2}", float("nan"))
-    kk = min(k + 1, n - 2)  # one extra: never cut a conjugate pair at the boundary
+    kk = k
     ncv = ncv or min(n - 1, max(2 * kk + 1, 64))
     v0 = np.random.default_rng(seed).standard_normal(n)
     try:
-        vals, vecs = sla.eigs(M, k=kk, which="LR", v0=v0, ncv=ncv, tol=0.0 if tol <= 0 else tol * 1e-2,
+        vals, vecs = sla.eigs(M, k=kk, which="LR", v0=v0, ncv=ncv, tol=tol,
                               maxiter=maxiter or 50 * n)
     except sla.ArpackNoConvergence as exc:
         return TopK(None, None, f"ARPACK did not converge ({exc.eigenvalues.size} of {kk} pairs)", float("nan"))
