@@ -137,7 +137,8 @@ def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | No
     """The ``k`` eigenvalues of largest real part of a real (n, n) matrix and their unit vectors,
     by ARPACK (``which="LR"``); accepted only if every returned pair has ‖Mv − λv‖ ≤ tol·‖M‖_F
     (ARPACK's own test is relative to |λ|; this one is what the fallback decides on). A conjugate
-    pair may be cut at the k-th position. The start vector is deterministic."""
+    pair cut at the k-th position is completed (so up to k + 1 pairs come back; callers sort and
+    keep k). The start vector is deterministic."""
     import scipy.sparse.linalg as sla
 
     n = M.shape[0]
@@ -159,5 +160,11 @@ def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | No
     worst = float(res.max() / max(scale, 1e-300))
     if worst > tol:
         return TopK(None, None, f"residual {worst:.1e} > {tol:.0e}", worst)
+    # A real matrix's pairs come in conjugates (λ̄, v̄): complete a pair ARPACK cut at the k-th place.
+    lone = [j for j in range(vals.size) if vals[j].imag != 0
+            and not np.any(np.abs(vals - np.conj(vals[j])) <= 1e-8 * abs(vals[j]))]
+    if lone:
+        vals = np.concatenate([vals, np.conj(vals[lone])])
+        vecs = np.concatenate([vecs, np.conj(vecs[:, lone])], axis=1)
     order = np.argsort(-vals.real, kind="stable")
     return TopK(vals[order], vecs[:, order], "ok", worst)

@@ -165,6 +165,8 @@ def _sort_phase(vals: torch.Tensor, vecs: torch.Tensor) -> tuple[torch.Tensor, t
     v64 = vals.to(torch.complex128)
     key = v64.real + 1e-12 * torch.sign(v64.imag) * v64.abs().amax(-1, keepdim=True)
     order = torch.argsort(key, dim=-1, descending=True)
+    if vals.ndim == 1:  # Arnoldi's pair members may differ in Re by rounding: Im > 0 first anyway
+        order = _pairs_first_positive(v64[order].numpy(), order)
     vals = torch.gather(vals, -1, order)
     vecs = torch.gather(vecs, -1, order.unsqueeze(-2).expand_as(vecs))
     vecs = vecs / torch.linalg.vector_norm(vecs, dim=-2, keepdim=True)
@@ -173,6 +175,19 @@ def _sort_phase(vals: torch.Tensor, vecs: torch.Tensor) -> tuple[torch.Tensor, t
     pivot = torch.gather(vecs, -2, idx)
     vecs = vecs * (pivot.conj() / pivot.abs())
     return vals, vecs
+
+
+def _pairs_first_positive(v: np.ndarray, order: torch.Tensor) -> torch.Tensor:
+    order = order.clone()
+    i = 0
+    while i + 1 < v.size:
+        a, b = v[i], v[i + 1]
+        if a.imag < 0 < b.imag and abs(a - np.conj(b)) <= 1e-8 * max(abs(a), 1e-300):
+            order[i], order[i + 1] = order[i + 1].clone(), order[i].clone()
+            i += 2
+        else:
+            i += 1
+    return order
 
 
 def sorted_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.float64,
@@ -204,10 +219,11 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
         M = (B @ A) if A is not None else matrix.to(torch.float64)
         got = top_eig(M.numpy(), int(top_k))
         if got.values is not None:
-            vals = torch.from_numpy(got.values[:top_k].copy())
-            W = torch.from_numpy(np.ascontiguousarray(got.vectors[:, :top_k]))
+            vals = torch.from_numpy(got.values.copy())
+            W = torch.from_numpy(np.ascontiguousarray(got.vectors))
             vecs = W if A is None else A.to(W.dtype) @ W
             vals, vecs = _sort_phase(vals.to(_complex(dtype)), vecs.to(_complex(dtype)))
+            vals, vecs = vals[:top_k], vecs[:, :top_k]
             return vals, vecs, f"top-{top_k}" + ("" if A is None else f" factored r={A.shape[1]}")
         fallback = f"top-{top_k}→full ({got.reason})"
         method = fallback if A is None else f"{fallback} factored r={A.shape[1]}"
