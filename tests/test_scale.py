@@ -171,3 +171,32 @@ def test_shared_slots_store_each_decomposition_once() -> None:
     assert sp.eigenvectors.distinct.shape == (2, 8, 8)  # two decompositions for four layers
     assert sp.eigenvectors[3].data_ptr() == sp.eigenvectors[0].data_ptr()
     assert sp.eigenvectors.shape == (4, 8, 8) and torch.equal(sp.v1()[2], sp.v1()[0])
+
+
+# ---- analyze --top-k / --workers / --device ---------------------------------------------------------
+
+def test_analyze_top_k_cli_on_minilm(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from steerformer import layer_matrices
+    from steerformer_cli.main import app
+
+    model = "sentence-transformers/all-MiniLM-L6-v2"
+    res = CliRunner().invoke(app, ["analyze", model, "--out", str(tmp_path), "--json", "--spectra-only",
+                                   "--top-k", "6", "--layers", "0,1", "--workers", "1", "--no-plots"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["meta"]["eig"]["top_k"] == 6
+    F = layer_matrices(model, [0, 1]).numpy()
+    for r, Fk in zip(rep["layers"], F):
+        ref = _sorted_ref(Fk)
+        assert r["eig_method"].startswith("top-6")
+        got = np.array([complex(*z) for z in r["top_eigenvalues"]])
+        assert np.abs(got - ref[:5]).max() <= 1e-8 * abs(ref[0])
+    bad = CliRunner().invoke(app, ["analyze", model, "--out", str(tmp_path), "--top-k", "6"])
+    assert bad.exit_code == 2 and "--top-k" in bad.output and "--spectra-only" in bad.output
+    if not torch.cuda.is_available():
+        bad = CliRunner().invoke(app, ["analyze", model, "--out", str(tmp_path), "--spectra-only", "--device", "cuda"])
+        assert bad.exit_code == 2 and "no CUDA" in bad.output
