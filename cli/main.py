@@ -34,3 +34,4 @@ from steerformer_cli import analyze as _analyze  # noqa: E402,F401
 from steerformer_cli import collapse as _collapse  # noqa: E402,F401
 from steerformer_cli import simulate as _simulate  # noqa: E402,F401
 from steerformer_cli import steer as _steer  # noqa: E402,F401
+from steerformer_cli import sweep as _sweep  # noqa: E402,F401
