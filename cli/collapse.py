@@ -48,6 +48,9 @@ def collapse_cmd(
         from steerformer.collapse import collapse, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype
         from steerformer.loading import load_model
 
+        from steerformer.eig import resolve_device
+
+        resolve_device(device)  # --device cuda without CUDA: one line, exit 2
         dt = parse_dtype(dtype)
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)

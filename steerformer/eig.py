@@ -109,7 +109,8 @@ def factored_eig(A: torch.Tensor, B: torch.Tensor, *, dtype: torch.dtype = torch
     A64 = A.to(torch.float64)
     small = B.to(torch.float64) @ A64  # (r, r): the product is in float64 whatever the eig dtype
     vals, W = dense_eig(small, dtype=dtype, device=device)
-    V = A64.to(device=W.device).to(W.dtype) @ W
+    A_ = A64.to(device=W.device, dtype=W.real.dtype)
+    V = torch.complex(A_ @ W.real, A_ @ W.imag)  # two real GEMMs, not one complex (4× the flops)
     V = V / torch.linalg.vector_norm(V, dim=0, keepdim=True).clamp_min(1e-300)
     return vals, V
 
