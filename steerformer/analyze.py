@@ -152,6 +152,7 @@ def analyze(
 
     resolve_device(device)  # cheap checks before any weight is read
 
+    auto_top_k = top_k == "auto" and config is None
     if top_k == "auto":
         top_k = None
     elif top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
@@ -159,13 +160,12 @@ def analyze(
     elif top_k is not None and top_k > 0 and config is not None:
         raise bad_argument("top_k", top_k, "None (the statistics need every eigenvector)",
                            "Use --spectra-only with --top-k, or drop --top-k.")
-    auto_top_k = top_k is None and model_or_path is not None and config is None
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise bad_argument("workers", workers, "an integer ≥ 1")
     source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
     mats = layer_matrices(source, layers)
     d = mats.d_model
-    if auto_top_k and d > FULL_UP_TO and not isinstance(top_k, int):
+    if auto_top_k and d > FULL_UP_TO:
         top_k = DEFAULT_TOP_K
     top_k = top_k or None  # 0 → full
     if top_k is not None and top_k > d - 2:

@@ -109,3 +109,17 @@ def test_sweep_on_local_ray_gives_identical_numbers(checkpoints, tmp_path) -> No
     assert on_ray.tasks_run == 3
     assert _rows(tmp_path / "ray") == _rows(tmp_path / "local")
     assert local.reports.keys() == on_ray.reports.keys()
+
+
+def test_sweep_statistics_columns_match_power_method_stats(checkpoints, tmp_path) -> None:
+    from steerformer.stats import power_method_stats
+    from steerformer.sweep import checkpoints_from, sweep
+
+    paths, _ = checkpoints
+    opts = {"n_prompts": 3, "n_tokens": 4, "full_model": False, "cumulative": False}
+    res = sweep(checkpoints_from(models=paths[0]), tmp_path, stats=opts, plots=False)
+    ref = power_method_stats(paths[0], **opts).controlled.layers
+    rows = _rows(tmp_path)
+    assert [float(r["P"]) for r in rows] == [r["P"] for r in ref]
+    assert [float(r["delta_rho_mean"]) for r in rows] == pytest.approx([r["delta_rho_mean"] for r in ref], abs=1e-12)
+    assert res.tasks_run == N_LAYERS + 1
