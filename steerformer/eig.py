@@ -17,7 +17,6 @@ Results are unsorted (values, unit-norm column vectors) as NumPy/torch complex a
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 
@@ -123,14 +122,6 @@ class TopK:
     vectors: np.ndarray | None
     reason: str  # "ok", or why the caller must fall back to the full path
     max_residual: float
-
-
-def _one_blas_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
 
 
 def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | None = None,
