@@ -1,10 +1,13 @@
-"""Foundation benchmark (issue 2) on a gpt2-medium-sized random checkpoint (24 layers, d=1024).
+"""Foundation benchmark (issues 2 and 14) on a gpt2-medium-sized random checkpoint (24 layers, d=1024).
 
-(a) analyze's spectra time ÷ the sum of bare LAPACK eig times on the same 24 matrices (≤ 1.15)
+(a) layer_matrices + spectra (one process, workers=1) ÷ bare numpy.linalg.eig on the same 24
+    matrices, alternated round by round (issue 14 target ≤ 1.10)
 (b) peak RSS of lazy extraction ÷ peak RSS of AutoModel.from_pretrained + touching every weight (≤ 0.5)
 (c) end-to-end `steerformer analyze` wall time
+(d) spectra of the 24 layers with 2 workers ÷ 1 worker, alternated (issue 14 target ≤ 0.65)
+(e) peak RSS of the power-method statistics (`analyze` with statistics) on the same model
 
-Run: python benchmarks/bench_analyze.py
+Run: python benchmarks/bench_analyze.py [--parts a,b,c,d,e] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -20,45 +23,66 @@ from _common import gpt2_medium_random, peak_rss_mib  # noqa: E402
 
 
 def main() -> None:
-    import scipy.linalg
+    import argparse
+
+    import numpy as np
     import torch
 
     from steerformer import layer_matrices, spectra
 
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="a,b,c,d")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
     path = gpt2_medium_random()
     print(f"checkpoint: {path} ({sum(f.stat().st_size for f in path.glob('*.safetensors')) / 2**20:.0f} MiB), "
-          f"torch threads={torch.get_num_threads()}")
-
-    # (a) spectra as analyze runs them vs bare eig calls on the same matrices, same process.
-    # One warm-up eig first (thread pool, workspace), and the bare loop runs both before and after
-    # ours so a drift in machine load shows up as a spread instead of a bias.
+          f"torch threads={torch.get_num_threads()}, load {os.getloadavg()}", flush=True)
     F = layer_matrices(path).matrices
-    torch.linalg.eig(F[0])
+    np.linalg.eig(F[0].numpy())  # warm-up: thread pool, workspace
 
-    def bare() -> tuple[float, float]:
-        t_torch = t_scipy = 0.0
+    def bare() -> float:
+        t = time.perf_counter()
         for k in range(F.shape[0]):
-            t = time.perf_counter()
-            torch.linalg.eig(F[k])
-            t_torch += time.perf_counter() - t
-            A = F[k].numpy()
-            t = time.perf_counter()
-            scipy.linalg.eig(A)
-            t_scipy += time.perf_counter() - t
-        return t_torch, t_scipy
+            np.linalg.eig(F[k].numpy())
+        return time.perf_counter() - t
 
-    before = bare()
-    t = time.perf_counter()
-    spectra(F)
-    t_ours = time.perf_counter() - t
-    after = bare()
-    t_torch, t_scipy = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
-    print(f"(a) spectra {t_ours:.2f} s; bare torch.linalg.eig sum {t_torch:.2f} s "
-          f"(before {before[0]:.2f}, after {after[0]:.2f}; {t_torch / F.shape[0]:.2f} s/layer); "
-          f"scipy.linalg.eig sum {t_scipy:.2f} s")
-    print(f"(a) ratio spectra / bare torch eig = {t_ours / t_torch:.3f}  (target <= 1.15); "
-          f"vs scipy eig = {t_ours / t_scipy:.3f}")
+    if "a" in parts:
+        # (a) alternated: bare, ours, bare, ours, ... so a drift in load shows as a spread, not a bias.
+        t_bare, t_ours = [], []
+        for _ in range(args.rounds):
+            t_bare.append(bare())
+            t = time.perf_counter()
+            spectra(layer_matrices(path), workers=1)
+            t_ours.append(time.perf_counter() - t)
+        print(f"(a) layer_matrices + spectra {sum(t_ours):.1f} s ({', '.join(f'{x:.1f}' for x in t_ours)}); "
+              f"bare numpy.linalg.eig {sum(t_bare):.1f} s ({', '.join(f'{x:.1f}' for x in t_bare)}); "
+              f"ratio = {sum(t_ours) / sum(t_bare):.3f}  (target <= 1.10); load {os.getloadavg()}", flush=True)
 
+    if "d" in parts:
+        t1, t2 = [], []
+        for _ in range(args.rounds):
+            t = time.perf_counter()
+            one = spectra(F, workers=1)
+            t1.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            two = spectra(F, workers=2)
+            t2.append(time.perf_counter() - t)
+        # Workers run BLAS single-threaded: equal to rounding, not bitwise, to a 2-thread run.
+        same = float((one.eigenvalues - two.eigenvalues).abs().max() / one.spectral_radius.max())
+        print(f"(d) spectra 24 layers: 2 workers {sum(t2):.1f} s ({', '.join(f'{x:.1f}' for x in t2)}), 1 worker "
+              f"{sum(t1):.1f} s ({', '.join(f'{x:.1f}' for x in t1)}): ratio = {sum(t2) / sum(t1):.3f}  "
+              f"(target <= 0.65); max |Δλ|/ρ {same:.1e}; load {os.getloadavg()}", flush=True)
+
+    if "e" in parts:
+        rss = peak_rss_mib(f"""
+            from steerformer.analyze import analyze
+            r = analyze({str(path)!r}, workers=1)
+        """)
+        print(f"(e) peak RSS of analyze with statistics (24 layers, d=1024, defaults): {rss:.0f} MiB", flush=True)
+
+    if "b" not in parts and "c" not in parts:
+        return
     # (b) peak RSS, each in a fresh process.
     lazy = peak_rss_mib(f"""
         from steerformer import layer_matrices

@@ -50,6 +50,8 @@ def analyze_cmd(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file, one prompt per line, for the full-model variant (default: built-in sentences)."),
     no_full_model: bool = typer.Option(False, "--no-full-model", help="Skip the full-model variant (model's own hidden states)."),
     no_cumulative: bool = typer.Option(False, "--no-cumulative", help="Skip the cumulative-product statistic (Fig. 8)."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="With --spectra-only: only the K eigenvalues of largest real part per layer (Arnoldi, falls back to full eig). Default: full for d <= 2048, 16 above; 0 = full."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the per-layer eig (default: the cores, for d >= 512)."),
 ) -> None:
     """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
     layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures.
@@ -61,6 +63,13 @@ def analyze_cmd(
     from steerformer.stats import StatsConfig
 
     with user_errors():
+        from steerformer.errors import bad_argument
+
+        if top_k is not None and (top_k < 0 or (top_k > 0 and not spectra_only)):
+            raise bad_argument("--top-k", top_k, "a non-negative integer, used with --spectra-only "
+                               "(the statistics need every eigenvector)", "Add --spectra-only or drop --top-k.")
+        if workers is not None and workers < 1:
+            raise bad_argument("--workers", workers, "an integer ≥ 1")
         out_dir = out or default_out(model)
         check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
         if prompts is not None and not (spectra_only or no_full_model):
@@ -68,7 +77,7 @@ def analyze_cmd(
 
             read_prompts_file(prompts)  # a bad file is refused before the eigen-decompositions
         report = analyze(model, layers=parse_layers(layers), dtype=dtype.value, device=device, revision=revision,
-                         progress=not as_json,
+                         progress=not as_json, top_k="auto" if top_k is None else top_k, workers=workers,
                          stats=False if spectra_only else StatsConfig(
                              n_prompts=n_prompts, n_tokens=n_tokens, seed=seed, tau=tau, layer_norm=layer_norm,
                              normalize_initial=not raw_initial, null_draws=null_draws,

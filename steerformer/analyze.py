@@ -153,6 +153,8 @@ def analyze(
     revision: str | None = None,
     progress: bool = False,
     stats: bool | StatsConfig = True,
+    top_k: int | None | str = "auto",
+    workers: int | None = None,
     **stats_options: Any,
 ) -> AnalysisReport:
     """Layer matrices F_k = W_O·V of ``model_or_path``, their spectra and (``stats=True``) the
@@ -163,6 +165,13 @@ def analyze(
     ``stats``: False for spectra only, True or a :class:`~steerformer.stats.StatsConfig` to run the
     statistics; ``stats_options`` are StatsConfig fields by keyword (``n_prompts=50, prolong=20``).
     The dynamics run in ``dtype`` too.
+
+    ``top_k``: only the K eigenvalues of largest real part per layer (Arnoldi, recorded fallback to
+    the full eig); "auto" (default) = full for d ≤ 2048 or with statistics (they need every
+    eigenvector), K = 16 above; None or 0 = always full. Layers with r = H_kv·d_h < d get their
+    exact nonzero spectrum from an r × r problem (recorded per layer as ``eig_method``).
+    ``workers``: processes for the per-layer eig (default: the cores, when d ≥ 512 and there is
+    more than one distinct layer; below that, process start-up costs more than it saves).
     """
     config = None
     if stats is not False:
@@ -177,14 +186,38 @@ def analyze(
         tdtype = DTYPES[dtype]
     else:
         tdtype = dtype
+    from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
+    from .spectra import default_workers
+
+    resolve_device(device)  # cheap checks before any weight is read
+
+    auto_top_k = top_k == "auto" and config is None
+    if top_k == "auto":
+        top_k = None
+    elif top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
+        raise bad_argument("top_k", top_k, "a non-negative integer, 'auto' or None")
+    elif top_k is not None and top_k > 0 and config is not None:
+        raise bad_argument("top_k", top_k, "None (the statistics need every eigenvector)",
+                           "Use --spectra-only with --top-k, or drop --top-k.")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise bad_argument("workers", workers, "an integer ≥ 1")
     source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
     mats = layer_matrices(source, layers)
+    d = mats.d_model
+    if auto_top_k and d > FULL_UP_TO:
+        top_k = DEFAULT_TOP_K
+    top_k = top_k or None  # 0 → full
+    if top_k is not None and top_k > d - 2:
+        top_k = None  # Arnoldi needs k ≤ d − 2: the full spectrum is all there is
+    n_distinct = len(set(mats.slot_ids))
+    if workers is None:
+        workers = default_workers() if d >= 512 and n_distinct > 1 else 1
     wrap = None
     if progress:
         from tqdm.auto import tqdm
 
         wrap = lambda it: tqdm(it, desc="eig per layer", unit="layer")  # noqa: E731
-    sp = spectra(mats, dtype=tdtype, device=device, progress=wrap)
+    sp = spectra(mats, dtype=tdtype, device=device, progress=wrap, top_k=top_k, workers=workers)
     records = [{"layer": k, "slot": s, **sp.record(i)} for i, (k, s) in enumerate(zip(mats.layer_ids, mats.slot_ids))]
     meta = {
         **source.meta(),
@@ -195,6 +228,8 @@ def analyze(
         "device": device or "cpu",
         "config": source.adapter.config_summary(),
         "layers_analyzed": mats.layer_ids,
+        "eig": {"cpu_backend": CPU_BACKEND[tdtype], "top_k": top_k, "workers": workers,
+                "methods": sorted(set(sp.method))},
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     power = None

@@ -30,6 +30,9 @@ class LayerMatrices:
     n_heads: int
     n_layers: int  # of the model, not of this selection
     source: dict
+    #: per entry (A, B) with F = A @ B when r = H_kv·d_h < d (grouped-query / low-rank layers), else
+    #: None; spectra() then solves the r × r problem (MATH.md §1b). None when no layer is low-rank.
+    factors: list[tuple[torch.Tensor, torch.Tensor] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.layer_ids)
@@ -119,16 +122,25 @@ def layer_matrices(
     mats = torch.empty((len(ids), d, d), dtype=dtype, device=device)
     biases = torch.empty((len(ids), d), dtype=dtype, device=device)
     first: dict[int, int] = {}
+    factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(ids)
     with source.tensors() as get:
         for i, k in enumerate(ids):
             if seq[k] in first:  # shared weights (ALBERT): same F as an earlier layer
                 mats[i], biases[i] = mats[first[seq[k]]], biases[first[seq[k]]]
+                factors[i] = factors[first[seq[k]]]
                 continue
             first[seq[k]] = i
             w = adapter.read_attention(k, get, ("vo",)).to(dtype=dtype, device=device)
-            mats[i], biases[i] = w.layer_matrix(), w.output_bias()
+            A, B = w.layer_factors()
+            if A.shape[1] < d:  # low rank: keep the factors for the exact r × r spectrum
+                factors[i] = (A, B)
+                mats[i] = A @ B
+            else:
+                mats[i] = w.layer_matrix()
+            biases[i] = w.output_bias()
     return LayerMatrices(
         matrices=mats, biases=biases, layer_ids=ids, slot_ids=[seq[k] for k in ids],
         model_type=adapter.model_type, d_model=adapter.d_model, n_heads=adapter.n_heads,
         n_layers=adapter.n_layers, source=source.meta(),
+        factors=factors if any(f is not None for f in factors) else None,
     )

@@ -154,6 +154,17 @@ class AttentionWeights:
         W_V[g(h)]; F = output_matrix() @ value_matrix(). Square only when H_kv = H and H·d_h = d."""
         return torch.cat(list(self.value_heads()), dim=0)
 
+    def layer_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """F = A @ B with A = W_O·R (d, r) and B = the stacked value heads (r, d), r = H_kv·d_h
+        (MATH.md §1b). Query head h reads KV head g(h) = h·H_kv // H, so A's column block g is
+        the sum of the W_O[h] with g(h) = g; with H_kv = H, A = output_matrix(), B = value_matrix()."""
+        H, d, d_h = self.W_O.shape
+        H_kv = int(self.W_V.shape[0])
+        g = torch.arange(H, device=self.W_O.device) * H_kv // H
+        A = torch.zeros((d, H_kv, d_h), dtype=self.W_O.dtype, device=self.W_O.device)
+        A.index_add_(1, g, self.W_O.permute(1, 0, 2))
+        return A.reshape(d, H_kv * d_h), self.W_V.reshape(H_kv * self.W_V.shape[1], self.W_V.shape[2])
+
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "AttentionWeights":
         conv = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
         changes = {f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)

@@ -25,10 +25,11 @@ def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:
     For a complex λ1 this returns the real part of its eigenvector only; the proper measure
     there is the 2-D subspace correlation of MATH.md §4, which belongs to the statistics module.
     """
-    lam, vec = np.linalg.eig(F.numpy())
-    k = int(np.argmax(lam.real))
-    v = vec[:, k].real
-    return complex(lam[k]), v / np.linalg.norm(v)
+    from steerformer.spectra import sorted_eig
+
+    vals, vecs = sorted_eig(F)
+    v = vecs[:, 0].real.numpy()
+    return complex(vals[0]), v / np.linalg.norm(v)
 
 
 def random_layer_matrix(d: int = 64, *, spike: float = 3.0, seed: int = 0) -> torch.Tensor:

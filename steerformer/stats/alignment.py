@@ -167,7 +167,7 @@ def alignment_stats(
     if missing:
         raise bad_argument("step_layers", missing, f"layers whose spectra were computed ({spectra_layers})",
                            "Compute the spectra of every layer the trajectory runs.")
-    d = spectra.eigenvectors.shape[-1]
+    d = spectra.eigenvectors.shape[-2]  # rows: factored spectra have r < d columns
     if X.shape[-1] != d:
         raise bad_argument("states", f"tokens of width {X.shape[-1]}", f"width d={d} of the layer matrices")
     if not isinstance(bins, (int, np.integer)) or bins < 1:

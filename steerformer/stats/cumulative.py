@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..spectra import lambda_is_complex
 from .directions import orthonormal_pair
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,7 @@ def cumulative_principal(matrices: Sequence[torch.Tensor]) -> Iterator[tuple[com
         phi /= np.linalg.norm(phi)
         lam, w = principal_eigvec(phi, v0)
         v0 = np.real(w) + np.imag(w)  # a real start vector inside the previous principal subspace
-        rad = max(abs(lam), 1e-300)
-        is_complex = abs(lam.imag) > 1e-8 * rad
+        is_complex = lambda_is_complex(lam, abs(lam))  # λ is the largest-modulus one: |λ| is the radius
         # Arnoldi eigenvectors carry an arbitrary complex phase: make the largest entry real.
         piv = w[int(np.argmax(np.abs(w)))]
         w = w * (np.conj(piv) / abs(piv))

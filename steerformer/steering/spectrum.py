@@ -17,9 +17,18 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def top_eigenvalues(F: torch.Tensor, k: int = 4) -> np.ndarray:
-    """The ``k`` eigenvalues of largest real part, sorted by real part (descending), complex128."""
-    A = F.detach().to(torch.float64).cpu().numpy()
+def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
+                    factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
+    """The ``k`` eigenvalues of largest real part, sorted by real part (descending), complex128.
+
+    ``factors`` (A, B) with F = A·B (``AttentionWeights.layer_factors()``): when r < d the nonzero
+    eigenvalues come from the r × r matrix BA (MATH.md §1b) and ``F`` may be None."""
+    if factors is not None and factors[0].shape[1] < factors[0].shape[0]:
+        A = (factors[1].detach().to(torch.float64) @ factors[0].detach().to(torch.float64)).cpu().numpy()
+    elif F is None:
+        raise TypeError("top_eigenvalues needs F or factors")
+    else:
+        A = F.detach().to(torch.float64).cpu().numpy()
     d = A.shape[0]
     vals = None
     if d > 32:
@@ -35,13 +44,12 @@ def top_eigenvalues(F: torch.Tensor, k: int = 4) -> np.ndarray:
     return vals[np.argsort(-vals.real, kind="stable")][:k]
 
 
-def top_summary(F: torch.Tensor) -> dict:
+def top_summary(F: torch.Tensor | None, *, factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """{"lambda1": [re, im], "lambda2": [re, im], "gap": Re λ1 − Re λ2} (λ2 after the pair when
     λ1 is complex, as in MATH.md §2)."""
-    vals = top_eigenvalues(F, 4)
-    l1 = vals[0]
-    radius_guess = max(abs(l1), 1e-300)
-    j2 = 2 if abs(l1.imag) > 1e-9 * radius_guess and len(vals) > 2 else 1
-    l2 = vals[min(j2, len(vals) - 1)]
+    from ..spectra import spectral_summary
+
+    s = spectral_summary(top_eigenvalues(F, 4, factors=factors))
+    l1, l2 = s.lambda1, s.lambda2
     return {"lambda1": [float(l1.real), float(l1.imag)], "lambda2": [float(l2.real), float(l2.imag)],
-            "gap": float(l1.real - l2.real), "abs_lambda1": float(abs(l1))}
+            "gap": s.gap, "abs_lambda1": float(abs(l1))}

@@ -1,0 +1,50 @@
+"""Which dense general eigen-solver is fastest on this machine (issue 14 item 1).
+
+Times NumPy ``eig``, SciPy ``eig`` (overwrite_a, check_finite=False) and ``torch.linalg.eig`` on the
+same random matrices, alternated round by round so a drift in machine load shows as a spread, per
+dtype, at d = 1024 (and 2048 with ``--big``). The winner is what steerformer/eig.py uses.
+
+Run: python benchmarks/bench_eig.py [--big] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+
+def main() -> None:
+    import numpy as np
+    import scipy.linalg
+    import torch
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--big", action="store_true", help="also d = 2048")
+    p.add_argument("--rounds", type=int, default=3)
+    a = p.parse_args()
+    print(f"load: {os.getloadavg()}, torch threads {torch.get_num_threads()}")
+    solvers = {
+        "numpy": lambda M: np.linalg.eig(M),
+        "scipy": lambda M: scipy.linalg.eig(M, overwrite_a=True, check_finite=False),
+        "torch": lambda M: torch.linalg.eig(torch.from_numpy(M)),
+    }
+    rng = np.random.default_rng(0)
+    for d in ([1024, 2048] if a.big else [1024]):
+        for dt in (np.float64, np.float32):
+            M = rng.standard_normal((d, d)).astype(dt)
+            times: dict[str, list[float]] = {k: [] for k in solvers}
+            solvers["numpy"](M.copy())  # warm-up
+            for _ in range(a.rounds):
+                for name, f in solvers.items():
+                    X = M.copy()
+                    t = time.perf_counter()
+                    f(X)
+                    times[name].append(time.perf_counter() - t)
+            line = ", ".join(f"{k} {statistics.median(v):.2f} s (min {min(v):.2f})" for k, v in times.items())
+            print(f"d={d} {np.dtype(dt).name}: {line}")
+
+
+if __name__ == "__main__":
+    main()

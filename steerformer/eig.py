@@ -1,0 +1,162 @@
+"""The eigen-solvers behind every spectrum steerformer computes, chosen in one place.
+
+Three exact paths (MATH.md §1b, §2; issue 14):
+
+- :func:`dense_eig` — the full general eigenproblem of a real (d, d) matrix. On CPU the LAPACK
+  ``geev`` wrapper is the one :data:`CPU_BACKEND` names (picked by ``benchmarks/bench_eig.py``);
+  on CUDA it is ``torch.linalg.eig``.
+- :func:`factored_eig` — F = A·B with A (d, r), B (r, d), r < d: the nonzero eigenvalues of AB are
+  those of BA (r, r), and BA w = λw gives F (Aw) = λ (Aw). Never forms the (d, d) F.
+- :func:`top_eig` — the k eigenvalues of largest real part by implicitly restarted Arnoldi
+  (ARPACK, ``which="LR"``), accepted only when every residual ‖Mv − λv‖ ≤ tol·‖M‖; otherwise the
+  caller's full path runs and the reason is recorded.
+
+Results are unsorted (values, unit-norm column vectors) as NumPy/torch complex arrays;
+:func:`steerformer.spectra.sorted_eig` applies the ordering and phase convention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import torch
+
+from .errors import bad_argument
+
+log = logging.getLogger(__name__)
+
+#: Dense CPU solver per dtype, by measurement (benchmarks/bench_eig.py, this 2-core machine, load
+#: ≈ 1–2, median of 5 alternated rounds; see docs/scale.md for the figures). All three call LAPACK
+#: geev; the differences are the BLAS each links and the copies around the call.
+CPU_BACKEND: dict[torch.dtype, str] = {torch.float64: "scipy", torch.float32: "scipy"}
+
+#: Default top-k policy for spectra-only runs: full spectrum up to this width, top-k above.
+FULL_UP_TO = 2048
+DEFAULT_TOP_K = 16
+#: Residual tolerance (relative to the operator's Frobenius-norm estimate) for accepting Ritz pairs.
+TOP_K_RESIDUAL = 1e-10
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device, checked: a CUDA request on a build or machine without CUDA is one clear
+    error naming ``device`` instead of torch's assertion deep inside a kernel."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise bad_argument("device", str(device), "'cpu' (this torch build or machine has no CUDA device)",
+                           "Drop --device cuda, or install a CUDA build of torch on a GPU machine.")
+    if dev.type not in ("cpu", "cuda"):
+        raise bad_argument("device", str(device), "'cpu' or 'cuda'")
+    return dev
+
+
+def _scipy_eig(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import scipy.linalg
+
+    return scipy.linalg.eig(A, overwrite_a=True, check_finite=False)
+
+
+def dense_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.float64,
+              device: str | torch.device | None = None,
+              backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eigenvalues (…, d), unit right eigenvectors (…, d, d) as columns), complex, unsorted.
+
+    Batches (…, d, d) are accepted (CPU NumPy/SciPy paths loop over the batch). ``backend``
+    overrides :data:`CPU_BACKEND` ("numpy", "scipy" or "torch"); CUDA always uses torch.
+    """
+    if dtype not in (torch.float64, torch.float32):
+        raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        A = torch.as_tensor(matrix).to(dtype=dtype, device=dev)
+        return torch.linalg.eig(A)
+    name = backend or CPU_BACKEND[dtype]
+    if name == "torch":
+        A = torch.as_tensor(matrix).to(dtype=dtype, device="cpu")
+        return torch.linalg.eig(A)
+    if name not in ("numpy", "scipy"):
+        raise bad_argument("backend", backend, "'numpy', 'scipy' or 'torch'")
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    A = (matrix.detach().cpu().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix))
+    # A private writable copy in the solver's dtype (scipy overwrites it in place).
+    A = np.array(A, dtype=np_dtype, order="F" if name == "scipy" else "C", copy=True)
+    solve = _scipy_eig if name == "scipy" else np.linalg.eig
+    if A.ndim == 2:
+        w, v = solve(A)
+    else:
+        flat = A.reshape(-1, *A.shape[-2:])
+        pairs = [solve(np.array(m, order="F", copy=True)) for m in flat]
+        w = np.stack([p[0] for p in pairs]).reshape(A.shape[:-1])
+        v = np.stack([p[1] for p in pairs]).reshape(A.shape)
+    # NumPy and SciPy return real arrays when every eigenvalue is real: always complex here.
+    cdt = np.complex128 if dtype == torch.float64 else np.complex64
+    return (torch.from_numpy(np.ascontiguousarray(w, dtype=cdt)),
+            torch.from_numpy(np.ascontiguousarray(v, dtype=cdt)))
+
+
+def factored_eig(A: torch.Tensor, B: torch.Tensor, *, dtype: torch.dtype = torch.float64,
+                 device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nonzero spectrum of F = A·B (A (d, r), B (r, d)) from the r × r matrix BA.
+
+    Returns r eigenvalues and unit eigenvectors v = Aw/‖Aw‖ (d, r) of F, unsorted. Eigenvalues of
+    BA that are zero (B A singular) come out as ~0 with an arbitrary vector, like any null
+    direction of F.
+    """
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0] or A.shape[0] != B.shape[1]:
+        raise bad_argument("factors", (tuple(A.shape), tuple(B.shape)), "A (d, r) and B (r, d)")
+    A64 = A.to(torch.float64)
+    small = B.to(torch.float64) @ A64  # (r, r): the product is in float64 whatever the eig dtype
+    vals, W = dense_eig(small, dtype=dtype, device=device)
+    A_ = A64.to(device=W.device, dtype=W.real.dtype)
+    V = torch.complex(A_ @ W.real, A_ @ W.imag)  # two real GEMMs, not one complex (4× the flops)
+    V = V / torch.linalg.vector_norm(V, dim=0, keepdim=True).clamp_min(1e-300)
+    return vals, V
+
+
+@dataclasses.dataclass
+class TopK:
+    """Outcome of :func:`top_eig`: the pairs when accepted, else ``None`` and why."""
+
+    values: np.ndarray | None
+    vectors: np.ndarray | None
+    reason: str  # "ok", or why the caller must fall back to the full path
+    max_residual: float
+
+
+def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | None = None,
+            maxiter: int | None = None, seed: int = 0) -> TopK:
+    """The ``k`` eigenvalues of largest real part of a real (n, n) matrix and their unit vectors,
+    by ARPACK (``which="LR"``); accepted only if every returned pair has ‖Mv − λv‖ ≤ tol·‖M‖_F
+    (ARPACK's own test is relative to |λ|; this one is what the fallback decides on). A conjugate
+    pair cut at the k-th position is completed (so up to k + 1 pairs come back; callers sort and
+    keep k). The start vector is deterministic."""
+    import scipy.sparse.linalg as sla
+
+    n = M.shape[0]
+    if k < 1 or k > n - 2:
+        return TopK(None, None, f"k={k} needs 1 ≤ k ≤ n − 2 = {n - 2}", float("nan"))
+    kk = k
+    ncv = ncv or min(n - 1, max(2 * kk + 1, 64))
+    v0 = np.random.default_rng(seed).standard_normal(n)
+    try:
+        vals, vecs = sla.eigs(M, k=kk, which="LR", v0=v0, ncv=ncv, tol=tol,
+                              maxiter=maxiter or 50 * n)
+    except sla.ArpackNoConvergence as exc:
+        return TopK(None, None, f"ARPACK did not converge ({exc.eigenvalues.size} of {kk} pairs)", float("nan"))
+    except sla.ArpackError as exc:  # pragma: no cover - numerical breakdown
+        return TopK(None, None, f"ARPACK error: {exc}", float("nan"))
+    scale = float(np.linalg.norm(M))
+    vecs = vecs / np.linalg.norm(vecs, axis=0, keepdims=True)
+    res = np.linalg.norm(M @ vecs - vecs * vals, axis=0)
+    worst = float(res.max() / max(scale, 1e-300))
+    if worst > tol:
+        return TopK(None, None, f"residual {worst:.1e} > {tol:.0e}", worst)
+    # A real matrix's pairs come in conjugates (λ̄, v̄): complete a pair ARPACK cut at the k-th place.
+    lone = [j for j in range(vals.size) if vals[j].imag != 0
+            and not np.any(np.abs(vals - np.conj(vals[j])) <= 1e-8 * abs(vals[j]))]
+    if lone:
+        vals = np.concatenate([vals, np.conj(vals[lone])])
+        vecs = np.concatenate([vecs, np.conj(vecs[:, lone])], axis=1)
+    order = np.argsort(-vals.real, kind="stable")
+    return TopK(vals[order], vecs[:, order], "ok", worst)
