@@ -25,7 +25,7 @@ def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:
     For a complex λ1 this returns the real part of its eigenvector only; the proper measure
     there is the 2-D subspace correlation of MATH.md §4, which belongs to the statistics module.
     """
-    from steerformer.spectra import sorted_eig
+    from ..spectra import sorted_eig
 
     vals, vecs = sorted_eig(F)
     v = vecs[:, 0].real.numpy()
