@@ -229,7 +229,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
         return edited_stored(param, u, row.a, g, transposed=transposed)
 
-    spec_before = top_summary(weights.layer_matrix()) if (report or strength is not None or searching) else None
+    spec_before = top_summary(None, factors=weights.layer_factors()) if (report or strength is not None or searching) else None
     abs_l1 = spec_before["abs_lambda1"] if spec_before else None
     u = u_target
     dyn = dynamics_probe(source, L, prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
@@ -300,7 +300,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
             _check_finite_outputs(out_after, edit)
             rec_kw.update(price(out_before, out_after))
             W_new = adapter.output_weight_from_stored(new.to(torch.float64).cpu())
-            rec_kw["spectrum_after"] = top_summary(W_new @ V)
+            rec_kw["spectrum_after"] = top_summary(None, factors=(W_new, V))
         w_eff = edit.w_eff
         cos_eff = float(w_eff @ w / (torch.linalg.vector_norm(w_eff) * torch.linalg.vector_norm(w)).clamp_min(1e-300))
         record = SteeringRecord(

@@ -108,7 +108,7 @@ def steer_checkpoint(
     row = algebra.exact_row(V, w)
     if row.method == "lstsq":
         log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
-    spec_before = top_summary(weights.layer_matrix())  # |λ1| for the strength (top eigenvalues only)
+    spec_before = top_summary(None, factors=weights.layer_factors())  # |λ1| for the strength (top eigenvalues only)
     abs_l1 = spec_before["abs_lambda1"]
     g = float(gain) if gain is not None else float(strength) * abs_l1
     b_V = weights.b_V

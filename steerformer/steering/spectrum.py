@@ -22,11 +22,13 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
     """The ``k`` eigenvalues of largest real part, sorted by real part (descending), complex128.
 
     ``factors`` (A, B) with F = A·B (``AttentionWeights.layer_factors()``): when r < d the nonzero
-    eigenvalues come from the r × r matrix BA (MATH.md §1b) and ``F`` may be None."""
+    eigenvalues come from the r × r matrix BA (MATH.md §1b); ``F`` may be None (then F = A·B when r ≥ d)."""
     if factors is not None and factors[0].shape[1] < factors[0].shape[0]:
         A = (factors[1].detach().to(torch.float64) @ factors[0].detach().to(torch.float64)).cpu().numpy()
     elif F is None:
-        raise TypeError("top_eigenvalues needs F or factors")
+        if factors is None:
+            raise TypeError("top_eigenvalues needs F or factors")
+        A = (factors[0].detach().to(torch.float64) @ factors[1].detach().to(torch.float64)).cpu().numpy()
     else:
         A = F.detach().to(torch.float64).cpu().numpy()
     d = A.shape[0]
