@@ -434,6 +434,13 @@ def read_safetensors_header(file: Path) -> tuple[dict, int]:
     size before anything is allocated: header length, JSON object, known dtype, shape of
     non-negative integers, integer offsets ``0 <= begin <= end <= data size`` matching shape × dtype,
     no two tensors overlapping. Anything else is one CheckpointError naming the file."""
+    header, _, start = read_safetensors_file_header(file)
+    return header, start
+
+
+def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
+    """(tensor entries, ``__metadata__`` (empty when absent), data start) of a safetensors file,
+    validated as :func:`read_safetensors_header` says — the one parser of safetensors headers."""
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
 
@@ -480,7 +487,7 @@ def read_safetensors_header(file: Path) -> tuple[dict, int]:
     for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise bad(f"tensors {k0!r} and {k1!r} overlap")
-    return header, 8 + n
+    return header, dict(meta or {}), 8 + n
 
 
 class SafetensorsReader:

@@ -260,8 +260,5 @@ def test_corrupt_weights_of_a_steered_checkpoint_are_one_line(tmp_path, cmd, cas
     f.write_bytes(HEADERS["header-len-2^62"] if case == "header-len-2^62" else f.read_bytes()[: f.stat().st_size // 2])
     args = [cmd, str(s)] + (["--out", str(tmp_path / "o")] if cmd == "unsteer" else [])
     res = _cli(args)  # used to be a SafetensorError traceback
-    # transformers' loader and steerformer's own header check (verify hashes through the latter) word it differently
-    assert res.exit_code in (1, 2) and "model.safetensors" in res.output, res.output
-    assert any(s in res.output for s in ("is not a valid safetensors file", "corrupt or truncated safetensors file",
-                                         "truncated safetensors file")), res.output
+    assert res.exit_code in (1, 2) and "model.safetensors is not a valid safetensors file" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -41,7 +41,7 @@ import torch
 
 from .. import __version__
 from ..errors import CheckpointError, bad_argument
-from ..loading import SafetensorsReader, open_source
+from ..loading import SafetensorsReader, open_source, read_safetensors_file_header
 from ..matrices import read_attention_weights, select_layers
 from . import algebra
 from . import direction as dirs
@@ -202,18 +202,8 @@ def rewrite_shard(src: Path, dst: Path, replace: dict[str, bytes], metadata: dic
     (same size) and ``metadata`` merged into the header. The data is streamed: kernel-side copies
     of the untouched ranges, so memory stays flat whatever the shard's size."""
     size = src.stat().st_size
+    header, meta, data_start = read_safetensors_file_header(src)  # validated before anything is copied
     with open(src, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise CheckpointError(f"{src} is not a safetensors file (shorter than its header)")
-        n = struct.unpack("<Q", raw)[0]
-        if n > size - 8:
-            raise CheckpointError(f"{src} has a header of {n} bytes but the file has {size}")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError:
-            raise CheckpointError(f"{src} has a corrupt safetensors header") from None
-        data_start = 8 + n
         spans = []
         for key, data in replace.items():
             info = header.get(key)
@@ -224,7 +214,6 @@ def rewrite_shard(src: Path, dst: Path, replace: dict[str, bytes], metadata: dic
                 raise CheckpointError(f"{src}: {key} spans bytes [{begin}, {end}) but the edited tensor has "
                                       f"{len(data)} bytes (or the span leaves the file)")
             spans.append((begin, end, data))
-        meta = dict(header.get("__metadata__") or {})
         meta.update(metadata)
         header["__metadata__"] = meta
         head = json.dumps(header, separators=(",", ":")).encode()

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, SteerformerError, bad_argument
-from ..loading import load_tokenizer
+from ..loading import load_tokenizer, read_safetensors_file_header
 from .edits import STATE_ATTR, Steering, replay, steering_of, tensor_sha256
 from .record import SteeringRecord
 
@@ -54,19 +54,16 @@ from ..outputs import STEERED, UNSTEERED, write_atomically  # noqa: E402  (re-ex
 def add_safetensors_metadata(path: Path, extra: dict[str, str]) -> None:
     """Merge ``extra`` into a safetensors file's ``__metadata__`` by rewriting only its header and
     streaming the tensor bytes (no tensor is loaded: peak memory stays at one copy buffer)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        meta = dict(header.get("__metadata__") or {})
-        meta.update(extra)
-        header["__metadata__"] = meta
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as g:
-            g.write(struct.pack("<Q", len(raw)))
-            g.write(raw)
-            shutil.copyfileobj(f, g, 16 << 20)
+    tensors, meta, start = read_safetensors_file_header(Path(path))
+    meta.update(extra)
+    raw = json.dumps({**tensors, "__metadata__": meta}, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes
+    tmp = path.with_suffix(".tmp")
+    with open(path, "rb") as f, open(tmp, "wb") as g:
+        f.seek(start)
+        g.write(struct.pack("<Q", len(raw)))
+        g.write(raw)
+        shutil.copyfileobj(f, g, 16 << 20)
     os.replace(tmp, path)
 
 
@@ -75,34 +72,11 @@ def read_safetensors_metadata(path: Path) -> dict[str, str]:
 
 
 def _safetensors_header(path: Path) -> tuple[dict, int]:
-    """(header, offset of the data) of a safetensors file, checked against the file size: a
-    truncated or corrupt file is a :class:`CheckpointError` naming it (nothing is allocated first)."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise CheckpointError(f"{path}: truncated safetensors file ({size} bytes, no header)")
-        n = struct.unpack("<Q", raw)[0]
-        if n > size - 8 or n > 100 << 20:
-            raise CheckpointError(f"{path}: corrupt or truncated safetensors file (header of {n} bytes, file of {size})")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError:
-            raise CheckpointError(f"{path}: corrupt safetensors header (not JSON)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
-    data_len = size - 8 - n
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        off = info.get("data_offsets") if isinstance(info, dict) else None
-        if (not isinstance(off, list) or len(off) != 2 or not all(isinstance(x, int) for x in off)
-                or not 0 <= off[0] <= off[1]):
-            raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor {key!r}")
-        if off[1] > data_len:
-            raise CheckpointError(f"{path}: truncated safetensors file: tensor {key!r} ends at byte {off[1]} of the "
-                                  f"data but the file holds {data_len}")
-    return header, 8 + n
+    """(header with its ``__metadata__``, offset of the data) of a safetensors file, validated
+    against the file size by the one header parser (a corrupt or truncated file is a
+    :class:`CheckpointError` naming it; nothing is allocated first)."""
+    tensors, meta, start = read_safetensors_file_header(Path(path))
+    return ({**tensors, "__metadata__": meta} if meta else tensors), start
 
 
 def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
