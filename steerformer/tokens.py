@@ -74,6 +74,18 @@ def random_tokens(
     return (y / _w_norm(y, Wt)).to(dtype)
 
 
+def as_real_tensor(x: object, name: str) -> torch.Tensor:
+    """Any real array-like → float64 tensor (no copy when it already is one); anything else is an
+    error naming ``name``."""
+    try:
+        t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    except Exception as exc:  # noqa: BLE001 - report what was passed, not torch's message
+        raise bad_argument(name, type(x).__name__, "an array or tensor of real numbers") from exc
+    if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+        raise bad_argument(name, t.dtype, "a real-valued array")
+    return t.to(torch.float64)
+
+
 def check_tokens(
     tokens: object,
     d: int | None = None,
@@ -93,13 +105,7 @@ def check_tokens(
     """
     if normalize not in NORMALIZE:
         raise bad_argument("normalize", normalize, f"one of {', '.join(NORMALIZE)}")
-    try:
-        x = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, torch.Tensor) else tokens)
-    except Exception as exc:  # noqa: BLE001 - report what was passed, not torch's message
-        raise bad_argument(name, type(tokens).__name__, "an array or tensor of real numbers") from exc
-    if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64)):
-        raise bad_argument(name, x.dtype, "a real-valued array")
-    x = x.to(torch.float64).clone()
+    x = as_real_tensor(tokens, name).clone()
     if batched and x.ndim == 2:
         x = x[None]
     if batched and (x.ndim != 3 or (d is not None and x.shape[-1] != d)):

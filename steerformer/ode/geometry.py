@@ -14,20 +14,14 @@ import numpy as np
 import torch
 
 from ..errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
-from ..tokens import MANIFOLD_TOL, check_tokens, random_tokens  # noqa: F401  (one place: steerformer/tokens.py)
+from ..tokens import MANIFOLD_TOL, as_real_tensor, check_tokens, random_tokens  # noqa: F401  (one place: steerformer/tokens.py)
 
 DTYPE = torch.float64
 
 
 def as_tensor(x: object, name: str) -> torch.Tensor:
     """Any array-like → float64 tensor (no copy when it already is one)."""
-    try:
-        t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
-    except Exception as exc:  # noqa: BLE001 - report what was passed, not torch's message
-        raise bad_argument(name, type(x).__name__, "an array or tensor of real numbers") from exc
-    if t.is_complex() or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
-        raise bad_argument(name, t.dtype, "a real-valued array")
-    return t.to(DTYPE)
+    return as_real_tensor(x, name)
 
 
 def check_finite(x: torch.Tensor, name: str) -> torch.Tensor:
