@@ -13,6 +13,7 @@ from .base import AttentionWeights, MaskSpec, Part, TensorGetter, split_heads_bi
 
 class GPT2Adapter(PreLNDecoderAdapter):
     model_type = "gpt2"
+    qkv_layout = "fused"  # c_attn holds [Q|K|V] column blocks (Conv1D, (in, out))
 
     @property
     def d_model(self) -> int:
