@@ -14,7 +14,7 @@ from . import __version__, plotting
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
 from .errors import bad_argument
-from .loading import ModelSource, open_source
+from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, spectra
 from .stats.config import StatsConfig
@@ -201,7 +201,7 @@ def analyze(
                            "Use --spectra-only with --top-k, or drop --top-k.")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise bad_argument("workers", workers, "an integer ≥ 1")
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model_or_path, revision=revision)
     mats = layer_matrices(source, layers)
     d = mats.d_model
     if auto_top_k and d > FULL_UP_TO:

@@ -17,8 +17,9 @@ import torch
 
 from .adapters.base import AttentionWeights
 from .attention import attention_output, attention_probs
+from .discrete import residual_map, w_norm
 from .errors import bad_argument
-from .loading import ModelSource, open_source
+from .loading import ModelSource, as_source
 from .matrices import read_attention_weights, select_layers
 from .tokens import check_tokens, random_tokens  # noqa: F401  (re-exported: one draw, one check)
 
@@ -42,7 +43,7 @@ class Trajectory:
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
     """N(y) = y / ‖y‖₂ along the last axis."""
-    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return x / w_norm(x)
 
 
 def dynamics_step(
@@ -58,7 +59,7 @@ def dynamics_step(
     pre-attention norm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
     A = attention_probs(xin, w) if probs is None else probs
-    return normalize(x + tau * attention_output(xin, w, A, bias=bias))
+    return residual_map(x, attention_output(xin, w, A, bias=bias), tau=tau)
 
 
 def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
@@ -104,7 +105,7 @@ def run_dynamics(
         raise bad_argument("repeat", repeat, "an integer K >= 1 (how many times the layer stack is applied)")
     if not np.isfinite(tau):
         raise bad_argument("tau", tau, "a finite step size")
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model_or_path, revision=revision)
     ids = select_layers(layers, source.adapter.n_layers)
     d = source.adapter.d_model
     if tokens is None:

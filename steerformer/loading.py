@@ -56,6 +56,10 @@ class ModelSource:
     model: Any = None  # a transformers PreTrainedModel when the weights live in memory
     revision: str | None = None
     commit: str | None = None
+    #: Attention weights read from the checkpoint files, per (execution-slot, parts) — memoized so
+    #: one handle reads V/O once however many features ask (see ``matrices.read_attention_weights``).
+    #: Not used for a model in memory: its tensors are free views and may be edited in place.
+    attention_cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @contextlib.contextmanager
     def tensors(self) -> Iterator[TensorGetter]:
@@ -72,6 +76,12 @@ class ModelSource:
     def meta(self) -> dict:
         return {"model_id": self.model_id, "revision": self.revision, "commit": self.commit,
                 "path": None if self.path is None else str(self.path)}
+
+
+def as_source(model_or_path: Any, *, revision: str | None = None) -> ModelSource:
+    """``model_or_path`` itself when it is a :class:`ModelSource` (opened once, passed around), else
+    :func:`open_source` of it."""
+    return model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
 
 
 def open_source(model_or_path: Any, *, revision: str | None = None) -> ModelSource:

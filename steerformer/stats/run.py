@@ -14,8 +14,8 @@ import torch
 from .._text import csv_text
 from ..dynamics import run_dynamics
 from ..errors import InvalidArgumentError
-from ..loading import ModelSource, open_source
-from ..matrices import LayerMatrices, layer_matrices, read_attention_weights
+from ..loading import as_source
+from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
 from .config import StatsConfig
@@ -141,8 +141,10 @@ def power_method_stats(
     """
     cfg = dataclasses.replace(config or StatsConfig(), **options) if options else (config or StatsConfig())
     tokens, prompts, prolong, cumulative = cfg.tokens, cfg.prompts, cfg.prolong, cfg.cumulative
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path)
+    source = as_source(model_or_path)
     if matrices is None:
+        # Read Q/K/V/O once: this fills source.attention_cache, which layer_matrices reads V/O from.
+        read_attention_weights(source, select_layers(layers, source.adapter.n_layers), dtype=dtype, device=device)
         matrices = layer_matrices(source, layers)
     if spectra is None:
         spectra = compute_spectra(matrices, dtype=dtype, device=device)
