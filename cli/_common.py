@@ -195,3 +195,14 @@ def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None 
         return wrapper
 
     return deco
+
+
+def default_out(command: str, model: str):
+    """The default ``--out`` of every command: ``runs/<command>/<model>``, the model's name as one
+    safe path component (a local folder by its own name, a Hub id by its last part)."""
+    from pathlib import Path
+
+    from steerformer.outputs import safe_folder_name
+
+    local = Path(model).expanduser()
+    return Path("runs") / command / safe_folder_name(local.resolve().name if local.is_dir() else model)

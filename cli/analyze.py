@@ -9,22 +9,15 @@ from typing import Optional
 import typer
 
 from steerformer.configs import StatsConfig
-from steerformer_cli._common import check_cheap_options, config_options, parse_layers, user_errors
+from steerformer_cli._common import check_cheap_options, config_options, default_out, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
 class EigDtype(str, Enum):
-    """Precision of the eigen-decomposition (``--dtype``)."""
+    """Precision of the eigen-decomposition (``--eig-dtype``)."""
 
     float64 = "float64"
     float32 = "float32"
-
-
-def default_out(model: str) -> Path:
-    from steerformer.outputs import safe_folder_name
-
-    local = Path(model).expanduser()
-    return Path("runs") / safe_folder_name(local.resolve().name if local.is_dir() else model)
 
 
 @app.command("analyze")
@@ -33,8 +26,9 @@ def analyze_cmd(
     model: str = typer.Argument(..., help="Hub id (e.g. gpt2-medium), local checkpoint directory, or "
                                           "'sentence-transformers/all-MiniLM-L6-v2' (bundled, offline)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to analyse, e.g. '0,5,10-12' or '-1'. Default: all."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default runs/<model name>)."),
-    dtype: EigDtype = typer.Option(EigDtype.float64, "--dtype", help="Precision of the eigen-decomposition."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default runs/analyze/<model name>)."),
+    eig_dtype: EigDtype = typer.Option(EigDtype.float64, "--eig-dtype", help="Precision of the eigen-decomposition."),
+    old_dtype: Optional[EigDtype] = typer.Option(None, "--dtype", hidden=True, help="Deprecated: use --eig-dtype."),
     device: Optional[str] = typer.Option(None, "--device", help="Torch device for the eigen-decomposition (cpu, cuda)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
@@ -55,19 +49,24 @@ def analyze_cmd(
     with user_errors():
         from steerformer.errors import bad_argument
 
+        if old_dtype is not None:
+            typer.echo("warning: analyze --dtype is deprecated; use --eig-dtype (--dtype will be the run precision, "
+                       "fp32|fp16|bf16|fp64, as in the other commands)", err=True)
+            eig_dtype = old_dtype
+
         if top_k is not None and (top_k < 0 or (top_k > 0 and not spectra_only)):
             raise bad_argument("--top-k", top_k, "a non-negative integer, used with --spectra-only "
                                "(the statistics need every eigenvector)", "Add --spectra-only or drop --top-k.")
         if workers is not None and workers < 1:
             raise bad_argument("--workers", workers, "an integer ≥ 1")
-        out_dir = out or default_out(model)
+        out_dir = out or default_out("analyze", model)
         check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
         stats_cfg = StatsConfig(**options)
         if stats_cfg.prompts is not None and not (spectra_only or not stats_cfg.full_model):
             from steerformer.stats.full_model import read_prompts_file
 
             read_prompts_file(stats_cfg.prompts)  # a bad file is refused before the eigen-decompositions
-        report = analyze(model, layers=parse_layers(layers), dtype=dtype.value, device=device, revision=revision,
+        report = analyze(model, layers=parse_layers(layers), dtype=eig_dtype.value, device=device, revision=revision,
                          progress=not as_json, top_k="auto" if top_k is None else top_k, workers=workers,
                          stats=False if spectra_only else stats_cfg)
         write_atomically(out_dir, lambda tmp: report.save(tmp, plots=not no_plots), overwrite=True, kind=ANALYZE,

@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from steerformer.configs import SteerConfig
+from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer_cli._common import check_cheap_options, config_options, user_errors
 from steerformer_cli.main import app
+
+
+#: Run precision (``--dtype``): the same four names in every command (steerformer.configs.RUN_DTYPES).
+RunDtype = Enum("RunDtype", {n: n for n in RUN_DTYPES}, type=str)
 
 
 class OutFormat(str, Enum):
@@ -48,7 +52,7 @@ def steer_cmd(
     hub_timeout: float = typer.Option(30.0, "--hub-timeout", help="Seconds each Hub request may wait for an answer."),
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
     device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Load the model in this dtype (fp32, fp16, bf16; default: stored)."),
+    dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
     """Edit one attention layer's output weight so tokens align with a direction; print the cost.
 
@@ -78,7 +82,7 @@ def steer_cmd(
             if push_to_hub is not None:
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
             return
-        dev, dt = _device_dtype(device, dtype)  # cheap checks before loading
+        dev, dt = _device_dtype(device, dtype.value if dtype is not None else None)  # cheap checks before loading
         m = load_for_steering(model, dtype=dt, device=dev)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:

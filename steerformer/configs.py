@@ -250,3 +250,38 @@ def with_options(config: Config | None, cls: type, options: dict[str, Any], wher
     if not isinstance(base, cls):
         raise bad_argument("config", type(base).__name__, f"a {cls.__name__}")
     return dataclasses.replace(base, **options) if options else base
+
+
+def renamed_parameters(**old_to_new: str):
+    """Decorator: the function also takes its parameters' old keyword names (``old=new``), with a
+    DeprecationWarning, for one release (listed in CHANGELOG.md under "Renamed")."""
+    import functools
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            if any(old in kwargs for old in old_to_new):
+                kwargs = renamed(kwargs, old_to_new, f.__name__)
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+def progress_bar(progress: Any, desc: str, *, leave: bool = True):
+    """``progress`` as an iterable wrapper or None: True (or a label, which names the bar) draws a
+    tqdm bar on stderr; False/None: none. A callable (the old interface) is used as it is, with a
+    DeprecationWarning — ``progress`` is a bool everywhere."""
+    if progress is None or progress is False:
+        return None
+    if callable(progress) and not isinstance(progress, (bool, str)):
+        import warnings
+
+        warnings.warn("progress=<callable> is deprecated; pass progress=True (a tqdm bar) or False",
+                      DeprecationWarning, stacklevel=3)
+        return progress
+    from tqdm.auto import tqdm
+
+    label = progress if isinstance(progress, str) else desc
+    return lambda it: tqdm(it, desc=label, unit="layer", leave=leave)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .adapters.base import AttentionWeights, Part
+from .configs import renamed_parameters
 from .errors import bad_argument
 from .loading import ModelSource, as_source
 
@@ -115,8 +116,9 @@ def read_attention_weights(
     return out
 
 
+@renamed_parameters(model_or_path="model")
 def layer_matrices(
-    model_or_path: Any,
+    model: Any,
     layers: Sequence[int] | int | None = None,
     *,
     revision: str | None = None,
@@ -128,7 +130,7 @@ def layer_matrices(
     From a checkpoint directory only the value and output tensors are read from the safetensors
     files (the model is never built); from a model in memory its parameters are used as they are.
     """
-    source = as_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
     seq = adapter.layer_sequence()

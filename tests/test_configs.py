@@ -118,3 +118,29 @@ def test_collapse_cli_old_flag_is_hidden_and_warns(tmp_path) -> None:
     res = CliRunner().invoke(app, ["collapse", str(tmp_path / "no-such-model"), "--prompts", "0"])
     assert res.exit_code == 2
     assert "--prompts is deprecated; use --n-prompts" in res.output and "--n-prompts=0" in res.output
+
+
+def test_analyze_old_dtype_flag_is_hidden_and_warns(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["analyze", "--help"], terminal_width=200)
+    assert "--eig-dtype" in res.output and "--dtype " not in res.output
+    res = CliRunner().invoke(app, ["analyze", str(tmp_path / "no-such-model"), "--dtype", "float32",
+                                   "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2  # the model does not exist, but the flag was accepted with a warning
+    assert "analyze --dtype is deprecated; use --eig-dtype" in res.output
+
+
+def test_run_dynamics_old_names_warn_and_give_the_same_numbers() -> None:
+    from steerformer.dynamics import run_dynamics
+
+    model = make_model("gpt2")
+    with pytest.warns(DeprecationWarning, match=r"run_dynamics\(prompts=...\) is deprecated; use n_prompts="):
+        old = run_dynamics(model, prompts=3, n_tokens=4, seed=1)
+    with pytest.warns(DeprecationWarning, match=r"run_dynamics\(model_or_path=...\)"):
+        run_dynamics(model_or_path=model, n_prompts=1, n_tokens=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = run_dynamics(model, n_prompts=3, n_tokens=4, seed=1)
+    torch.testing.assert_close(old.states, new.states, rtol=0, atol=0)
+    assert new.states.shape[1] == 3

@@ -343,7 +343,7 @@ def test_every_feature_runs(family: str) -> None:
 
     model = make_family_model(family, head=True)
     ad = get_adapter(model.config)
-    traj = run_dynamics(model, prompts=3, n_tokens=6, layer_norm=True, bias=True)
+    traj = run_dynamics(model, n_prompts=3, n_tokens=6, layer_norm=True, bias=True)
     assert bool(torch.isfinite(traj.states).all())
     hs = model_hidden_states(model, input_ids=IDS.tolist())
     assert hs.states.shape[0] == ad.n_layers + 1

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..configs import renamed_parameters
 from ..errors import bad_argument
 from ..loading import ModelSource, as_source, load_model, load_tokenizer
 from ..prompts import PromptBatch
@@ -109,8 +110,9 @@ def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
     return out
 
 
+@renamed_parameters(model_or_path="model")
 def model_hidden_states(
-    model_or_path: Any,
+    model: Any,
     prompts: Sequence[str] | str | Path | None = None,
     *,
     input_ids: Any = None,
@@ -120,11 +122,11 @@ def model_hidden_states(
 ) -> HiddenStates:
     """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
     :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed)."""
-    source = as_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     adapter = source.adapter
     cfg = source.config
     if not adapter.hidden_states_per_layer:
-        raise bad_argument("model_or_path", f"{adapter.model_type} with inner_group_num={cfg.inner_group_num}",
+        raise bad_argument("model", f"{adapter.model_type} with inner_group_num={cfg.inner_group_num}",
                            "inner_group_num = 1: output_hidden_states gives one state per group call, not per layer")
     max_pos = getattr(cfg, "max_position_embeddings", None)
     texts = None
@@ -137,8 +139,8 @@ def model_hidden_states(
             raise bad_argument("prompts", [], "at least one prompt")
         input_ids = _tokenize(source, texts, tokenizer)
     ids = _check_ids(input_ids, int(cfg.vocab_size), max_pos)
-    model = source.model if source.model is not None else load_model(source.path)
-    base = model.base_model
+    net = source.model if source.model is not None else load_model(source.path)
+    base = net.base_model
     pad = getattr(cfg, "pad_token_id", None) or 0
     chunks, lengths = [], [len(s) for s in ids]
     with torch.no_grad():
@@ -151,7 +153,7 @@ def model_hidden_states(
             chunks.append(torch.cat([hs[:, i, :len(s)] for i, s in enumerate(batch)], dim=1))
     states = torch.cat(chunks, dim=1)
     if states.shape[0] != adapter.n_layers + 1:
-        raise bad_argument("model_or_path", f"{states.shape[0]} hidden states",
+        raise bad_argument("model", f"{states.shape[0]} hidden states",
                            f"{adapter.n_layers + 1} (one per layer plus the embeddings)")
     return HiddenStates(states=states, lengths=lengths, layer_ids=list(range(adapter.n_layers)), prompts=texts,
                         options={"variant": "full_model", "n_prompts": len(ids), "tokens_total": sum(lengths),

@@ -214,7 +214,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     spec_before = top_summary(weights.layer_matrix()) if (report or strength is not None or searching) else None
     abs_l1 = spec_before["abs_lambda1"] if spec_before else None
     u = u_target
-    dyn = dynamics_probe(source, L, prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
+    dyn = dynamics_probe(source, L, n_prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
         if (report or (searching and measure == "dynamics")) else None
 
     def curve_for(u_: torch.Tensor, desc: str = "gain search"):
