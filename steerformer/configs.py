@@ -184,6 +184,8 @@ class SteerConfig(Config):
     """Options of one steering call (:func:`steerformer.steering.steer`) other than the direction
     and the prompts."""
 
+    renamed: ClassVar[dict[str, str]] = {"dynamics_prompts": "dynamics_n_prompts"}
+
     strength: float | None = option(None, "gain = strength x |lambda1(F_layer)|.", cli_type=float)
     gain: float | None = option(None, "Absolute gain (instead of --strength).", cli_type=float)
     target_alignment: float = option(0.99, "Choose the smallest gain reaching this.")
@@ -196,7 +198,7 @@ class SteerConfig(Config):
     through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
     untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
     compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
-    dynamics_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
+    dynamics_n_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
     dynamics_tokens: int = option(10, "Tokens per prompt of the controlled dynamics.", cli=False)
     seed: int = option(SEED, "Seed of the random tokens of the controlled dynamics.", cli=False)
     report: bool = option(True, "Measure everything the record reports (False: only what the edit needs).", cli=False)

@@ -144,3 +144,34 @@ def test_run_dynamics_old_names_warn_and_give_the_same_numbers() -> None:
         new = run_dynamics(model, n_prompts=3, n_tokens=4, seed=1)
     torch.testing.assert_close(old.states, new.states, rtol=0, atol=0)
     assert new.states.shape[1] == 3
+
+
+def test_progress_takes_a_bool_and_an_old_callable_warns() -> None:
+    from steerformer.spectra import spectra
+
+    F = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    seen = []
+    with pytest.warns(DeprecationWarning, match="progress=<callable> is deprecated"):
+        old = spectra(F, progress=lambda it: seen.append(1) or it)
+    assert seen == [1]
+    new = spectra(F, progress=True)
+    torch.testing.assert_close(torch.as_tensor(old.eigenvalues[0]), torch.as_tensor(new.eigenvalues[0]), rtol=0, atol=0)
+
+
+def test_steer_old_keyword_warns() -> None:
+    from steerformer.steering import steer
+
+    with pytest.warns(DeprecationWarning, match=r"steer\(dynamics_prompts=...\) is deprecated; use dynamics_n_prompts="):
+        rec = steer(make_model("gpt2"), eigvec=0, gain=0.5, layer=0, solve="exact", report=False, dynamics_prompts=3)
+    assert rec.config["dynamics_n_prompts"] == 3
+
+
+def test_loaders_take_model_and_warn_on_the_old_keyword() -> None:
+    from steerformer.loading import load_tokenizer, open_source
+
+    model = make_model("gpt2")
+    with pytest.warns(DeprecationWarning, match=r"open_source\(model_or_path=...\) is deprecated; use model="):
+        src = open_source(model_or_path=model)
+    assert src.model is model and open_source(model=model).model is model
+    with pytest.warns(DeprecationWarning, match=r"load_tokenizer\(model_or_path=...\)"):
+        assert load_tokenizer(model_or_path=model) is None  # a tiny config model ships no tokenizer

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .. import __version__
-from ..configs import MEASURES, SOLVES, SteerConfig, with_options  # noqa: F401  (re-exported)
+from ..configs import MEASURES, SOLVES, SteerConfig, renamed, with_options  # noqa: F401  (re-exported)
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
@@ -104,11 +104,12 @@ def steer(
     all), W_O' = (I − scale·uuᵀ) W_O (see ``ablate.py``; gain/strength/solve do not apply).
 
     The options (``target_alignment=0.99, strength, gain, layer=-1, solve="min-norm",
-    measure="model", through_ffn, untie_last, dynamics_prompts=30, dynamics_tokens=10, seed=0,
+    measure="model", through_ffn, untie_last, dynamics_n_prompts=30, dynamics_tokens=10, seed=0,
     report=True, compensate_bias, progress, mode="steer", scale=1.0``) come as a
     :class:`~steerformer.configs.SteerConfig` or as its fields by keyword; the record stores them
     (``record.config``).
     """
+    options = renamed(options, SteerConfig.renamed, "steer")
     cfg = with_options(config, SteerConfig, options, "steer")
     record = _steer_call(model, direction, cfg, token=token, eigvec=eigvec, text=text, left=left, prompts=prompts,
                          heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
@@ -120,7 +121,7 @@ def _steer_call(model, direction, cfg: SteerConfig, *, token, eigvec, text, left
                 tokenizer, layers) -> SteeringRecord:
     target_alignment, strength, gain, layer, solve = cfg.target_alignment, cfg.strength, cfg.gain, cfg.layer, cfg.solve
     measure, through_ffn, untie_last, mode, scale = cfg.measure, cfg.through_ffn, cfg.untie_last, cfg.mode, cfg.scale
-    dynamics_prompts, dynamics_tokens, seed, report = cfg.dynamics_prompts, cfg.dynamics_tokens, cfg.seed, cfg.report
+    dynamics_prompts, dynamics_tokens, seed, report = cfg.dynamics_n_prompts, cfg.dynamics_tokens, cfg.seed, cfg.report
     compensate_bias, progress = cfg.compensate_bias, cfg.progress
     if mode == "ablate":
         from .ablate import ablate
