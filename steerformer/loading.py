@@ -61,6 +61,21 @@ class ModelSource:
     #: one handle reads V/O once however many features ask (see ``matrices.read_attention_weights``).
     #: Not used for a model in memory: its tensors are free views and may be edited in place.
     attention_cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    #: Inside :meth:`memoized`: memoize the reads of a model in memory too.
+    memoize_model: bool = dataclasses.field(default=False, repr=False, compare=False)
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator["ModelSource"]:
+        """Memoize the attention weights of a model in memory as well, for the duration of the block
+        (whose code must not edit the weights in place while it reads them); the memo is dropped
+        at the end. A checkpoint-backed source memoizes always (its files do not change)."""
+        self.memoize_model = True
+        try:
+            yield self
+        finally:
+            self.memoize_model = False
+            if self.model is not None:
+                self.attention_cache.clear()
 
     @contextlib.contextmanager
     def tensors(self) -> Iterator[TensorGetter]:

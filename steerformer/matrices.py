@@ -78,7 +78,7 @@ def _read_attention(source: ModelSource, k: int, slot: int, get, parts: Sequence
     """The adapter's read of execution layer ``k``, memoized on a checkpoint-backed source per
     (slot, parts): an entry read with more parts serves a request for fewer. ``store=False`` reads
     through the cache without filling it (the streaming ``layer_matrices`` keeps its one-layer peak)."""
-    if source.model is not None:  # in memory: tensors are views, and an edit may change them in place
+    if source.model is not None and not source.memoize_model:  # views an edit may change in place
         return source.adapter.read_attention(k, get, parts)
     want = frozenset(parts)
     for (s, have), w in source.attention_cache.items():

@@ -109,3 +109,26 @@ def test_power_method_stats_reads_each_attention_tensor_once(tmp_path, monkeypat
     fresh = layer_matrices(tmp_path)
     torch.testing.assert_close(layer_matrices(source).matrices, fresh.matrices, rtol=0, atol=0)
     assert rep is not None
+
+
+def test_steer_reads_each_layers_attention_once(monkeypatch) -> None:
+    """steer reads V/O for the eigenvector, the edit and the dynamics probe: one read per layer per
+    call (memoized on the call's source); the numbers equal those of an unmemoized call."""
+    from collections import Counter
+
+    from steerformer.adapters import get_adapter
+    from steerformer.steering import steer
+    from tests.tiny_models import make_model
+
+    kw = dict(eigvec=0, layer=1, measure="dynamics", solve="exact", target_alignment=0.5, dynamics_n_prompts=3,
+              dynamics_tokens=4)
+    plain = steer(make_model("gpt2"), **kw)
+    model = make_model("gpt2")
+    cls = type(get_adapter(model.config))
+    reads: Counter = Counter()
+    real = cls.read_attention
+    monkeypatch.setattr(cls, "read_attention", lambda self, k, get, parts=("qk", "vo"): reads.update([k]) or
+                        real(self, k, get, parts))
+    rec = steer(model, **kw)
+    assert reads and set(reads.values()) == {1}, reads
+    assert rec.gain == plain.gain and rec.alignment_dynamics_after == plain.alignment_dynamics_after

@@ -150,15 +150,18 @@ def _steer_call(model, direction, cfg: SteerConfig, *, token, eigvec, text, left
     _check_not_offloaded(model, adapter, L, slot)
     tokenizer = load_tokenizer(model, tokenizer)
     try:
-        u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
-                                              text=text, tokenizer=tokenizer)
-        w = u_target if left is None else dirs.check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
-        record = _steer(model, source, L, slot, u_target, dsource, w, target_alignment=target_alignment,
-                        strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
-                        prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
-                        dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
-                        report=report, untied_info=untied_info, compensate_bias=compensate_bias,
-                        progress=progress)
+        with source.memoized():  # V/O read once per call (every read comes before the edit is applied)
+            if report or (strength is None and gain is None and measure == "dynamics"):
+                read_attention_weights(source, list(range(L + 1)))  # Q/K/V/O up to L: the dynamics probe's read
+            u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
+                                                  text=text, tokenizer=tokenizer)
+            w = u_target if left is None else dirs.check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
+            record = _steer(model, source, L, slot, u_target, dsource, w, target_alignment=target_alignment,
+                            strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
+                            prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
+                            dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
+                            report=report, untied_info=untied_info, compensate_bias=compensate_bias,
+                            progress=progress)
     except BaseException:
         if untied_info is not None and getattr(model, STATE_ATTR, None) is None:
             retie(model, untied_info)
