@@ -136,3 +136,73 @@ def check_file_target(path, name: str) -> None:
                            f"Create it first (mkdir -p {parent}) or pick another path.")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise bad_argument(name, str(path), "a file you may write (permission denied)", "Pick another path.")
+
+
+def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None = None):
+    """Decorator: one typer option per command-line field of the dataclass config ``cls``
+    (:mod:`steerformer.configs`), built from the field's metadata (flag, help, type, choices) —
+    the single declaration of each option. The options take the place of the command's parameter
+    ``into``, which receives ``{field: value}`` (inverted flags negated, choices as strings) to build
+    the config inside ``user_errors()``. ``names``: only these fields."""
+    import dataclasses
+    import functools
+    import inspect
+    import typing
+    from enum import Enum
+
+    def deco(f):
+        sig = inspect.signature(f)
+        hints = typing.get_type_hints(f)
+        conv: dict[str, tuple[str, typing.Callable]] = {}
+        generated = []
+        for fl in dataclasses.fields(cls):
+            md = fl.metadata
+            if not md.get("cli", False) or (names is not None and fl.name not in names):
+                continue
+            if md["invert"]:
+                pname, default, ann, decls = md["invert"].lstrip("-").replace("-", "_"), False, bool, [md["invert"]]
+                conv[pname] = (fl.name, lambda v: not v)
+            else:
+                pname, default = fl.name, fl.default
+                ann = md["cli_type"] or type(default)
+                decls = [md["flag"] or "--" + fl.name.replace("_", "-")]
+                if md["choices"]:
+                    ann = Enum(f"{cls.__name__}_{fl.name}", {c.replace("-", "_"): c for c in md["choices"]}, type=str)
+                    default = None if default is None else ann(default)
+                    conv[pname] = (fl.name, lambda v: None if v is None else getattr(v, "value", v))
+                else:
+                    conv[pname] = (fl.name, lambda v: v)
+                if default is None:
+                    ann = typing.Optional[ann]
+            if md["short"]:
+                decls.append(md["short"])
+            generated.append(inspect.Parameter(pname, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                               default=typer.Option(default, *decls, help=md["help"]), annotation=ann))
+        params = []
+        for p in sig.parameters.values():
+            if p.name == into:
+                params.extend(generated)
+            else:
+                params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            kwargs[into] = {name: fn(kwargs.pop(p)) for p, (name, fn) in conv.items() if p in kwargs}
+            return f(*args, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return deco
+
+
+def default_out(command: str, model: str):
+    """The default ``--out`` of every command: ``runs/<command>/<model>``, the model's name as one
+    safe path component (a local folder by its own name, a Hub id by its last part)."""
+    from pathlib import Path
+
+    from steerformer.outputs import safe_folder_name
+
+    local = Path(model).expanduser()
+    return Path("runs") / command / safe_folder_name(local.resolve().name if local.is_dir() else model)

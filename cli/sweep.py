@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from steerformer_cli._common import parse_layers, user_errors
+from steerformer_cli._common import default_out, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
@@ -17,13 +16,14 @@ def sweep_cmd(
     model: Optional[str] = typer.Argument(None, help="Hub id or local checkpoint directory (with --revisions)."),
     revisions: Optional[str] = typer.Option(None, "--revisions", help="Comma-separated revisions of MODEL, e.g. 'step1000,step2000'."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated models instead of MODEL --revisions."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/sweep_<name>); rerun to resume."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/sweep/<name>); rerun to resume."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers, e.g. '0,5,10-12'. Default: all."),
     executor: str = typer.Option("local", "--executor", help="local (this machine) or ray (a local Ray instance or a cluster)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join ('auto': the running one). Default: start a local instance."),
     workers: int = typer.Option(1, "--workers", help="Parallel tasks (local processes, or CPUs of a local Ray instance)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Only the K eigenvalues of largest real part (default: full for d <= 2048, 16 above; 0 = full)."),
-    dtype: str = typer.Option("float64", "--dtype", help="Precision of the eigen-decomposition: float64 or float32."),
+    eig_dtype: str = typer.Option("float64", "--eig-dtype", help="Precision of the eigen-decomposition: float64 or float32."),
+    old_dtype: Optional[str] = typer.Option(None, "--dtype", hidden=True, help="Deprecated: use --eig-dtype."),
     stats: bool = typer.Option(False, "--stats", help="Also run the power-method statistics per checkpoint (Δρ, P)."),
     n_prompts: int = typer.Option(100, "--n-prompts", help="With --stats: random prompts of the controlled dynamics."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figure."),
@@ -35,9 +35,12 @@ def sweep_cmd(
     with user_errors():
         cks = checkpoints_from(model, revisions, models)
         name = Path(model).name if model else "models"
-        out_dir = out or Path("runs") / re.sub(r"[^A-Za-z0-9._-]+", "_", f"sweep_{name}")
+        out_dir = out or default_out("sweep", name)
+        if old_dtype is not None:
+            typer.echo("warning: sweep --dtype is deprecated; use --eig-dtype", err=True)
+            eig_dtype = old_dtype
         res = sweep(cks, out_dir, layers=parse_layers(layers), top_k="auto" if top_k is None else top_k,
-                    dtype=dtype, executor=executor, workers=workers, ray_address=ray_address,
+                    dtype=eig_dtype, executor=executor, workers=workers, ray_address=ray_address,
                     stats={"n_prompts": n_prompts, "full_model": False, "cumulative": False} if stats else None,
                     plots=not no_plots)
     typer.echo(f"{len(cks)} checkpoints, {res.tasks_run} tasks run, {res.tasks_reused} reused ({executor})")

@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "ContrastiveDirection": ".steering", "contrastive_direction": ".steering",
     # the result protocol
     "ResultProtocol": ".results",
+    # options as configs, prompts as model inputs (issue 12)
+    "CollapseConfig": ".configs", "SteerConfig": ".configs", "PromptBatch": ".prompts", "as_source": ".loading",
     # statistics
     "AlignmentStats": ".stats", "HiddenStates": ".stats", "PowerMethodReport": ".stats", "StatsConfig": ".stats",
     "alignment_stats": ".stats", "model_hidden_states": ".stats", "power_method_stats": ".stats",
@@ -106,6 +108,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
+    from .configs import CollapseConfig, SteerConfig
+    from .loading import as_source
+    from .prompts import PromptBatch
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (

@@ -13,8 +13,9 @@ import torch
 from . import __version__, plotting
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
+from .configs import renamed_parameters
 from .errors import bad_argument
-from .loading import ModelSource, open_source
+from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, spectra
 from .stats.config import StatsConfig
@@ -144,8 +145,9 @@ class AnalysisReport:
         return "\n".join(lines)
 
 
+@renamed_parameters(model_or_path="model")
 def analyze(
-    model_or_path: Any,
+    model: Any,
     *,
     layers: Sequence[int] | None = None,
     dtype: str | torch.dtype = "float64",
@@ -157,7 +159,7 @@ def analyze(
     workers: int | None = None,
     **stats_options: Any,
 ) -> AnalysisReport:
-    """Layer matrices F_k = W_O·V of ``model_or_path``, their spectra and (``stats=True``) the
+    """Layer matrices F_k = W_O·V of ``model``, their spectra and (``stats=True``) the
     power-method statistics of :func:`steerformer.stats.power_method_stats`.
 
     ``dtype`` is the precision of the eigen-decomposition ("float64" default, "float32" faster);
@@ -201,7 +203,7 @@ def analyze(
                            "Use --spectra-only with --top-k, or drop --top-k.")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise bad_argument("workers", workers, "an integer ≥ 1")
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     mats = layer_matrices(source, layers)
     d = mats.d_model
     if auto_top_k and d > FULL_UP_TO:
@@ -212,12 +214,7 @@ def analyze(
     n_distinct = len(set(mats.slot_ids))
     if workers is None:
         workers = default_workers() if d >= 512 and n_distinct > 1 else 1
-    wrap = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        wrap = lambda it: tqdm(it, desc="eig per layer", unit="layer")  # noqa: E731
-    sp = spectra(mats, dtype=tdtype, device=device, progress=wrap, top_k=top_k, workers=workers)
+    sp = spectra(mats, dtype=tdtype, device=device, progress=progress and "eig per layer", top_k=top_k, workers=workers)
     records = [{"layer": k, "slot": s, **sp.record(i)} for i, (k, s) in enumerate(zip(mats.layer_ids, mats.slot_ids))]
     meta = {
         **source.meta(),

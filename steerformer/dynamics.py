@@ -17,8 +17,10 @@ import torch
 
 from .adapters.base import AttentionWeights
 from .attention import attention_output, attention_probs
+from .discrete import residual_map, w_norm
+from .configs import renamed_parameters
 from .errors import bad_argument
-from .loading import ModelSource, open_source
+from .loading import ModelSource, as_source
 from .matrices import read_attention_weights, select_layers
 from .tokens import check_tokens, random_tokens  # noqa: F401  (re-exported: one draw, one check)
 
@@ -42,7 +44,7 @@ class Trajectory:
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
     """N(y) = y / ‖y‖₂ along the last axis."""
-    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return x / w_norm(x)
 
 
 def dynamics_step(
@@ -58,7 +60,7 @@ def dynamics_step(
     pre-attention norm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
     A = attention_probs(xin, w) if probs is None else probs
-    return normalize(x + tau * attention_output(xin, w, A, bias=bias))
+    return residual_map(x, attention_output(xin, w, A, bias=bias), tau=tau)
 
 
 def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
@@ -73,11 +75,12 @@ def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict
     return out
 
 
+@renamed_parameters(model_or_path="model", prompts="n_prompts")
 def run_dynamics(
-    model_or_path: Any,
+    model: Any,
     tokens: Any = None,
     *,
-    prompts: int = 100,
+    n_prompts: int = 100,
     n_tokens: int = 10,
     seed: int = 0,
     tau: float = 1.0,
@@ -94,7 +97,7 @@ def run_dynamics(
     """Run tokens through the controlled dynamics of every selected layer, ``repeat`` times over
     (``repeat = K`` gives ALBERT's prolonged K·L-layer run of Fig. 6(c)).
 
-    ``tokens``: initial tokens (prompts, tokens, d); default ``prompts × n_tokens`` random unit
+    ``tokens``: initial tokens (prompts, tokens, d); default ``n_prompts × n_tokens`` random unit
     tokens drawn with ``seed``. ``weights`` lets a caller reuse already-read layer weights.
     ``normalize_initial``: put the initial tokens (random or user-given) on the unit sphere first
     (default, MATH.md §3); False runs them as drawn / given — Appendix B of the paper says only
@@ -104,14 +107,14 @@ def run_dynamics(
         raise bad_argument("repeat", repeat, "an integer K >= 1 (how many times the layer stack is applied)")
     if not np.isfinite(tau):
         raise bad_argument("tau", tau, "a finite step size")
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     ids = select_layers(layers, source.adapter.n_layers)
     d = source.adapter.d_model
     if tokens is None:
-        for name, v in (("prompts", prompts), ("n_tokens", n_tokens)):
+        for name, v in (("n_prompts", n_prompts), ("n_tokens", n_tokens)):
             if not (isinstance(v, (int, np.integer)) and v >= 1):
                 raise bad_argument(name, v, "a positive integer")
-        x = random_tokens(prompts, n_tokens, d, seed=seed, normalize=normalize_initial, dtype=dtype)
+        x = random_tokens(n_prompts, n_tokens, d, seed=seed, normalize=normalize_initial, dtype=dtype)
     else:
         x = check_tokens(tokens, d, normalize="project" if normalize_initial else "keep", batched=True).to(dtype)
     x = x.to(device)

@@ -19,6 +19,7 @@ import torch
 
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
+from .configs import renamed_parameters
 from .errors import CheckpointError, ModelNotFoundError, SteerformerError, bad_argument
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,25 @@ class ModelSource:
     model: Any = None  # a transformers PreTrainedModel when the weights live in memory
     revision: str | None = None
     commit: str | None = None
+    #: Attention weights read from the checkpoint files, per (execution-slot, parts) — memoized so
+    #: one handle reads V/O once however many features ask (see ``matrices.read_attention_weights``).
+    #: Not used for a model in memory: its tensors are free views and may be edited in place.
+    attention_cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    #: Inside :meth:`memoized`: memoize the reads of a model in memory too.
+    memoize_model: bool = dataclasses.field(default=False, repr=False, compare=False)
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator["ModelSource"]:
+        """Memoize the attention weights of a model in memory as well, for the duration of the block
+        (whose code must not edit the weights in place while it reads them); the memo is dropped
+        at the end. A checkpoint-backed source memoizes always (its files do not change)."""
+        self.memoize_model = True
+        try:
+            yield self
+        finally:
+            self.memoize_model = False
+            if self.model is not None:
+                self.attention_cache.clear()
 
     @contextlib.contextmanager
     def tensors(self) -> Iterator[TensorGetter]:
@@ -74,27 +94,33 @@ class ModelSource:
                 "path": None if self.path is None else str(self.path)}
 
 
-def open_source(model_or_path: Any, *, revision: str | None = None) -> ModelSource:
+def as_source(model: Any, *, revision: str | None = None) -> ModelSource:
+    """``model`` itself when it is a :class:`ModelSource` (opened once, passed around), else
+    :func:`open_source` of it."""
+    return model if isinstance(model, ModelSource) else open_source(model, revision=revision)
+
+
+@renamed_parameters(model_or_path="model")
+def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
     """Resolve a model object, a local directory, the bundled MiniLM name or a Hub id."""
-    if _is_pretrained_model(model_or_path):
-        model = model_or_path
+    if _is_pretrained_model(model):
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
         return ModelSource(config=model.config, adapter=get_adapter(model.config), model_id=_public_id(str(name)),
                            model=model)
-    if not isinstance(model_or_path, (str, os.PathLike)):
+    if not isinstance(model, (str, os.PathLike)):
         raise ModelNotFoundError(
-            f"model_or_path={type(model_or_path).__name__} is not a model: pass a transformers "
+            f"model={type(model).__name__} is not a model: pass a transformers "
             "PreTrainedModel, a local checkpoint directory, or a Hugging Face Hub id such as 'gpt2'."
         )
-    path, model_id, commit = resolve_checkpoint(str(model_or_path), revision=revision)
+    path, model_id, commit = resolve_checkpoint(str(model), revision=revision)
     config = _load_config(path)
     adapter = get_adapter(config)
     if not _safetensors_files(path):
         # Lazy extraction reads safetensors only; older checkpoints ship pickled .bin weights.
         log.warning("%s has no *.safetensors weights: loading the whole model through transformers "
                     "instead of reading tensors lazily", path)
-        model = load_model(path)
-        return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, model=model,
+        net = load_model(path)
+        return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, model=net,
                            revision=revision, commit=commit)
     return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, revision=revision, commit=commit)
 
@@ -258,18 +284,19 @@ def _load_config(path: Path):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
-def load_tokenizer(model_or_path: Any, tokenizer: Any = None):
-    """``tokenizer`` when given; else the tokenizer stored with the checkpoint of ``model_or_path``
+@renamed_parameters(model_or_path="model")
+def load_tokenizer(model: Any, tokenizer: Any = None):
+    """``tokenizer`` when given; else the tokenizer stored with the checkpoint of ``model``
     (a model object, a ModelSource, a local folder, the bundled MiniLM or a cached Hub id); else
     None — a missing tokenizer is a normal case (tiny test models, bare checkpoints)."""
     if tokenizer is not None:
         return tokenizer
-    if isinstance(model_or_path, ModelSource):
-        name = model_or_path.path or getattr(model_or_path.config, "_name_or_path", "")
-    elif _is_pretrained_model(model_or_path):
-        name = getattr(model_or_path.config, "_name_or_path", "")
+    if isinstance(model, ModelSource):
+        name = model.path or getattr(model.config, "_name_or_path", "")
+    elif _is_pretrained_model(model):
+        name = getattr(model.config, "_name_or_path", "")
     else:
-        name = model_or_path
+        name = model
     if not name:
         return None
     try:
@@ -287,38 +314,39 @@ def load_tokenizer(model_or_path: Any, tokenizer: Any = None):
         return None
 
 
-def load_model(model_or_path: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
+@renamed_parameters(model_or_path="model")
+def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
                device: str | None = None, auto_class: str = "AutoModel", steering: bool = True, **kwargs):
     """Load a full transformers model (eager attention, eval mode) from anything :func:`open_source`
     accepts; a model object is returned as it is. A checkpoint saved by steerformer's
     ``save_steered`` comes back with its steering chain attached (``steering=False``: plain; a
     chain that does not check out is a warning here, an error in ``load_for_steering``)."""
-    if _is_pretrained_model(model_or_path):
-        return model_or_path
+    if _is_pretrained_model(model):
+        return model
     import transformers
 
     check_device(device)
-    path = Path(model_or_path) if isinstance(model_or_path, Path) else None
+    path = Path(model) if isinstance(model, Path) else None
     if path is None or not path.is_dir():
-        path, _, _ = resolve_checkpoint(str(model_or_path), revision=revision)
+        path, _, _ = resolve_checkpoint(str(model), revision=revision)
     check_checkpoint_files(path, headers=True)
     cls = getattr(transformers, auto_class)
     kw = {"attn_implementation": "eager", **kwargs}
     if dtype is not None:
         kw[_dtype_kwarg()] = dtype
     with _weight_file_errors(path):
-        model = cls.from_pretrained(str(path), **kw)
+        net = cls.from_pretrained(str(path), **kw)
     if device is not None:
-        model = model.to(device)
-    model = model.eval()
+        net = net.to(device)
+    net = net.eval()
     if steering and (Path(path) / "steerformer" / "record.json").is_file():
         from .steering.save import attach_steering
 
         try:
-            attach_steering(model, path)
+            attach_steering(net, path)
         except SteerformerError as exc:  # the weights are still usable; only the undo is not
             log.warning("steering chain not attached (unsteer will not work on this model): %s", exc)
-    return model
+    return net
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ import numpy as np
 import torch
 
 from .adapters.base import AttentionWeights, Part
+from .configs import renamed_parameters
 from .errors import bad_argument
-from .loading import ModelSource, open_source
+from .loading import ModelSource, as_source
 
 
 @dataclasses.dataclass
@@ -72,6 +73,23 @@ def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: st
     return out
 
 
+def _read_attention(source: ModelSource, k: int, slot: int, get, parts: Sequence[Part], *,
+                    store: bool = True) -> AttentionWeights:
+    """The adapter's read of execution layer ``k``, memoized on a checkpoint-backed source per
+    (slot, parts): an entry read with more parts serves a request for fewer. ``store=False`` reads
+    through the cache without filling it (the streaming ``layer_matrices`` keeps its one-layer peak)."""
+    if source.model is not None and not source.memoize_model:  # views an edit may change in place
+        return source.adapter.read_attention(k, get, parts)
+    want = frozenset(parts)
+    for (s, have), w in source.attention_cache.items():
+        if s == slot and want <= have:
+            return w
+    w = source.adapter.read_attention(k, get, parts)
+    if store:
+        source.attention_cache[(slot, want)] = w
+    return w
+
+
 def read_attention_weights(
     source: ModelSource,
     layers: Sequence[int] | None = None,
@@ -90,7 +108,7 @@ def read_attention_weights(
         for k in ids:
             slot = seq[k]
             if slot not in by_slot:
-                by_slot[slot] = adapter.read_attention(k, get, parts).to(dtype=dtype, device=device)
+                by_slot[slot] = _read_attention(source, k, slot, get, parts).to(dtype=dtype, device=device)
             w = by_slot[slot]
             # Shared weights, but the mask/scale belong to the execution layer.
             out[k] = w if (w.mask, w.scale) == (adapter.mask(k), adapter.scale(k)) else \
@@ -98,8 +116,9 @@ def read_attention_weights(
     return out
 
 
+@renamed_parameters(model_or_path="model")
 def layer_matrices(
-    model_or_path: Any,
+    model: Any,
     layers: Sequence[int] | int | None = None,
     *,
     revision: str | None = None,
@@ -111,7 +130,7 @@ def layer_matrices(
     From a checkpoint directory only the value and output tensors are read from the safetensors
     files (the model is never built); from a model in memory its parameters are used as they are.
     """
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
     seq = adapter.layer_sequence()
@@ -130,7 +149,7 @@ def layer_matrices(
                 factors[i] = factors[first[seq[k]]]
                 continue
             first[seq[k]] = i
-            w = adapter.read_attention(k, get, ("vo",)).to(dtype=dtype, device=device)
+            w = _read_attention(source, k, seq[k], get, ("vo",), store=False).to(dtype=dtype, device=device)
             A, B = w.layer_factors()
             if A.shape[1] < d:  # low rank: keep the factors for the exact r × r spectrum
                 factors[i] = (A, B)

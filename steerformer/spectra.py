@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from .eig import dense_eig, factored_eig, resolve_device, top_eig
+from .configs import progress_bar
 from .errors import bad_argument
 
 #: The one tolerance of the complex test (:func:`lambda_is_complex`): imaginary parts below this
@@ -276,7 +277,7 @@ def spectra(
     slot_ids: Sequence[int] | None = None,
     rel_gap_tol: float = DE_FACTO_REL_GAP,
     overlap_tol: float = DE_FACTO_OVERLAP,
-    progress: Callable[[Iterable], Iterable] | None = None,
+    progress: bool | str = False,
     top_k: int | None = None,
     workers: int = 1,
     factors: Sequence[tuple[torch.Tensor, torch.Tensor] | None] | None = None,
@@ -288,9 +289,10 @@ def spectra(
     :class:`~steerformer.matrices.LayerMatrices` carries them when its layers have r < d); layers
     with r < d get their exact nonzero spectrum from the r × r problem. ``top_k``: only the K
     eigenvalues of largest real part (Arnoldi, recorded fallback to full). ``workers`` > 1 runs
-    the distinct layers in a process pool, each worker's BLAS single-threaded. ``progress`` wraps
-    the per-matrix loop (e.g. ``tqdm``).
+    the distinct layers in a process pool, each worker's BLAS single-threaded. ``progress``: a
+    tqdm bar over the matrices (a string labels it).
     """
+    wrap = progress_bar(progress, "eig per layer")
     if isinstance(matrices, (str, bytes)) or hasattr(matrices, "__fspath__"):
         raise bad_argument("matrices", str(matrices), "layer matrices (a LayerMatrices, a tensor or an array), "
                            "not a model name", "Use steerformer.analyze(model) for a model id or folder, or "
@@ -336,11 +338,11 @@ def spectra(
         with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn")) as pool:
             futs = {s: pool.submit(_layer_task, (None if fac(k) is not None else A[k], fac(k), top_k, dtype))
                     for s, k in todo}
-            it = progress(todo) if progress is not None else todo
+            it = wrap(todo) if wrap is not None else todo
             for s, _ in it:
                 results[s] = futs[s].result()
     else:
-        it = progress(todo) if progress is not None else todo
+        it = wrap(todo) if wrap is not None else todo
         for s, k in it:
             results[s] = layer_spectrum(None if fac(k) is not None else A[k], factors=fac(k), top_k=top_k,
                                         dtype=dtype, device=device)

@@ -12,6 +12,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .discrete import w_norm
 from .errors import bad_argument
 
 #: What :func:`check_tokens` does with tokens that are not on the unit sphere (or W-ellipsoid):
@@ -23,12 +24,6 @@ NORMALIZE = ("project", "require", "keep")
 
 #: Tokens farther than this from the sphere/ellipsoid are refused under ``normalize="require"``.
 MANIFOLD_TOL = 1e-8
-
-
-def _w_norm(y: torch.Tensor, W: torch.Tensor | None) -> torch.Tensor:
-    if W is None:
-        return torch.linalg.vector_norm(y, dim=-1, keepdim=True)
-    return torch.sqrt((y * (y @ W)).sum(-1, keepdim=True))
 
 
 def random_tokens(
@@ -71,7 +66,7 @@ def random_tokens(
     if not normalize:
         return y.to(dtype)
     Wt = None if W is None else torch.as_tensor(W, dtype=torch.float64)
-    return (y / _w_norm(y, Wt)).to(dtype)
+    return (y / w_norm(y, Wt)).to(dtype)
 
 
 def as_real_tensor(x: object, name: str) -> torch.Tensor:
@@ -118,7 +113,7 @@ def check_tokens(
     if not bool(torch.isfinite(x).all()):
         raise bad_argument(name, "an array with NaN/inf entries", "finite token vectors")
     Wt = None if W is None else torch.as_tensor(W, dtype=torch.float64)
-    norms = _w_norm(x, Wt)[..., 0]
+    norms = w_norm(x, Wt)[..., 0]
     if normalize == "require":
         drift = float((norms - 1.0).abs().max())
         if drift > MANIFOLD_TOL:

@@ -59,7 +59,7 @@ def test_table_and_layers_option(tmp_path) -> None:
     (["analyze", "minilm", "--layers", "9"], ["layers=[9]", "6 layers"]),
     (["analyze", "minilm", "--layers", "a-b"], ["--layers", "'a-b'"]),
     (["analyze", "nope-org/nope-model"], ["nope-org/nope-model", "local checkpoint directory"]),
-    (["analyze", "minilm", "--dtype", "float16"], ["dtype", "float16"]),
+    (["analyze", "minilm", "--eig-dtype", "float16"], ["--eig-dtype", "float16"]),
 ])
 def test_bad_input_is_one_clean_line(args, words, tmp_path) -> None:
     res = runner.invoke(app, args + ["--out", str(tmp_path), "--no-plots"])

@@ -68,7 +68,8 @@ def test_completion_is_on() -> None:
 @pytest.mark.parametrize("args, flag", [
     (["steer", "no-such-model-dir", "--measure", "foo"], "--measure"),
     (["steer", "no-such-model-dir", "--solve", "pinv"], "--solve"),
-    (["analyze", "no-such-model-dir", "--dtype", "float16"], "--dtype"),
+    (["analyze", "no-such-model-dir", "--eig-dtype", "float16"], "--eig-dtype"),
+    (["steer", "no-such-model-dir", "--dtype", "int3"], "--dtype"),
     (["collapse", "no-such-model-dir", "--weights", "zeros"], "--weights"),
     (["collapse", "no-such-model-dir", "--dtype", "fp8"], "--dtype"),
     (["plot-collapse", "no-such-run", "--stat", "max"], "--stat"),

@@ -213,7 +213,7 @@ def test_random_per_pass_weights_differ_between_passes_and_are_reproducible() ->
 
 def test_interrupted_run_keeps_passes_and_resume_equals_uninterrupted(tmp_path) -> None:
     model = make_model("gpt_neo")
-    kw = dict(prompts=3, length=8, passes=4, weights="random-per-pass", batch_size=2, seed=3)
+    kw = dict(n_prompts=3, length=8, passes=4, weights="random-per-pass", batch_size=2, seed=3)
     full = collapse(model, out=tmp_path / "full", **kw)
 
     def stop_after_second(p: int, arrays) -> None:
@@ -251,7 +251,7 @@ def test_identity_like_value_output_weights_collapse() -> None:
             b.attn.c_attn.bias.zero_()
             b.attn.c_proj.weight.copy_(torch.eye(d))
             b.attn.c_proj.bias.zero_()
-    res = collapse(model, prompts=5, length=10, passes=4, ffn=False)
+    res = collapse(model, n_prompts=5, length=10, passes=4, ffn=False)
     c = res.curve("e")
     assert (np.diff(c, axis=0) < 0).all()  # every prompt, every block
     assert c[-1].max() < 0.05 * c[0].min()
@@ -259,7 +259,7 @@ def test_identity_like_value_output_weights_collapse() -> None:
 
 def test_early_stop_when_E_stays_below_tolerance() -> None:
     model = make_model("bert")
-    res = collapse(model, prompts=3, length=6, passes=30, early_stop_tol=1e-3)
+    res = collapse(model, n_prompts=3, length=6, passes=30, early_stop_tol=1e-3)
     assert res.meta["stopped_early"] and res.n_passes < 30
     assert res.e[-1].max() < 1e-3 <= res.e[-2].max()
 
@@ -296,16 +296,16 @@ def test_reference_prompt_sampling() -> None:
 ])
 def test_bad_input(kwargs: dict, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
-        collapse(make_model("gpt2-base"), prompts=2, **{"length": 5, **kwargs})
+        collapse(make_model("gpt2-base"), n_prompts=2, **{"length": 5, **kwargs})
 
 
 def test_unwritable_out_folder(tmp_path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(InvalidArgumentError, match="out=.*a_file"):
-        collapse(make_model("gpt2-base"), prompts=2, length=5, out=blocker / "run")
+        collapse(make_model("gpt2-base"), n_prompts=2, length=5, out=blocker / "run")
     with pytest.raises(InvalidArgumentError, match="this path is a file"):
-        collapse(make_model("gpt2-base"), prompts=2, length=5, out=blocker)
+        collapse(make_model("gpt2-base"), n_prompts=2, length=5, out=blocker)
 
 
 def test_texts_on_real_minilm_match_its_tokenizer_and_forward() -> None:

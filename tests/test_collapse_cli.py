@@ -23,7 +23,7 @@ def checkpoint(tmp_path_factory):
 
 def test_collapse_writes_results_figure_and_decoding(checkpoint, tmp_path) -> None:
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["collapse", str(checkpoint), "--passes", "3", "--prompts", "3", "--length", "8",
+    r = CliRunner().invoke(app, ["collapse", str(checkpoint), "--passes", "3", "--n-prompts", "3", "--length", "8",
                                  "--out", str(out), "--decode-passes", "1,2", "--decode-tokens", "3"])
     assert r.exit_code == 0, r.output
     assert "E mean" in r.output and "greedy continuation" in r.output
@@ -36,7 +36,7 @@ def test_collapse_writes_results_figure_and_decoding(checkpoint, tmp_path) -> No
     assert sorted(dec["continuations"]) == ["1", "2"] and len(dec["continuations"]["1"]) == 3
     assert (out / "collapse.png").stat().st_size > 0
 
-    r2 = CliRunner().invoke(app, ["collapse", str(checkpoint), "--passes", "2", "--prompts", "3", "--length", "8",
+    r2 = CliRunner().invoke(app, ["collapse", str(checkpoint), "--passes", "2", "--n-prompts", "3", "--length", "8",
                                   "--out", str(tmp_path / "noffn"), "--no-ffn", "--no-decode"])
     assert r2.exit_code == 0, r2.output
     fig = tmp_path / "both.png"

@@ -343,7 +343,7 @@ def test_every_feature_runs(family: str) -> None:
 
     model = make_family_model(family, head=True)
     ad = get_adapter(model.config)
-    traj = run_dynamics(model, prompts=3, n_tokens=6, layer_norm=True, bias=True)
+    traj = run_dynamics(model, n_prompts=3, n_tokens=6, layer_norm=True, bias=True)
     assert bool(torch.isfinite(traj.states).all())
     hs = model_hidden_states(model, input_ids=IDS.tolist())
     assert hs.states.shape[0] == ad.n_layers + 1
@@ -354,7 +354,7 @@ def test_every_feature_runs(family: str) -> None:
     model = make_family_model(family, head=True)
     u = torch.randn(ad.d_model, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     rec = steer(model, u, solve="min-norm", prompts=IDS.repeat(3, 1), heldout_prompts=IDS[:, :5],
-                target_alignment=0.5, dynamics_prompts=3, dynamics_tokens=5)
+                target_alignment=0.5, dynamics_n_prompts=3, dynamics_tokens=5)
     assert rec.solve["method"] == "ridge" and math.isfinite(rec.gain)
     assert rec.kl_kind == ("next-token" if ad.residual != "post" else None)  # no tokenizer: no mask id, no KL
 

@@ -17,7 +17,7 @@ from steerformer.errors import CheckpointError, InvalidArgumentError, Steerforme
 
 from .tiny_models import make_model
 
-KW = dict(prompts=3, length=8, passes=4, weights="random-per-pass", batch_size=2, seed=3)
+KW = dict(n_prompts=3, length=8, passes=4, weights="random-per-pass", batch_size=2, seed=3)
 runner = CliRunner()
 
 
@@ -180,10 +180,10 @@ def test_collapse_out_into_a_foreign_folder_is_refused(tmp_path) -> None:
     foreign.mkdir()
     (foreign / "thesis.tex").write_text("x")
     with pytest.raises(InvalidArgumentError, match="not a steerformer collapse output"):
-        collapse(make_model("gpt2-base"), prompts=2, length=4, passes=1, out=foreign)
+        collapse(make_model("gpt2-base"), n_prompts=2, length=4, passes=1, out=foreign)
     assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
     with pytest.raises(SteerformerError, match="run.json"):
-        collapse(make_model("gpt2-base"), prompts=2, length=4, passes=1, out=other, resume=True)
+        collapse(make_model("gpt2-base"), n_prompts=2, length=4, passes=1, out=other, resume=True)
 
 
 # ---- CLI --------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_cli_resume_of_a_corrupt_store_is_one_line(stores, tmp_path) -> None:
     stores[0].save_pretrained(model)
     run = _copy(stores, tmp_path)
     _empty_state(run)  # used to print only "Aborted." (click's EOFError)
-    res = _cli(["collapse", str(model), "--resume", "--out", str(run), "--no-decode", "--prompts", "3",
+    res = _cli(["collapse", str(model), "--resume", "--out", str(run), "--no-decode", "--n-prompts", "3",
                 "--length", "8", "--passes", "4", "--weights", "random-per-pass", "--batch-size", "2", "--seed", "3"])
     assert res.exit_code == 2 and "Aborted" not in res.output and "state.pt" in res.output, res.output
 

@@ -160,12 +160,12 @@ def test_analyze_dotdot_writes_into_runs_not_the_current_folder(proj) -> None:
     (proj / "model" / "report.json").write_text("{}")  # would have been overwritten by runs/..
     before = _tree(proj / "model")
     res = _cli(["analyze", ".", "--spectra-only", "--no-plots"])
-    assert res.exit_code == 2 and "input checkpoint" in res.output  # runs/model is inside the input
+    assert res.exit_code == 2 and "input checkpoint" in res.output  # runs/analyze/model is inside the input
     assert _tree(proj / "model") == before
     os.chdir(proj / "work")
     res = _cli(["analyze", "../model", "--spectra-only", "--no-plots"])
     assert res.exit_code == 0, res.output
-    assert (proj / "work" / "runs" / "model" / "report.json").is_file()
+    assert (proj / "work" / "runs" / "analyze" / "model" / "report.json").is_file()
     res = _cli(["analyze", "../model", "--spectra-only", "--no-plots"])  # its own output: replaced
     assert res.exit_code == 0, res.output
 

@@ -79,7 +79,7 @@ def test_raw_initial_tokens_run_unnormalized() -> None:
     xn = x / np.linalg.norm(x, axis=-1, keepdims=True)
     np.testing.assert_allclose(unit.states[1].numpy(), _manual_step(model, xn), atol=1e-12)
     # Random tokens: the raw draw is the normalized one times its norms.
-    r = dynamics.run_dynamics(model, None, prompts=2, n_tokens=3, layers=[0], normalize_initial=False)
+    r = dynamics.run_dynamics(model, None, n_prompts=2, n_tokens=3, layers=[0], normalize_initial=False)
     g = torch.Generator().manual_seed(0)
     assert torch.equal(r.states[0], torch.randn(2, 3, 64, generator=g, dtype=torch.float64))
 

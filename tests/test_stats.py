@@ -86,7 +86,7 @@ def test_two_planted_layers_match_hand_computation_and_rho_rises() -> None:
     plant(model, ["encoder.layer.0.attention", "encoder.layer.1.attention"], [A0, A1])
     lm = layer_matrices(model)
     assert np.allclose(lm.matrices.numpy(), np.stack([A0, A1]), atol=1e-10)
-    traj = run_dynamics(model, prompts=30, n_tokens=6, seed=3)
+    traj = run_dynamics(model, n_prompts=30, n_tokens=6, seed=3)
     st = alignment_stats(traj, spectra(lm), matrices=lm)
     X = traj.states.reshape(3, -1, D).numpy()
     for k, F in enumerate((A0, A1)):
@@ -111,7 +111,7 @@ def _albert_planted(top: np.ndarray, seed: int):
 def test_albert_planted_real_eigenvalue_prolonged_converges() -> None:
     model, A, Q = _albert_planted(np.array([[2.0]]), seed=2)
     lm = layer_matrices(model)
-    traj = run_dynamics(model, prompts=20, n_tokens=5, seed=0, repeat=50)  # 4 layers × 50 = 200 steps
+    traj = run_dynamics(model, n_prompts=20, n_tokens=5, seed=0, repeat=50)  # 4 layers × 50 = 200 steps
     st = alignment_stats(traj, spectra(lm), matrices=lm)
     assert len(st.layers) == 200
     u = Q[:, 0] / np.linalg.norm(Q[:, 0])
@@ -130,7 +130,7 @@ def test_albert_planted_complex_pair_rotates_in_its_plane() -> None:
     lm = layer_matrices(model)
     sp = spectra(lm)
     assert sp.case[0] == 2
-    traj = run_dynamics(model, prompts=20, n_tokens=5, seed=0, repeat=50)
+    traj = run_dynamics(model, n_prompts=20, n_tokens=5, seed=0, repeat=50)
     st = alignment_stats(traj, sp, cumulative=False)
     assert st.layers[-1]["subspace"] == "pair"
     last = traj.states[-1].reshape(-1, D).numpy()
@@ -177,4 +177,4 @@ def test_bad_states_name_the_problem() -> None:
     with pytest.raises(InvalidArgumentError, match="repeat"):
         run_dynamics(model, repeat=0)
     with pytest.raises(InvalidArgumentError, match="bins"):
-        alignment_stats(run_dynamics(model, prompts=2, n_tokens=2), sp, bins=0)
+        alignment_stats(run_dynamics(model, n_prompts=2, n_tokens=2), sp, bins=0)

@@ -55,7 +55,7 @@ def minilm():
 def test_minilm_end_to_end_finite_probabilities_and_schema(minilm, tmp_path) -> None:
     src, lm, sp = minilm
     assert lm.d_model == 384 and len(lm) == 6
-    controlled = alignment_stats(run_dynamics(src, prompts=20, n_tokens=10, seed=0), sp, matrices=lm)
+    controlled = alignment_stats(run_dynamics(src, n_prompts=20, n_tokens=10, seed=0), sp, matrices=lm)
     hs = model_hidden_states(src, ["The cat sat on the mat.", "Power iteration aligns vectors with eigenvectors."])
     full = alignment_stats(hs, sp, matrices=lm, variant="full_model")
     for st in (controlled, full):

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError, bad_argument
 from ..results import json_text, read_json
 from .loop import LoopedModel
@@ -113,15 +114,16 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
                         options={"passes": [int(k) for k in passes], "new_tokens": new_tokens, "ffn": ffn})
 
 
-def load_causal_lm(model_or_path: Any, *, dtype: torch.dtype | None = None, device: Any = None):
+@renamed_parameters(model_or_path="model")
+def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
     from ..loading import _is_pretrained_model, load_model, open_source
 
-    if open_source(model_or_path).adapter.mask(0).kind == "full":
+    if open_source(model).adapter.mask(0).kind == "full":
         return None  # an encoder: its LM head (if any) does not continue text
-    if _is_pretrained_model(model_or_path):
-        return model_or_path if model_or_path.get_output_embeddings() is not None else None
+    if _is_pretrained_model(model):
+        return model if model.get_output_embeddings() is not None else None
     try:
-        return load_model(model_or_path, dtype=dtype, device=device, auto_class="AutoModelForCausalLM")
+        return load_model(model, dtype=dtype, device=device, auto_class="AutoModelForCausalLM")
     except ValueError:  # e.g. a BERT checkpoint: AutoModelForCausalLM has no mapping / not a decoder
         return None

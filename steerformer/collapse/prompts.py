@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError, bad_argument
+from ..prompts import PromptBatch
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def tokenize_texts(texts: Sequence[str], tokenizer: Any, *, max_positions: int |
     if tokenizer is None:
         raise InvalidArgumentError("texts=... needs a tokenizer: pass tokenizer=, or a checkpoint directory "
                                    "or Hub id whose tokenizer files can be read offline.")
-    rows = [list(tokenizer(t, add_special_tokens=True)["input_ids"]) for t in texts]
+    rows = PromptBatch.from_texts(texts, tokenizer).rows()
     n = min(len(r) for r in rows)
     if max_positions is not None:
         n = min(n, max_positions)

@@ -61,6 +61,14 @@ class CollapseResult:
             out[f"q{int(round(q * 100)):02d}"] = v
         return out
 
+    @property
+    def config(self):
+        """The :class:`~steerformer.configs.CollapseConfig` the run used (count, length, precision
+        and batch size as resolved); runs stored before 0.x read ``prompts`` as ``n_prompts``."""
+        from ..configs import CollapseConfig
+
+        return CollapseConfig.from_dict(self.options)
+
     def summary(self) -> str:
         """The run in one line, then mean E (with its 5–95 % band) after a few pass counts."""
         o, s = self.options, self.quantiles("e")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import time
@@ -11,10 +12,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ..configs import WEIGHTS, CollapseConfig, renamed, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from ..loading import load_tokenizer
 from .loop import LoopedModel
-from .metrics import E_PRECISIONS, consensus_stats
+from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
 from .result import STATS, CollapseResult
 from .store import RunStore
@@ -22,15 +24,12 @@ from .weights import ffn_modules, pass_seed, reinitialize
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = ("pretrained", "random", "random-per-pass")
 DTYPES = {
     "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
     "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
     "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
 }
-# Options a resumed run must share with the run it continues (passes and the tolerance may change).
-_RESUME_KEYS = ("prompts", "length", "ffn", "weights", "seed", "dtype", "batch_size", "token_source", "e_precision")
 
 
 def parse_dtype(dtype: Any) -> torch.dtype | None:
@@ -42,12 +41,6 @@ def parse_dtype(dtype: Any) -> torch.dtype | None:
     if key not in DTYPES:
         raise bad_argument("dtype", dtype, f"one of {', '.join(sorted(DTYPES))} or a torch.dtype")
     return DTYPES[key]
-
-
-def _check_int(name: str, value: Any, low: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise bad_argument(name, value, f"an integer >= {low} ({what})")
-    return int(value)
 
 
 def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
@@ -70,56 +63,52 @@ def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, o
 
 
 def collapse(
-    model_or_path: Any,
+    model: Any = None,
+    config: CollapseConfig | None = None,
     *,
-    prompts: int = 100,
-    length: int = 200,
-    passes: int = 10,
-    ffn: bool = True,
-    weights: str = "pretrained",
-    seed: int = 42,
-    dtype: Any = None,
     device: Any = None,
-    batch_size: int | None = None,
     token_ids: Any = None,
     texts: Sequence[str] | None = None,
     tokenizer: Any = None,
     out: str | os.PathLike | None = None,
     resume: bool = False,
-    early_stop_tol: float | None = None,
-    e_precision: str = "float64",
     progress: bool = False,
     on_pass: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+    **options: Any,
 ) -> CollapseResult:
-    """Loop ``model_or_path`` ``passes`` times over the same prompts and measure E (eq. 9), the
+    """Loop ``model`` ``passes`` times over the same prompts and measure E (eq. 9), the
     mean pairwise cosine and the mean distance to the centroid after every block.
 
-    The prompts (``prompts × length`` ids uniform over the vocabulary, Python ``random`` seeded
+    Options come as a :class:`~steerformer.configs.CollapseConfig` or as its fields by keyword
+    (``n_prompts=100, length=200, passes=10, ffn=True, weights="pretrained", seed=42, dtype=None,
+    batch_size=None, early_stop_tol=None, e_precision="float64"``).
+
+    The prompts (``n_prompts × length`` ids uniform over the vocabulary, Python ``random`` seeded
     with ``seed`` as the reference code; or ``token_ids``; or ``texts``) are embedded once. Each
     pass runs every block in execution order with the model's own masks, then the final norm; its
     output is the next pass's input (positions are not re-added). ``ffn=False`` drops every FFN
     with its norm and its residual. ``weights``: ``"pretrained"``; ``"random"`` (one draw of the
     model's own initializer, seed ``seed``); ``"random-per-pass"`` (a fresh draw before every
     pass, seed ``seed + pass``). With ``out``, every pass is appended to that folder as it
-    completes, so Ctrl-C keeps the finished passes and ``resume=True`` continues bit for bit.
+    completes, so Ctrl-C keeps the finished passes and ``resume=True`` continues bit for bit (the
+    stored config must match, except ``passes`` and ``early_stop_tol``).
     ``early_stop_tol``: stop after a pass in which E stayed below it for every prompt and block.
     ``on_pass(index, arrays)`` is called after each stored pass. ``e_precision``: ``"float64"``
     (default, accurate down to 1e-10 and below) or ``"states"`` (the reference code's arithmetic in
     the states' dtype, to reproduce the paper's fp16 curves; see :mod:`.metrics`).
+    Deprecated names (one release): ``model_or_path=`` for ``model``, ``prompts=N`` for ``n_prompts``.
     """
-    passes = _check_int("passes", passes, 1, "how many times the model is looped")
-    if weights not in WEIGHTS:
-        raise bad_argument("weights", weights, f"one of {', '.join(WEIGHTS)}")
-    if batch_size is not None:
-        batch_size = _check_int("batch_size", batch_size, 1, "prompts run together")
-    if early_stop_tol is not None and not (np.isfinite(early_stop_tol) and early_stop_tol > 0):
-        raise bad_argument("early_stop_tol", early_stop_tol, "a positive tolerance on E, or None")
+    options = renamed(options, {"prompts": "n_prompts", "model_or_path": "model"}, "collapse")
+    model_or_path = options.pop("model", model)
+    if model_or_path is None:
+        raise bad_argument("model", None, "a model object, a checkpoint folder or a Hub id")
+    cfg = with_options(config, CollapseConfig, options, "collapse")
+    passes, ffn, weights, seed, dtype = cfg.passes, cfg.ffn, cfg.weights, cfg.seed, cfg.dtype
+    batch_size, early_stop_tol, e_precision = cfg.batch_size, cfg.early_stop_tol, cfg.e_precision
     if sum(x is not None for x in (token_ids, texts)) > 1:
         raise InvalidArgumentError("pass token_ids= or texts=, not both")
     if resume and out is None:
         raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
-    if e_precision not in E_PRECISIONS:
-        raise bad_argument("e_precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
     torch_dtype = parse_dtype(dtype)
     inputs = [model_or_path] if isinstance(model_or_path, (str, os.PathLike)) else []
     store = RunStore.open(out, resume=resume, inputs=inputs) if out is not None else None  # fail before loading
@@ -136,24 +125,27 @@ def collapse(
         tok = load_tokenizer(model_or_path, tokenizer)
         ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
     else:
-        _check_int("prompts", prompts, 1, "how many random prompts")
-        check_length(length, adapter.max_positions)
-        ids, source = random_prompt_ids(int(prompts), int(length), adapter.vocab_size, seed=int(seed)), "random"
+        check_length(cfg.length, adapter.max_positions)
+        ids, source = random_prompt_ids(int(cfg.n_prompts), int(cfg.length), adapter.vocab_size, seed=int(seed)), "random"
     P, T = ids.shape
     bs = P if batch_size is None else min(batch_size, P)
     slices = [slice(i, min(i + bs, P)) for i in range(0, P, bs)]
 
-    options = {"prompts": P, "length": T, "passes": passes, "ffn": bool(ffn), "weights": weights, "seed": int(seed),
-               "dtype": str(run_dtype).removeprefix("torch."), "batch_size": bs, "token_source": source,
-               "early_stop_tol": early_stop_tol, "e_precision": e_precision}
+    # The result stores its config as run: the prompts' actual count and length, the resolved
+    # precision and batch size, plus where the tokens came from.
+    run_cfg = dataclasses.replace(cfg, n_prompts=P, length=T, ffn=bool(ffn), seed=int(seed), batch_size=bs,
+                                  dtype=str(run_dtype).removeprefix("torch."))
+    options = {**run_cfg.to_dict(), "token_source": source}
     meta = _model_meta(model_or_path, model, adapter, looped, dev)
 
     start, h, emb = 0, None, None
     if store is not None and resume:
         verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
         old = store.read_run()
-        stored = {"e_precision": "float64", **old["options"]}  # runs stored before the option existed
-        diff = {k: (stored.get(k), options[k]) for k in _RESUME_KEYS if stored.get(k) != options[k]}
+        stored = CollapseConfig.from_dict(old["options"])  # runs before e_precision existed: its default
+        diff = stored.differences(run_cfg, resume_only=True)
+        if old["options"].get("token_source") != source:
+            diff["token_source"] = (old["options"].get("token_source"), source)
         for k in ("model_type", "n_blocks", "d_model"):
             if old["meta"].get(k) != meta[k]:
                 diff[k] = (old["meta"].get(k), meta[k])

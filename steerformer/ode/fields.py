@@ -19,6 +19,7 @@ from typing import Callable, Union
 
 import torch
 
+from ..discrete import residual_map
 from ..errors import bad_argument
 from .geometry import (
     DTYPE,
@@ -27,7 +28,6 @@ from .geometry import (
     check_spd,
     check_square_stack,
     tangent,
-    w_norm,
 )
 
 MatrixSpec = Union[object, Callable[[float], object]]
@@ -246,8 +246,7 @@ def discrete_step(
     A = attention(y, Pt, causal=causal, normalization=normalization)  # (..., h, n, n)
     Ay = A @ y.unsqueeze(-3)  # (..., h, n, d)
     G = Ay.sum(-3) if Ut is None else (Ay @ Ut.transpose(-1, -2)).sum(-3)
-    z = y + tau * G
-    return z / w_norm(z, Wt)
+    return residual_map(y, G, tau=tau, W=Wt)  # the one discrete map, shared with dynamics_step
 
 
 def single_head_step(x: torch.Tensor, V: object, QK: object, *, tau: float = 1.0) -> torch.Tensor:

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from ..discrete import w_norm  # noqa: F401  (re-exported: one map, steerformer/discrete.py)
 from ..errors import NonFiniteStateError, bad_argument  # noqa: F401  (re-exported)
 from ..tokens import MANIFOLD_TOL, as_real_tensor, check_tokens, random_tokens  # noqa: F401  (one place: steerformer/tokens.py)
 
@@ -61,13 +62,6 @@ def check_spd(W: object, d: int | None = None) -> torch.Tensor:
         raise bad_argument("W", f"a symmetric matrix with smallest eigenvalue {eig:.3g}",
                            "a symmetric positive definite matrix")
     return Wt
-
-
-def w_norm(y: torch.Tensor, W: torch.Tensor | None = None) -> torch.Tensor:
-    """|y_i|_W = sqrt(y_iᵀ W y_i) for every token (last axis reduced, kept as size 1)."""
-    if W is None:
-        return torch.linalg.vector_norm(y, dim=-1, keepdim=True)
-    return torch.sqrt((y * (y @ W)).sum(-1, keepdim=True))
 
 
 def project(y: object, W: object | None = None) -> torch.Tensor:

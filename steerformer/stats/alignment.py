@@ -8,11 +8,12 @@ correlation ρ_S, the cumulative-product correlation and the intertoken distance
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
+from ..configs import progress_bar
 from ..errors import bad_argument
 from ..spectra import REAL_TOL, Spectra
 from .cumulative import cumulative_principal
@@ -146,7 +147,7 @@ def alignment_stats(
     bins: int = 20,
     variant: str = "controlled",
     options: dict | None = None,
-    progress: Callable[[Iterable], Iterable] | None = None,
+    progress: bool | str = False,
 ) -> AlignmentStats:
     """Power-method statistics of every step of a token trajectory.
 
@@ -155,7 +156,8 @@ def alignment_stats(
     eigen-decomposition of the layers ``spectra_layers`` (default 0..L-1), e.g. ``spectra(layer_matrices(m))``;
     ``step_layers`` maps each step to its layer (a Trajectory brings its own, repeats included for
     prolonged runs). ``matrices`` (aligned with ``spectra_layers``) enables the cumulative-product
-    statistic; without it, or with ``cumulative=False``, it is skipped.
+    statistic; without it, or with ``cumulative=False``, it is skipped. ``progress``: a tqdm bar
+    over the steps (a string labels it).
     """
     X, lengths, step_layers, options = _flatten(states, lengths, step_layers, options)
     L = len(spectra)
@@ -181,7 +183,8 @@ def alignment_stats(
     records, tokens = [], {name: [] for name in PER_TOKEN}
     dist0 = intertoken_distance(X[0].double(), lengths)
     steps = range(len(step_layers))
-    for k in (progress(steps) if progress is not None else steps):
+    wrap = progress_bar(progress, "statistics", leave=False)
+    for k in (wrap(steps) if wrap is not None else steps):
         i = pos[step_layers[k]]
         if i not in cache:
             vals, vecs = spectra.eigenvalues[i], spectra.eigenvectors[i]

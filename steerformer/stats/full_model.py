@@ -14,8 +14,10 @@ from typing import Any, Sequence
 
 import torch
 
+from ..configs import renamed_parameters
 from ..errors import bad_argument
-from ..loading import ModelSource, load_model, load_tokenizer, open_source
+from ..loading import ModelSource, as_source, load_model, load_tokenizer
+from ..prompts import PromptBatch
 
 #: Built-in prompts: plain English sentences of varied length and topic.
 DEFAULT_PROMPTS = (
@@ -77,7 +79,7 @@ def _tokenize(source: ModelSource, prompts: Sequence[str], tokenizer) -> list[li
     if tokenizer is None:  # no tokenizer files: say how to go on without one
         raise bad_argument("prompts", f"text prompts for {source.model_id!r}", "a model that ships a tokenizer",
                            "Pass input_ids= (token ids per prompt) or tokenizer= instead.")
-    ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    ids = PromptBatch.from_texts(prompts, tokenizer).rows()
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     if special and all(i in special for seq in ids for i in seq):
         # transformers 5 builds an empty tokenizer for checkpoints without vocabulary files: every
@@ -108,8 +110,9 @@ def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
     return out
 
 
+@renamed_parameters(model_or_path="model")
 def model_hidden_states(
-    model_or_path: Any,
+    model: Any,
     prompts: Sequence[str] | str | Path | None = None,
     *,
     input_ids: Any = None,
@@ -119,11 +122,11 @@ def model_hidden_states(
 ) -> HiddenStates:
     """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
     :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed)."""
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path, revision=revision)
+    source = as_source(model, revision=revision)
     adapter = source.adapter
     cfg = source.config
     if not adapter.hidden_states_per_layer:
-        raise bad_argument("model_or_path", f"{adapter.model_type} with inner_group_num={cfg.inner_group_num}",
+        raise bad_argument("model", f"{adapter.model_type} with inner_group_num={cfg.inner_group_num}",
                            "inner_group_num = 1: output_hidden_states gives one state per group call, not per layer")
     max_pos = getattr(cfg, "max_position_embeddings", None)
     texts = None
@@ -136,27 +139,21 @@ def model_hidden_states(
             raise bad_argument("prompts", [], "at least one prompt")
         input_ids = _tokenize(source, texts, tokenizer)
     ids = _check_ids(input_ids, int(cfg.vocab_size), max_pos)
-    model = source.model if source.model is not None else load_model(source.path)
-    base = model.base_model
+    net = source.model if source.model is not None else load_model(source.path)
+    base = net.base_model
     pad = getattr(cfg, "pad_token_id", None) or 0
     chunks, lengths = [], [len(s) for s in ids]
     with torch.no_grad():
         for start in range(0, len(ids), batch_size):
             batch = ids[start:start + batch_size]
-            n = max(len(s) for s in batch)
             # Right padding + attention mask: real tokens never see the pads and keep positions 0..n-1.
-            x = torch.full((len(batch), n), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), n), dtype=torch.long)
-            for i, s in enumerate(batch):
-                x[i, :len(s)] = torch.tensor(s)
-                mask[i, :len(s)] = 1
-            dev = next(base.parameters()).device
-            out = base(input_ids=x.to(dev), attention_mask=mask.to(dev), output_hidden_states=True)
+            inputs = PromptBatch.from_rows(batch, pad_id=pad).to(next(base.parameters()).device).inputs()
+            out = base(**inputs, output_hidden_states=True)
             hs = torch.stack(out.hidden_states).to("cpu", torch.float64)  # (L+1, B, n, d)
             chunks.append(torch.cat([hs[:, i, :len(s)] for i, s in enumerate(batch)], dim=1))
     states = torch.cat(chunks, dim=1)
     if states.shape[0] != adapter.n_layers + 1:
-        raise bad_argument("model_or_path", f"{states.shape[0]} hidden states",
+        raise bad_argument("model", f"{states.shape[0]} hidden states",
                            f"{adapter.n_layers + 1} (one per layer plus the embeddings)")
     return HiddenStates(states=states, lengths=lengths, layer_ids=list(range(adapter.n_layers)), prompts=texts,
                         options={"variant": "full_model", "n_prompts": len(ids), "tokens_total": sum(lengths),

@@ -13,9 +13,10 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
+from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError
-from ..loading import ModelSource, open_source
-from ..matrices import LayerMatrices, layer_matrices, read_attention_weights
+from ..loading import as_source
+from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
 from .config import StatsConfig
@@ -119,8 +120,9 @@ class PowerMethodReport:
         return [plots.save_figure(fig, out / name) for name, fig in figs.items()]
 
 
+@renamed_parameters(model_or_path="model")
 def power_method_stats(
-    model_or_path: Any,
+    model: Any,
     config: StatsConfig | None = None,
     *,
     matrices: LayerMatrices | None = None,
@@ -141,17 +143,14 @@ def power_method_stats(
     """
     cfg = dataclasses.replace(config or StatsConfig(), **options) if options else (config or StatsConfig())
     tokens, prompts, prolong, cumulative = cfg.tokens, cfg.prompts, cfg.prolong, cfg.cumulative
-    source = model_or_path if isinstance(model_or_path, ModelSource) else open_source(model_or_path)
+    source = as_source(model)
     if matrices is None:
+        # Read Q/K/V/O once: this fills source.attention_cache, which layer_matrices reads V/O from.
+        read_attention_weights(source, select_layers(layers, source.adapter.n_layers), dtype=dtype, device=device)
         matrices = layer_matrices(source, layers)
     if spectra is None:
         spectra = compute_spectra(matrices, dtype=dtype, device=device)
     ids = matrices.layer_ids
-    wrap = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        wrap = lambda desc: (lambda it: tqdm(it, desc=desc, unit="layer", leave=False))  # noqa: E731
     weights = read_attention_weights(source, ids, dtype=dtype, device=device)
     # MATH.md §3 / Appendix B: whether the pre-attention norm of a pre-LN model is part of the
     # "attention sublayer" is ambiguous; by default both readings run (docs/statistics.md).
@@ -160,9 +159,9 @@ def power_method_stats(
     layer_norm = bool(cfg.layer_norm)
     dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=layer_norm, bias=cfg.bias, weights=weights,
                dtype=dtype, device=device, normalize_initial=cfg.normalize_initial)
-    traj = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
+    traj = run_dynamics(source, tokens, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
     common = dict(spectra_layers=ids, matrices=matrices)
-    controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=wrap and wrap("statistics"), **common)
+    controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=progress and "statistics", **common)
     options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
                "tau": cfg.tau, "layer_norm": layer_norm, "layer_norm_both": both, "bias": cfg.bias,
                "user_tokens": tokens is not None, "normalize_initial": cfg.normalize_initial,
@@ -176,7 +175,7 @@ def power_method_stats(
     if both:
         traj_ln = run_dynamics(source, traj.states[0], **{**dyn, "layer_norm": True, "normalize_initial": False})
         with_ln = alignment_stats(traj_ln, spectra, cumulative=False, variant="controlled_layer_norm",
-                                  progress=wrap and wrap("with the pre-attention norm"), **common)
+                                  progress=progress and "with the pre-attention norm", **common)
 
     full = None
     if cfg.full_model:
@@ -194,16 +193,16 @@ def power_method_stats(
                 log.warning("full-model variant skipped: %s", exc)
             else:
                 full = alignment_stats(hs, spectra, cumulative=cumulative, variant="full_model",
-                                       progress=wrap and wrap("full model"), **common)
+                                       progress=progress and "full model", **common)
                 options["full_model_prompts"] = len(hs.lengths)
 
     K = prolong if prolong is not None else (DEFAULT_PROLONG if source.adapter.shares_weights else None)
     pro = None
     if K is not None:
-        traj_k = run_dynamics(source, tokens, prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, repeat=int(K), **dyn)
+        traj_k = run_dynamics(source, tokens, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, repeat=int(K), **dyn)
         # F^k of a shared layer has v1 as principal eigenvector: the cumulative statistic adds nothing.
         pro = alignment_stats(traj_k, spectra, cumulative=False, variant="prolonged",
-                              progress=wrap and wrap("prolonged"), **common)
+                              progress=progress and "prolonged", **common)
         options["prolong"] = int(K)
     return PowerMethodReport(controlled=controlled, full_model=full, prolonged=pro, options=options,
                              controlled_layer_norm=with_ln)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from .. import __version__
+from ..configs import MEASURES, SOLVES, SteerConfig, renamed, with_options  # noqa: F401  (re-exported)
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
@@ -34,26 +34,6 @@ from .untie import retie, untie
 
 log = logging.getLogger(__name__)
 
-SOLVES = ("exact", "min-norm")
-MEASURES = ("dynamics", "model")
-
-
-def _check_options(target_alignment, strength, gain, solve, measure) -> None:
-    if solve not in SOLVES:
-        raise bad_argument("solve", solve, f"one of {SOLVES}")
-    if measure not in MEASURES:
-        raise bad_argument("measure", measure, f"one of {MEASURES}")
-    if strength is not None and gain is not None:
-        raise bad_argument("gain", gain, "either strength= or gain=, not both")
-    for name, v in (("strength", strength), ("gain", gain)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))
-                              or not math.isfinite(float(v)) or float(v) == 0):
-            raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
-                               "Milder steering is a value closer to 0.")
-    if strength is None and gain is None:
-        t = target_alignment
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < float(t) < 1:
-            raise bad_argument("target_alignment", t, "a number in (0, 1): the mean |cos| wanted")
 
 
 def resolve_direction(model, source, layer, *, direction=None, token=None, eigvec=None, text=None, tokenizer=None):
@@ -84,31 +64,17 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
 def steer(
     model: Any,
     direction: Any = None,
+    config: SteerConfig | None = None,
     *,
     token: str | None = None,
     eigvec: int | None = None,
     text: str | None = None,
-    target_alignment: float = 0.99,
-    strength: float | None = None,
-    gain: float | None = None,
     left: Any = None,
-    layer: int = -1,
-    solve: Literal["exact", "min-norm"] = "min-norm",
-    measure: Literal["dynamics", "model"] = "model",
-    through_ffn: bool = False,
-    untie_last: bool = False,
     prompts: Sequence[str] | torch.Tensor | None = None,
     heldout_prompts: Sequence[str] | torch.Tensor | None = None,
     tokenizer: Any = None,
-    dynamics_prompts: int = 30,
-    dynamics_tokens: int = 10,
-    seed: int = 0,
-    report: bool = True,
-    compensate_bias: bool = False,
-    progress: bool = False,
-    mode: Literal["steer", "ablate"] = "steer",
     layers: Sequence[int] | int | None = None,
-    scale: float = 1.0,
+    **options: Any,
 ) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
@@ -136,15 +102,32 @@ def steer(
     A negative ``gain``/``strength`` steers away from u (F' = F − |γ| u wᵀ); the gain search only
     steers toward. ``mode="ablate"``: remove u from the write of every layer in ``layers`` (default
     all), W_O' = (I − scale·uuᵀ) W_O (see ``ablate.py``; gain/strength/solve do not apply).
+
+    The options (``target_alignment=0.99, strength, gain, layer=-1, solve="min-norm",
+    measure="model", through_ffn, untie_last, dynamics_n_prompts=30, dynamics_tokens=10, seed=0,
+    report=True, compensate_bias, progress, mode="steer", scale=1.0``) come as a
+    :class:`~steerformer.configs.SteerConfig` or as its fields by keyword; the record stores them
+    (``record.config``).
     """
+    options = renamed(options, SteerConfig.renamed, "steer")
+    cfg = with_options(config, SteerConfig, options, "steer")
+    record = _steer_call(model, direction, cfg, token=token, eigvec=eigvec, text=text, left=left, prompts=prompts,
+                         heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
+    record.config = cfg.to_dict()
+    return record
+
+
+def _steer_call(model, direction, cfg: SteerConfig, *, token, eigvec, text, left, prompts, heldout_prompts,
+                tokenizer, layers) -> SteeringRecord:
+    target_alignment, strength, gain, layer, solve = cfg.target_alignment, cfg.strength, cfg.gain, cfg.layer, cfg.solve
+    measure, through_ffn, untie_last, mode, scale = cfg.measure, cfg.through_ffn, cfg.untie_last, cfg.mode, cfg.scale
+    dynamics_prompts, dynamics_tokens, seed, report = cfg.dynamics_n_prompts, cfg.dynamics_tokens, cfg.seed, cfg.report
+    compensate_bias, progress = cfg.compensate_bias, cfg.progress
     if mode == "ablate":
         from .ablate import ablate
 
         return ablate(model, direction, token=token, eigvec=eigvec, text=text, layers=layers, scale=scale,
                       tokenizer=tokenizer, heldout_prompts=heldout_prompts, report=report)
-    if mode != "steer":
-        raise bad_argument("mode", mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
-    _check_options(target_alignment, strength, gain, solve, measure)
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         raise bad_argument("model", model, "a model object (steer edits it in place)",
                            "Load it first: model = steerformer.steering.load_for_steering(path).")
@@ -167,15 +150,18 @@ def steer(
     _check_not_offloaded(model, adapter, L, slot)
     tokenizer = load_tokenizer(model, tokenizer)
     try:
-        u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
-                                              text=text, tokenizer=tokenizer)
-        w = u_target if left is None else dirs.check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
-        record = _steer(model, source, L, slot, u_target, dsource, w, target_alignment=target_alignment,
-                        strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
-                        prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
-                        dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
-                        report=report, untied_info=untied_info, compensate_bias=compensate_bias,
-                        progress=progress)
+        with source.memoized():  # V/O read once per call (every read comes before the edit is applied)
+            if report or (strength is None and gain is None and measure == "dynamics"):
+                read_attention_weights(source, list(range(L + 1)))  # Q/K/V/O up to L: the dynamics probe's read
+            u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
+                                                  text=text, tokenizer=tokenizer)
+            w = u_target if left is None else dirs.check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
+            record = _steer(model, source, L, slot, u_target, dsource, w, target_alignment=target_alignment,
+                            strength=strength, gain=gain, solve=solve, measure=measure, through_ffn=through_ffn,
+                            prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer,
+                            dynamics_prompts=dynamics_prompts, dynamics_tokens=dynamics_tokens, seed=seed,
+                            report=report, untied_info=untied_info, compensate_bias=compensate_bias,
+                            progress=progress)
     except BaseException:
         if untied_info is not None and getattr(model, STATE_ATTR, None) is None:
             retie(model, untied_info)
@@ -232,7 +218,7 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
     spec_before = top_summary(None, factors=weights.layer_factors()) if (report or strength is not None or searching) else None
     abs_l1 = spec_before["abs_lambda1"] if spec_before else None
     u = u_target
-    dyn = dynamics_probe(source, L, prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
+    dyn = dynamics_probe(source, L, n_prompts=dynamics_prompts, n_tokens=dynamics_tokens, seed=seed) \
         if (report or (searching and measure == "dynamics")) else None
 
     def curve_for(u_: torch.Tensor, desc: str = "gain search"):

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
 
 DEFAULT_TIMEOUT = 30.0
@@ -36,7 +37,8 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def push_to_hub(dir_or_model: Any, repo_id: str, *, private: bool = False, token: str | None = None,
+@renamed_parameters(dir_or_model="model")
+def push_to_hub(model: Any, repo_id: str, *, private: bool = False, token: str | None = None,
                 endpoint: str | None = None, commit_message: str | None = None, revision: str | None = None,
                 create_pr: bool = False, timeout: float = DEFAULT_TIMEOUT) -> str:
     """Upload a folder written by ``save_steered`` (or save a steered model first) to ``repo_id``.
@@ -66,16 +68,16 @@ def push_to_hub(dir_or_model: Any, repo_id: str, *, private: bool = False, token
     api = HfApi(endpoint=endpoint, token=token)
     where = endpoint or constants.ENDPOINT
     opts = dict(private=private, message=commit_message, revision=revision, create_pr=create_pr)
-    if isinstance(dir_or_model, (str, os.PathLike)):
-        folder = Path(dir_or_model)
+    if isinstance(model, (str, os.PathLike)):
+        folder = Path(model)
         if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
-            raise bad_argument("dir_or_model", str(folder), "a checkpoint or adapter folder written by save_steered")
+            raise bad_argument("model", str(folder), "a checkpoint or adapter folder written by save_steered")
         with _timeout(timeout), _one_line(where, timeout, folder):
             return _upload(api, folder, repo_id, **opts)
     from .save import save_steered
 
     with tempfile.TemporaryDirectory(prefix="steerformer-push-") as tmp:
-        folder = save_steered(dir_or_model, Path(tmp) / "model")
+        folder = save_steered(model, Path(tmp) / "model")
         with _timeout(timeout), _one_line(where, timeout, None):
             return _upload(api, folder, repo_id, **opts)
 

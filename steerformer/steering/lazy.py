@@ -73,7 +73,8 @@ def steer_checkpoint(
     id) to ``out`` without loading the model. ``direction``: array or ``.npy`` path, or
     ``eigvec=K`` (eigenvector of F_layer); ``gain`` (absolute) or ``strength`` (×|λ1(F_layer)|);
     ``left``: w (default u). Returns the record (also saved in ``out/steerformer/record.json``)."""
-    from .edit import _check_options, _stores_transposed, resolve_direction
+    from ..configs import SteerConfig
+    from .edit import _stores_transposed, resolve_direction
     from .edits import Edit, Steering, tensor_sha256
     from .save import (CHAIN_FORMAT, METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, _file_hashes,
                        _payload_sha256, _tensor_specs, safetensors_hashes, write_atomically)
@@ -85,7 +86,7 @@ def steer_checkpoint(
     if gain is None and strength is None:
         raise bad_argument("gain", None, "a fixed gain= or strength= for a lazy edit (the gain search runs the model)",
                            "Pass --gain G or --strength S, or drop --lazy.")
-    _check_options(0.99, strength, gain, solve, "model")
+    SteerConfig(strength=strength, gain=gain, solve=solve)  # the same checks as steer()
     if hasattr(direction, "direction_source"):
         raise bad_argument("direction", type(direction).__name__, "an array or .npy path for a lazy edit")
     source = open_source(checkpoint)

@@ -54,12 +54,12 @@ class DynamicsProbe:
         return float(mean_abs_cos(self.states(delta), u))
 
 
-def dynamics_probe(source: ModelSource, layer: int, *, prompts: int = 30, n_tokens: int = 10, seed: int = 0) -> DynamicsProbe:
+def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_tokens: int = 10, seed: int = 0) -> DynamicsProbe:
     """Run the §3 dynamics up to ``layer`` once and keep what one more step needs."""
     adapter = source.adapter
     d = adapter.d_model
     seq = adapter.layer_sequence()
-    x0 = random_tokens(prompts, n_tokens, d, seed=seed)
+    x0 = random_tokens(n_prompts, n_tokens, d, seed=seed)
     from ..matrices import read_attention_weights
 
     # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.

@@ -6,13 +6,13 @@ built from configs): seeded random token ids, a different seed for the held-out 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import bad_argument
+from ..prompts import PromptBatch
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +55,6 @@ HELDOUT_SENTENCES = (
 )
 
 
-@dataclasses.dataclass
-class PromptBatch:
-    """Model inputs for a set of prompts and which positions are real tokens."""
-
-    input_ids: torch.Tensor  # (P, n)
-    attention_mask: torch.Tensor  # (P, n) 1 = real token
-    texts: list[str] | None = None
-
-    def inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
-
-    def to(self, device: torch.device | str | None) -> "PromptBatch":
-        if device is None:
-            return self
-        return PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
-
-
 def model_device(model: Any) -> torch.device | None:
     """Where the model's inputs go: the device of its first materialized parameter (None: CPU)."""
     for p in model.parameters():
@@ -112,7 +95,4 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
     prompts = [str(p) for p in prompts]
     if not prompts:
         raise bad_argument(name, prompts, "at least one prompt")
-    if getattr(tokenizer, "pad_token", None) is None:
-        tokenizer.pad_token = tokenizer.eos_token  # GPT-2 has no pad token; padded positions are masked out
-    enc = tokenizer(prompts, return_tensors="pt", padding=True)
-    return PromptBatch(enc["input_ids"], enc["attention_mask"], list(prompts))
+    return PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token

@@ -67,6 +67,7 @@ class SteeringRecord:
     bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output
     compensate_bias: bool = False  # the shift was removed through b_O
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
+    config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
 
     @property
     def edit(self) -> Edit:

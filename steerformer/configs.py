@@ -1,0 +1,289 @@
+"""Options as configs (PEFT's config classes are the model): one dataclass per feature whose fields
+carry their help text and command-line flag, checked in ``__post_init__``. The CLI builds its
+typer options from these fields (``steerformer_cli._common.config_options``), results store them,
+and a resumed collapse run compares them.
+
+This module is import-light (no torch, no numpy): the CLI reads it to build ``--help``.
+
+One seed default: every random draw in steerformer defaults to ``seed=0`` (:data:`SEED`), except
+``collapse``, whose ``seed=42`` is the consensus paper's reference code (its random prompts and
+weights are drawn exactly as that code draws them; changing it would change every published curve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+from .errors import bad_argument
+
+#: The seed of every random draw unless a function says otherwise (collapse: 42, the paper's).
+SEED = 0
+
+#: Run precisions (``--dtype`` everywhere): the names the CLI offers.
+RUN_DTYPES = ("fp32", "fp16", "bf16", "fp64")
+
+#: Eigen-decomposition precisions (``analyze --eig-dtype``).
+EIG_DTYPES = ("float64", "float32")
+
+
+def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
+           cli_type: Any = None, choices: Sequence[str] | None = None, invert: str | None = None,
+           cli: bool = True, resume: bool = True) -> Any:
+    """A config field with its help text and how the CLI shows it.
+
+    ``flag``: the long flag (default ``--field-name``); ``cli_type``: the Python type typer parses
+    (default: the default's type); ``choices``: valid values (an Enum on the CLI, checked before any
+    model loads); ``invert``: the field is the negation of this boolean flag (``--no-plots`` sets
+    ``plots=False``); ``cli=False``: Python only; ``resume=False``: may change when a run resumes."""
+    return dataclasses.field(default=default, metadata={
+        "help": help, "flag": flag, "short": short, "cli_type": cli_type, "choices": tuple(choices) if choices else None,
+        "invert": invert, "cli": cli, "resume": resume})
+
+
+class Config:
+    """Shared behaviour of the option dataclasses: ``to_dict``, ``from_dict``, ``help_of``, ``differences``."""
+
+    #: Old keyword -> new field name (deprecated aliases, accepted by ``from_dict`` for one release).
+    renamed: ClassVar[dict[str, str]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict (paths as strings, tuples as lists)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Path):
+                v = str(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """A config from a dict (e.g. a stored run), ignoring keys that are not fields and reading
+        the deprecated names in :attr:`renamed`."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {}
+        for k, v in data.items():
+            k = cls.renamed.get(k, k)
+            if k in names:
+                kw[k] = v
+        return cls(**kw)
+
+    @classmethod
+    def help_of(cls, name: str) -> str:
+        """The help text of field ``name``."""
+        return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+
+    def differences(self, other: "Config", *, resume_only: bool = False) -> dict[str, tuple[Any, Any]]:
+        """``{field: (self's, other's)}`` for the fields that differ (``resume_only``: only those a
+        resumed run must keep)."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
+                if (f.metadata.get("resume", True) or not resume_only) and getattr(self, f.name) != getattr(other, f.name)}
+
+
+def _positive_int(name: str, v: Any, what: str = "a positive integer", low: int = 1) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) and not type(v).__name__.startswith("int") or int(v) < low:
+        raise bad_argument(name, v, what)
+
+
+def _finite(v: Any) -> bool:
+    if isinstance(v, (str, bytes)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclasses.dataclass
+class StatsConfig(Config):
+    """Options of the power-method statistics (MATH.md §3–4)."""
+
+    n_prompts: int = option(100, "Random prompts of the controlled dynamics.")
+    n_tokens: int = option(10, "Tokens per random prompt.")
+    tokens: Any = option(None, "User-given initial tokens (prompts, tokens, d) instead of random ones.", cli=False)
+    seed: int = option(SEED, "Seed of the random initial tokens.")
+    normalize_initial: bool = option(True, "Run the initial tokens as drawn from N(0, I), not normalized "
+                                           "(Appendix B's literal reading).", invert="--raw-initial")
+    tau: float = option(1.0, "Step size τ of the dynamics x + τ F A x (paper: 1).")
+    layer_norm: bool | None = option(None, "Apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, "
+                                           "input_layernorm) before attention, or not. Default: both, for pre-LN "
+                                           "models.", flag="--layer-norm/--no-layer-norm", cli_type=bool)
+    null_draws: int = option(5, "Random-weight draws of the null model (beyond-chance verdict); 0 = off.")
+    bias: bool = option(False, "Keep the value/output biases in the dynamics.")
+    prolong: int | None = option(None, "Prolonged run: apply the layers K times (default 10 for shared-weight "
+                                       "models such as ALBERT).", cli_type=int)
+    full_model: bool = option(True, "Skip the full-model variant (model's own hidden states).", invert="--no-full-model")
+    prompts: Sequence[str] | str | Path | None = option(
+        None, "Text file, one prompt per line, for the full-model variant (default: built-in sentences).",
+        cli_type=Path)
+    cumulative: bool = option(True, "Skip the cumulative-product statistic (Fig. 8).", invert="--no-cumulative")
+
+    def __post_init__(self) -> None:
+        for name in ("n_prompts", "n_tokens"):
+            _positive_int(name, getattr(self, name))
+        if self.prolong is not None:
+            _positive_int("prolong", self.prolong, "an integer K >= 1 (the prolonged run applies the layers K times)")
+        _positive_int("null_draws", self.null_draws, "an integer K >= 0 (0 turns the null model off)", low=0)
+        if self.layer_norm is not None and type(self.layer_norm).__name__ not in ("bool", "bool_"):
+            raise bad_argument("layer_norm", self.layer_norm, "True, False or None (both, for pre-LN models)")
+        if not _finite(self.tau):
+            raise bad_argument("tau", self.tau, "a finite step size")
+
+
+WEIGHTS = ("pretrained", "random", "random-per-pass")
+E_PRECISIONS = ("float64", "states")
+
+
+@dataclasses.dataclass
+class CollapseConfig(Config):
+    """Options of the looped-model collapse experiment (consensus paper §5.2). The default seed 42
+    is the reference code's."""
+
+    renamed: ClassVar[dict[str, str]] = {"prompts": "n_prompts"}
+
+    passes: int = option(10, "How many times the whole model is looped.", short="-p", resume=False)
+    n_prompts: int = option(100, "Number of random prompts (ids uniform over the vocabulary).")
+    length: int = option(200, "Tokens per random prompt.")
+    ffn: bool = option(True, "Drop every FFN with its norm and its residual.", invert="--no-ffn")
+    weights: str = option("pretrained", "Pretrained weights, one random draw, or a new draw every pass.",
+                          choices=WEIGHTS)
+    seed: int = option(42, "Seed of the random prompts and of the random weights.")
+    dtype: Any = option(None, "Run precision (default: the checkpoint's).", choices=RUN_DTYPES)
+    batch_size: int | None = option(None, "Prompts run together (default: all).", cli_type=int)
+    early_stop_tol: float | None = option(None, "Stop once E < TOL for a whole pass.", flag="--early-stop",
+                                          cli_type=float, resume=False)
+    e_precision: str = option("float64", "float64 (accurate E, default) | states (the reference code's 1 - mean "
+                                         "cos in the states' dtype, to reproduce the paper's fp16 curves).",
+                              cli_type=str)
+
+    def __post_init__(self) -> None:
+        _positive_int("passes", self.passes, "an integer >= 1 (how many times the model is looped)")
+        _positive_int("n_prompts", self.n_prompts, "an integer >= 1 (how many random prompts)")
+        if self.weights not in WEIGHTS:
+            raise bad_argument("weights", self.weights, f"one of {', '.join(WEIGHTS)}")
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size, "an integer >= 1 (prompts run together)")
+        if self.early_stop_tol is not None and not (_finite(self.early_stop_tol) and self.early_stop_tol > 0):
+            raise bad_argument("early_stop_tol", self.early_stop_tol, "a positive tolerance on E, or None")
+        if self.e_precision not in E_PRECISIONS:
+            raise bad_argument("e_precision", self.e_precision, f"one of {', '.join(E_PRECISIONS)}")
+
+
+SOLVES = ("exact", "min-norm")
+MEASURES = ("dynamics", "model")
+MODES = ("steer", "ablate")
+
+
+@dataclasses.dataclass
+class SteerConfig(Config):
+    """Options of one steering call (:func:`steerformer.steering.steer`) other than the direction
+    and the prompts."""
+
+    renamed: ClassVar[dict[str, str]] = {"dynamics_prompts": "dynamics_n_prompts"}
+
+    strength: float | None = option(None, "gain = strength x |lambda1(F_layer)|.", cli_type=float)
+    gain: float | None = option(None, "Absolute gain (instead of --strength).", cli_type=float)
+    target_alignment: float = option(0.99, "Choose the smallest gain reaching this.")
+    measure: str = option("model", "Where the target is measured.", choices=MEASURES[::-1])
+    solve: str = option("min-norm", "How wᵀV⁺ is obtained.", choices=SOLVES[::-1])
+    layer: int = option(-1, "Execution layer to edit (negative counts from the end).")
+    mode: str = option("steer", "steer (toward u; a negative --gain/--strength steers away) | ablate (remove u "
+                                "from the writes of --ablate-layers).", choices=MODES)
+    scale: float = option(1.0, "--mode ablate: W_O' = (I - s uu^T) W_O, s in (0, 1].", flag="--ablate-scale")
+    through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
+    untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
+    compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
+    dynamics_n_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
+    dynamics_tokens: int = option(10, "Tokens per prompt of the controlled dynamics.", cli=False)
+    seed: int = option(SEED, "Seed of the random tokens of the controlled dynamics.", cli=False)
+    report: bool = option(True, "Measure everything the record reports (False: only what the edit needs).", cli=False)
+    progress: bool = option(False, "No progress bars on stderr.", invert="--quiet")
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
+        if self.mode != "steer":
+            return
+        if self.solve not in SOLVES:
+            raise bad_argument("solve", self.solve, f"one of {SOLVES}")
+        if self.measure not in MEASURES:
+            raise bad_argument("measure", self.measure, f"one of {MEASURES}")
+        if self.strength is not None and self.gain is not None:
+            raise bad_argument("gain", self.gain, "either strength= or gain=, not both")
+        for name in ("strength", "gain"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not _finite(v) or float(v) == 0):
+                raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
+                                   "Milder steering is a value closer to 0.")
+        if self.strength is None and self.gain is None:
+            t = self.target_alignment
+            if isinstance(t, bool) or not _finite(t) or not 0 < float(t) < 1:
+                raise bad_argument("target_alignment", t, "a number in (0, 1): the mean |cos| wanted")
+
+
+def renamed(kwargs: dict[str, Any], renames: dict[str, str], where: str) -> dict[str, Any]:
+    """``kwargs`` with deprecated keyword names replaced by the new ones, each with a
+    DeprecationWarning (the old names are kept for one release; see CHANGELOG.md, "Renamed")."""
+    import warnings
+
+    for old, new in renames.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise bad_argument(old, kwargs[old], f"either {old}= (deprecated) or {new}=, not both")
+            warnings.warn(f"{where}({old}=...) is deprecated; use {new}=... instead (the old name is removed in "
+                          "the next release)", DeprecationWarning, stacklevel=3)
+            kwargs[new] = kwargs.pop(old)
+    return kwargs
+
+
+def with_options(config: Config | None, cls: type, options: dict[str, Any], where: str):
+    """``config`` (default ``cls()``) with the fields in ``options`` replaced and checked; a keyword
+    that is not a field is a TypeError, as for any Python function."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+    base = config if config is not None else cls()
+    if not isinstance(base, cls):
+        raise bad_argument("config", type(base).__name__, f"a {cls.__name__}")
+    return dataclasses.replace(base, **options) if options else base
+
+
+def renamed_parameters(**old_to_new: str):
+    """Decorator: the function also takes its parameters' old keyword names (``old=new``), with a
+    DeprecationWarning, for one release (listed in CHANGELOG.md under "Renamed")."""
+    import functools
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            if any(old in kwargs for old in old_to_new):
+                kwargs = renamed(kwargs, old_to_new, f.__name__)
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+def progress_bar(progress: Any, desc: str, *, leave: bool = True):
+    """``progress`` as an iterable wrapper or None: True (or a label, which names the bar) draws a
+    tqdm bar on stderr; False/None: none. A callable (the old interface) is used as it is, with a
+    DeprecationWarning — ``progress`` is a bool everywhere."""
+    if progress is None or progress is False:
+        return None
+    if callable(progress) and not isinstance(progress, (bool, str)):
+        import warnings
+
+        warnings.warn("progress=<callable> is deprecated; pass progress=True (a tqdm bar) or False",
+                      DeprecationWarning, stacklevel=3)
+        return progress
+    from tqdm.auto import tqdm
+
+    label = progress if isinstance(progress, str) else desc
+    return lambda it: tqdm(it, desc=label, unit="layer", leave=leave)
