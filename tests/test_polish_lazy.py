@@ -1,0 +1,62 @@
+"""The lazy path's cheap checks: the finiteness check on every dtype the reader returns, the
+grouped-query factors against a loop over heads, and the import diet of the lazy paths."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from steerformer.adapters.base import AttentionWeights, MaskSpec, split_output_heads
+from steerformer.errors import CheckpointError
+from steerformer.loading import _check_finite
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_check_finite_matches_isfinite(dtype):
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 7, 64, 129, 5000):
+        _check_finite(torch.randn(n, generator=g).to(dtype), "w", "here")  # finite: passes
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            t = torch.randn(n, generator=g).to(dtype)
+            pos = int(torch.randint(n, (1,), generator=g))
+            t[pos] = bad
+            assert not bool(torch.isfinite(t).all())  # the reference answer
+            with pytest.raises(CheckpointError, match="1 non-finite"):
+                _check_finite(t.reshape(1, -1), "w", "here")
+    _check_finite(torch.empty(0, dtype=dtype), "w", "here")  # empty: nothing to check
+    _check_finite(torch.tensor([2**62], dtype=torch.int64), "w", "here")  # integers are not checked
+
+
+@pytest.mark.parametrize("H,G", [(6, 6), (6, 2), (8, 1), (6, 4)])
+def test_layer_factors_sum_heads_like_a_loop(H, G):
+    """F = A B equals Σ_h W_O[h] W_V[g(h)] with g(h) = h·G // H, including uneven groups."""
+    g = torch.Generator().manual_seed(1)
+    d, dh = 12, 3
+    W_O = split_output_heads(torch.randn(d, H * dh, generator=g, dtype=torch.float64), H)
+    W_V = torch.randn(G, dh, d, generator=g, dtype=torch.float64)
+    w = AttentionWeights(W_V=W_V, b_V=None, W_O=W_O, b_O=None, scale=1.0, mask=MaskSpec("full"))
+    A, B = w.layer_factors()
+    ref = sum(W_O[h] @ W_V[h * G // H] for h in range(H))
+    assert A.shape == (d, G * dh) and B.shape == (G * dh, d)
+    torch.testing.assert_close(A @ B, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w.layer_matrix(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_lazy_paths_import_no_model_code():
+    """open_source on a folder, layer_matrices' module and the lazy steering module leave
+    transformers' modeling code (torch._dynamo, torch.distributed, scipy.optimize through its
+    losses: ~150 MB resident) and matplotlib unimported — the lazy paths' RSS floor."""
+    code = (
+        "import sys, steerformer\n"
+        "steerformer.layer_matrices\n"
+        "from steerformer.loading import open_source\n"
+        "open_source('minilm')\n"
+        "import steerformer.steering.lazy\n"
+        "print(sorted(m for m in ('transformers.modeling_utils', 'matplotlib', 'scipy.optimize', 'torch._dynamo')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
