@@ -345,17 +345,21 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
         raise
 
 
-def check_device(device: Any, *, name: str = "device") -> None:
-    """Refuse a device this torch build cannot use (a typo, CUDA on a CPU build, an index past the
-    last GPU) before anything is loaded."""
+def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
+    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
+    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
+    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
+    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``)."""
     if device is None:
-        return
+        return torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if kinds is not None and dev.type not in kinds:
+        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
     if dev.type == "cpu":
-        return
+        return dev
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
@@ -363,15 +367,16 @@ def check_device(device: Any, *, name: str = "device") -> None:
                                "Use --device cpu.")
         if dev.index is not None and dev.index >= n:
             raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
-        return
+        return dev
     if dev.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
             raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
-        return
+        return dev
     try:
         torch.empty(0, device=dev)
     except Exception:
         raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
+    return dev
 
 
 def _dtype_kwarg() -> str:

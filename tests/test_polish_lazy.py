@@ -60,3 +60,20 @@ def test_lazy_paths_import_no_model_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_one_device_check():
+    """eig.resolve_device is loading.check_device limited to cpu/cuda: same device, same refusals."""
+    from steerformer.errors import InvalidArgumentError
+    from steerformer.eig import resolve_device
+    from steerformer.loading import check_device
+
+    assert resolve_device(None) == check_device(None) == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    for bad in ("quantum", "cuda:99"):
+        with pytest.raises(InvalidArgumentError, match=f"device='{bad}' is invalid"):
+            resolve_device(bad)
+        with pytest.raises(InvalidArgumentError, match=f"--device='{bad}' is invalid"):
+            check_device(bad, name="--device")
+    with pytest.raises(InvalidArgumentError, match="device='meta' is invalid: expected 'cpu' or 'cuda'"):
+        resolve_device("meta")  # a real torch device, but no eigen-solver runs there
