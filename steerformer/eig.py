@@ -42,15 +42,12 @@ TOP_K_RESIDUAL = 1e-10
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device, checked: a CUDA request on a build or machine without CUDA is one clear
-    error naming ``device`` instead of torch's assertion deep inside a kernel."""
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise bad_argument("device", str(device), "'cpu' (this torch build or machine has no CUDA device)",
-                           "Drop --device cuda, or install a CUDA build of torch on a GPU machine.")
-    if dev.type not in ("cpu", "cuda"):
-        raise bad_argument("device", str(device), "'cpu' or 'cuda'")
-    return dev
+    """The checked torch device the solvers run on (cpu for None): :func:`loading.check_device`
+    (a CUDA request without CUDA, a typo or a missing GPU index is one clear error naming
+    ``device``) limited to cpu and cuda."""
+    from .loading import check_device
+
+    return check_device(device, kinds=("cpu", "cuda"))
 
 
 def _scipy_eig(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

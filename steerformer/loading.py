@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -372,17 +373,21 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
         raise
 
 
-def check_device(device: Any, *, name: str = "device") -> None:
-    """Refuse a device this torch build cannot use (a typo, CUDA on a CPU build, an index past the
-    last GPU) before anything is loaded."""
+def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
+    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
+    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
+    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
+    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``)."""
     if device is None:
-        return
+        return torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if kinds is not None and dev.type not in kinds:
+        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
     if dev.type == "cpu":
-        return
+        return dev
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
@@ -390,15 +395,16 @@ def check_device(device: Any, *, name: str = "device") -> None:
                                "Use --device cpu.")
         if dev.index is not None and dev.index >= n:
             raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
-        return
+        return dev
     if dev.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
             raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
-        return
+        return dev
     try:
         torch.empty(0, device=dev)
     except Exception:
         raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
+    return dev
 
 
 def _dtype_kwarg() -> str:
@@ -409,11 +415,11 @@ def _dtype_kwarg() -> str:
 
 
 def _is_pretrained_model(obj: Any) -> bool:
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, PreTrainedModel)
+    # No PreTrainedModel can exist before transformers.modeling_utils was imported, so a path or Hub
+    # id never imports it here: that import (torch._dynamo, torch.distributed, scipy via the losses)
+    # is ~150 MB of resident memory the lazy paths (layer_matrices, steer_checkpoint) do not need.
+    modeling_utils = sys.modules.get("transformers.modeling_utils")
+    return modeling_utils is not None and isinstance(obj, modeling_utils.PreTrainedModel)
 
 
 def _module_getter(model) -> TensorGetter:
@@ -435,7 +441,13 @@ def _module_getter(model) -> TensorGetter:
 
 
 def _check_finite(t: torch.Tensor, key: str, where: str) -> None:
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+    if not t.is_floating_point() or t.numel() == 0:
+        return
+    # min and max are NaN when any entry is (both propagate NaN) and ±inf when any entry is: the
+    # same answer as isfinite(t).all(), exactly, without its boolean tensor — several times faster
+    # on CPU for bf16/fp16 weights (benchmarks/bench_families.py). The count only on failure.
+    lo, hi = torch.aminmax(t)
+    if not (bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))):
         bad = int((~torch.isfinite(t)).sum())
         raise CheckpointError(f"tensor {key!r} ({where}) has {bad} non-finite values (NaN/inf): the checkpoint "
                               "is corrupt or was saved after a diverged update.")

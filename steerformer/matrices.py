@@ -153,7 +153,7 @@ def layer_matrices(
             A, B = w.layer_factors()
             if A.shape[1] < d:  # low rank: keep the factors for the exact r × r spectrum
                 factors[i] = (A, B)
-                mats[i] = A @ B
+                torch.matmul(A, B, out=mats[i])  # straight into the result: no d × d temporary
             else:
                 mats[i] = w.layer_matrix()
             biases[i] = w.output_bias()

@@ -129,7 +129,14 @@ class AttentionWeights:
         H, G = self.n_heads, self.n_kv_heads
         d, dh = self.W_O.shape[1], self.W_O.shape[2]
         O = self.W_O.permute(1, 0, 2)  # (d, H, d_h): a view of the stored output weight
-        A = O.reshape(d, H * dh) if G == H else O.reshape(d, G, H // G, dh).sum(2).reshape(d, G * dh)
+        if G == H:
+            A = O.reshape(d, H * dh)
+        elif H % G == 0:  # transformers' repeat_kv: always; a contiguous sum, ~5x faster than index_add_
+            A = O.reshape(d, G, H // G, dh).sum(2).reshape(d, G * dh)
+        else:  # uneven groups (no transformers model has them): the same sum by index
+            A = torch.zeros((d, G, dh), dtype=O.dtype, device=O.device)
+            A.index_add_(1, self.kv_index(), O)
+            A = A.reshape(d, G * dh)
         return A, self.W_V.reshape(G * dh, d)
 
     def output_bias(self) -> torch.Tensor:
@@ -153,17 +160,6 @@ class AttentionWeights:
         """V stacked over query heads, (H·d_h, d): row block h is the value map head h reads,
         W_V[g(h)]; F = output_matrix() @ value_matrix(). Square only when H_kv = H and H·d_h = d."""
         return torch.cat(list(self.value_heads()), dim=0)
-
-    def layer_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """F = A @ B with A = W_O·R (d, r) and B = the stacked value heads (r, d), r = H_kv·d_h
-        (MATH.md §1b). Query head h reads KV head g(h) = h·H_kv // H, so A's column block g is
-        the sum of the W_O[h] with g(h) = g; with H_kv = H, A = output_matrix(), B = value_matrix()."""
-        H, d, d_h = self.W_O.shape
-        H_kv = int(self.W_V.shape[0])
-        g = torch.arange(H, device=self.W_O.device) * H_kv // H
-        A = torch.zeros((d, H_kv, d_h), dtype=self.W_O.dtype, device=self.W_O.device)
-        A.index_add_(1, g, self.W_O.permute(1, 0, 2))
-        return A.reshape(d, H_kv * d_h), self.W_V.reshape(H_kv * self.W_V.shape[1], self.W_V.shape[2])
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "AttentionWeights":
         conv = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731

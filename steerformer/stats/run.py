@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from .._text import csv_text
@@ -120,6 +121,41 @@ class PowerMethodReport:
         return [plots.save_figure(fig, out / name) for name, fig in figs.items()]
 
 
+def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, tokens: Any, n_prompts: int,
+                    n_tokens: int, dyn: dict, progress: Any = None, **common: Any) -> AlignmentStats:
+    """Statistics of the prolonged run (the layer stack applied ``passes`` times, no cumulative
+    product), streamed pass by pass (issue 14 item 5): each pass starts from the previous pass's
+    last states, so only one pass's states (L + 1 of them) are ever held — memory does not grow
+    with ``passes``. The steps are the same operations on the same states as one
+    ``run_dynamics(..., repeat=passes)``, so the result is identical to the statistics of that
+    whole trajectory (``tests/test_polish_lazy.py`` compares them)."""
+    parts: list[AlignmentStats] = []
+    x = tokens
+    for p in range(passes):
+        first = p == 0
+        kw = dyn if first else {**dyn, "normalize_initial": False}
+        traj = run_dynamics(source, x, n_prompts=n_prompts, n_tokens=n_tokens, repeat=1, **kw)
+        x = traj.states[-1].clone()
+        parts.append(alignment_stats(traj, spectra, cumulative=False, variant="prolonged",
+                                     progress=progress, **common))
+        del traj
+    return _concat_steps(parts, passes)
+
+
+def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
+    """One AlignmentStats for consecutive runs (steps renumbered, per-token values stacked; the
+    histograms and the run options are those of the last step / the first run, repeat = passes)."""
+    layers, offset = [], 0
+    for part in parts:
+        layers += [{**rec, "step": rec["step"] + offset} for rec in part.layers]
+        offset += len(part.layers)
+    first, last = parts[0], parts[-1]
+    per_token = {name: np.concatenate([part.per_token[name] for part in parts]) for name in first.per_token}
+    meta = {**first.meta, "n_steps": len(layers), "options": {**first.meta["options"], "repeat": int(passes)}}
+    return AlignmentStats(meta=meta, layers=layers, per_token=per_token, histograms=last.histograms,
+                          lengths=first.lengths)
+
+
 @renamed_parameters(model_or_path="model")
 def power_method_stats(
     model: Any,
@@ -199,10 +235,9 @@ def power_method_stats(
     K = prolong if prolong is not None else (DEFAULT_PROLONG if source.adapter.shares_weights else None)
     pro = None
     if K is not None:
-        traj_k = run_dynamics(source, tokens, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, repeat=int(K), **dyn)
         # F^k of a shared layer has v1 as principal eigenvector: the cumulative statistic adds nothing.
-        pro = alignment_stats(traj_k, spectra, cumulative=False, variant="prolonged",
-                              progress=progress and "prolonged", **common)
+        pro = prolonged_stats(source, spectra, int(K), tokens=tokens, n_prompts=cfg.n_prompts,
+                              n_tokens=cfg.n_tokens, dyn=dyn, progress=progress and "prolonged", **common)
         options["prolong"] = int(K)
     return PowerMethodReport(controlled=controlled, full_model=full, prolonged=pro, options=options,
                              controlled_layer_norm=with_ln)
