@@ -78,9 +78,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     common = dict(attn_implementation="eager", vocab_size=50257)
     bench("tiny", GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=256, **common),
-          prompts=100, length=200, passes=args.passes, device=args.device)
+          n_prompts=100, length=200, passes=args.passes, device=args.device)
     bench("gpt2-small", GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, **common),
-          prompts=4, length=128, passes=args.passes, device=args.device)
+          n_prompts=4, length=128, passes=args.passes, device=args.device)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def main() -> None:
     t_spectra = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    traj = run_dynamics(src, prompts=args.prompts, n_tokens=args.tokens, seed=0, weights=weights, dtype=dtype)
+    traj = run_dynamics(src, n_prompts=args.prompts, n_tokens=args.tokens, seed=0, weights=weights, dtype=dtype)
     t_dyn = time.perf_counter() - t0
     # Warm-up on the first two steps (first-call allocations and lazy imports are not per-layer cost).
     alignment_stats(traj.states[:3], sp, matrices=lm, step_layers=traj.layer_ids[:2], cumulative=True)

@@ -30,7 +30,7 @@ for pair in "cpu:cpu" "dev:$DEV"; do
       --record "$W/steer-$tag.json" --out "$W/steered-$tag"
   steerformer steer "$M" --device "$dev" --direction "$W/u.npy" --target-alignment 0.5 --quiet \
       --record "$W/search-$tag.json"
-  steerformer collapse "$M" --device "$dev" --passes 3 --prompts 4 --length 16 --no-decode --out "$W/collapse-$tag" > /dev/null
+  steerformer collapse "$M" --device "$dev" --passes 3 --n-prompts 4 --length 16 --no-decode --out "$W/collapse-$tag" > /dev/null
   steerformer verify "$W/steered-$tag" > /dev/null
 done
 python - "$W" "$DEV" <<'PY'

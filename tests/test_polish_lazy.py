@@ -105,7 +105,7 @@ def test_prolonged_statistics_streamed_pass_by_pass_equal_the_whole_trajectory(m
                              layer_norm=False, seed=5)
     L = len(rep.controlled.layers)
     assert max(held) == L + 1  # one pass of states at a time, whatever K
-    whole = run_dynamics(model, prompts=3, n_tokens=4, seed=5, repeat=K)
+    whole = run_dynamics(model, n_prompts=3, n_tokens=4, seed=5, repeat=K)
     ref = alignment_stats(whole, _spectra_of(model),
                           cumulative=False, variant="prolonged", spectra_layers=list(range(L)))
     got = rep.prolonged

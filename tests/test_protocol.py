@@ -87,7 +87,7 @@ def test_alignment_stats_and_power_report_round_trip(tmp_path) -> None:
 def test_collapse_result_round_trip_and_nan_as_null(tmp_path) -> None:
     from steerformer import CollapseResult, collapse
 
-    res = collapse(make_model("gpt2-base"), prompts=2, length=5, passes=2)
+    res = collapse(make_model("gpt2-base"), n_prompts=2, length=5, passes=2)
     res.meta["probe"] = float("nan")  # a NaN in the metadata is written as null, not as invalid `NaN`
     written = res.save(tmp_path)
     assert set(written) == {"json", "npz", "figure"}
