@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def undocumented() -> list[str]:
 
 def _signature(obj: object) -> str:
     try:
-        return str(inspect.signature(obj))
+        # default values that are functions print their address: drop it, so the page is reproducible
+        return re.sub(r" at 0x[0-9a-f]+>", ">", str(inspect.signature(obj)))
     except (TypeError, ValueError):
         return ""
 
