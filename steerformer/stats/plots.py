@@ -58,6 +58,10 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
     for r, name in enumerate(("correlation", "increment", "probability of increment")):
         axes[r, 0].set_ylabel(name)
         axes[r, -1].legend(fontsize=7, loc="best")
+        # the null band is drawn on the controlled-dynamics column only: name it there too
+        labels0 = axes[r, 0].get_legend_handles_labels()[1]
+        if ncol > 1 and any(lab.startswith("null") for lab in labels0):
+            axes[r, 0].legend(fontsize=7, loc="best")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     fig.suptitle(title or "power-method statistics per layer", fontsize=11)
