@@ -17,8 +17,10 @@ def _result_types():
     from steerformer import AnalysisReport, CollapseResult, DecodeResult, SetupResult
     from steerformer.stats import AlignmentStats, PowerMethodReport
 
-    # SteeringRecord joins this list when branch `edits` adopts the protocol.
-    return [AnalysisReport, AlignmentStats, PowerMethodReport, CollapseResult, DecodeResult, SetupResult]
+    from steerformer.steering import SteeringRecord
+
+    return [AnalysisReport, AlignmentStats, PowerMethodReport, CollapseResult, DecodeResult, SetupResult,
+            SteeringRecord]
 
 
 @pytest.mark.parametrize("cls", _result_types(), ids=lambda c: c.__name__)
@@ -127,3 +129,18 @@ def test_setup_result_round_trip(tmp_path) -> None:
     _arrays_equal(back.trajectory, r.trajectory)
     assert back.findings == json.loads(json.dumps(to_jsonable(r.findings)))
     assert back.summary().splitlines()[0] == f"fig13a: {r.description}"
+
+
+def test_steering_record_round_trip(tmp_path) -> None:
+    from steerformer.steering import SteeringRecord, steer
+
+    model = make_model("gpt2-base")
+    d = model.config.n_embd
+    rec = steer(model, torch.linspace(-1.0, 1.0, d, dtype=torch.float64), target_alignment=0.5, measure="dynamics",
+                solve="exact", dynamics_n_prompts=3, dynamics_tokens=4)
+    written = rec.save(tmp_path)
+    assert written["json"].name == "record.json" and "steering_curve.png" in written  # the gain search was drawn
+    back = SteeringRecord.load(tmp_path)
+    _same(rec, back)
+    assert back.summary() == rec.summary()
+    assert torch.equal(back.edit.u, rec.edit.u) and torch.equal(back.edit.a, rec.edit.a)

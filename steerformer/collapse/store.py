@@ -81,7 +81,9 @@ class RunStore:
 
     def _flush(self) -> None:
         info = {**(self._info or {}), "integrity": self._integrity}
-        _atomic(self.path / RUN_FILE, lambda p: Path(p).write_text(json.dumps(info, indent=2, default=str)))
+        from ..results import json_text
+
+        _atomic(self.path / RUN_FILE, lambda p: json_text(info, p))
 
     def _integrity_rec(self) -> dict:
         if self._integrity is None:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .._text import emit
 from .edits import Edit
 
 RECORD_FORMAT = "steerformer.steering/2"
@@ -83,7 +82,24 @@ class SteeringRecord:
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
-        return emit(json.dumps(self.to_dict(), indent=1), path)
+        """JSON text of :meth:`to_dict` (the one encoder: NaN as null); also written to ``path``."""
+        from ..results import json_text
+
+        return json_text(self.to_dict(), path)
+
+    def save(self, directory: str | Path, *, plots: bool = True) -> dict[str, Path]:
+        """``record.json`` (and the gain-search figure) in ``directory``; the paths by role."""
+        out = Path(directory)
+        written = {"json": out / "record.json"}
+        self.to_json(written["json"])
+        if plots:
+            written.update({p.name: p for p in self.plot(out)})
+        return written
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "SteeringRecord":
+        """The record :meth:`save` wrote into ``directory``."""
+        return cls.from_json(Path(directory) / "record.json")
 
     @classmethod
     def from_dict(cls, data: dict) -> "SteeringRecord":
@@ -146,7 +162,7 @@ class SteeringRecord:
         ax.set_xlabel("gain γ")
         ax.set_ylabel(f"mean alignment ({self.measure})")
         ax.legend(fontsize=8)
-        path = out / "steering_curve.png"
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        return [path]
+        from ..results import save_figure
+
+        return [save_figure(fig, out / "steering_curve.png")]
 
