@@ -124,7 +124,9 @@ def plot_collapse_cmd(
         results = [CollapseResult.load(r) for r in runs]
         fig = collapse_figure(results, labels=names, stat=stat)
         try:
-            write_file_atomically(target, lambda tmp: fig.savefig(tmp, dpi=130, format=fmt))
+            from steerformer.results import FIGURE_DPI  # the one figure resolution (atomic write needs savefig here)
+
+            write_file_atomically(target, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format=fmt))
         except OSError as exc:
             raise bad_argument("--out", str(out), f"a file that can be written ({exc.strerror or exc})",
                                "Pick a folder you have write permission for.") from None
