@@ -35,7 +35,7 @@ def test_baselines_average_over_the_numerical_rank_only() -> None:
     keep = np.abs(lam) > 1e-8 * np.abs(lam).max()
     assert keep.sum() == 4
     a, b = x0.reshape(-1, d).numpy(), x1.reshape(-1, d).numpy()
-    deltas, seen = [], []
+    deltas = []
     for j in np.flatnonzero(keep):
         if lam[j].imag < -1e-10:
             continue  # the partner of a pair already counted

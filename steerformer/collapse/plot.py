@@ -3,6 +3,7 @@ over prompts with a band between quantiles; several runs on one axes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -42,7 +43,7 @@ def collapse_figure(runs: Sequence, *, labels: Sequence[str] | None = None, stat
 DEFAULT_FIGURE = "collapse_runs.png"
 
 
-def figure_path(out) -> tuple["Path", str]:
+def figure_path(out) -> tuple[Path, str]:
     """(file to write, matplotlib format) for ``plot-collapse --out``: an existing folder gets
     :data:`DEFAULT_FIGURE` inside it; a name without suffix gets ``.png``; a suffix matplotlib
     cannot write is refused (before any run is read)."""

@@ -3,7 +3,6 @@ Object-oriented matplotlib only (no pyplot state)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np

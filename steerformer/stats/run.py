@@ -16,7 +16,7 @@ from .._text import csv_text
 from ..dynamics import run_dynamics
 from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError
-from ..loading import as_source
+from ..loading import ModelSource, as_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
