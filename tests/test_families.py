@@ -374,3 +374,40 @@ def test_models_command_lists_every_family() -> None:
     assert (rows["llama"]["heads"], rows["llama"]["positions"], rows["llama"]["norm"]) == ("grouped-query", "rotary", "rmsnorm")
     assert (rows["gpt_neox"]["residual"], rows["gpt_neox"]["qkv_layout"]) == ("parallel", "interleaved")
     assert rows["bert"]["residual"] == "post" and rows["gemma2"]["norm"] == "rmsnorm+1"
+
+
+# Grouped-query layers with a value bias: b_V is stored per KV head, the row a = wᵀV⁺ (or uᵀW_O) has
+# one block per query head. Found after the merge: ablation and lazy steering paired them wrongly.
+GQA_BIASED = ["falcon", "gpt_bigcode", "llama", "phi", "qwen2", "starcoder2"]
+
+
+def _raw_value_bias(model, family: str) -> torch.Tensor:
+    """b_V repeated per query head, built here from the stored module, not by the library."""
+    ad = get_adapter(model.config)
+    w = read_attention_weights(open_source(model), [ad.n_layers - 1], parts=("vo",))[ad.n_layers - 1]
+    H, G = ad.n_heads, ad.n_kv_heads
+    return w.b_V.repeat_interleave(H // G, dim=0).reshape(-1)  # heads of one KV head are consecutive
+
+
+@pytest.mark.parametrize("family", [f for f in GQA_BIASED if f in FAMILIES])
+def test_ablate_and_lazy_steer_on_grouped_query_layers_with_value_bias(tmp_path: Path, family: str) -> None:
+    from steerformer.steering import steer
+    from steerformer.steering.ablate import ablate
+    from steerformer.steering.lazy import steer_checkpoint
+
+    model = make_family_model(family)
+    ad = get_adapter(model.config)
+    u = torch.randn(ad.d_model, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    u = u / u.norm()
+    b = _raw_value_bias(model, family)
+    rec = ablate(model, u, layers=[ad.n_layers - 1], report=False)
+    e = rec.edits[0]
+    assert e.bias_coef == pytest.approx(float(e.a @ b), rel=1e-12, abs=1e-12)
+    from steerformer.steering import unsteer
+
+    unsteer(model)  # back to the original weights for the lazy path
+    model.save_pretrained(tmp_path / "orig")
+    lazy = steer_checkpoint(tmp_path / "orig", tmp_path / "lazy", u, gain=0.5, solve="exact", card=False)
+    mem = steer(model, u, gain=0.5, solve="exact", report=False)
+    assert lazy.edits[0].bias_coef == pytest.approx(mem.edits[0].bias_coef, rel=1e-12, abs=1e-12)
+    assert mem.edits[0].bias_coef == pytest.approx(float(mem.edits[0].a @ b), rel=1e-12, abs=1e-12)

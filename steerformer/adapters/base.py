@@ -101,6 +101,14 @@ class AttentionWeights:
         """W_V repeated to one entry per query head, (H, d_h, d) (a view when H_kv = H)."""
         return self.W_V if self.n_kv_heads == self.n_heads else self.W_V[self.kv_index()]
 
+    def value_bias_heads(self) -> torch.Tensor | None:
+        """b_V repeated to one block per query head and flattened, (H·d_h,) — the bias that pairs
+        with :meth:`value_matrix` (so a·b_V is defined for a row a of length H·d_h); None without one."""
+        if self.b_V is None:
+            return None
+        b = self.b_V if self.n_kv_heads == self.n_heads else self.b_V[self.kv_index()]
+        return b.reshape(-1)
+
     def grouped_output(self) -> torch.Tensor:
         """Σ_{h: g(h)=g} W_O[h] for each KV head g, (H_kv, d, d_h): the output weight F sees."""
         if self.n_kv_heads == self.n_heads:

@@ -88,18 +88,18 @@ def ablate(
         weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
         W_O, V = weights.output_matrix(), weights.value_matrix()
         a = u @ W_O  # a = uᵀW_O: ΔW_O = −s u uᵀW_O
-        b_V = weights.b_V
+        b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
         edits.append(Edit(module=adapter.output_weight_name(slot), layer=L, slot=slot, u=u.clone(), a=a, gain=-s,
                           kind="ablate", solve={"method": "ablate", "cond_V": None, "alpha": None, "fit_error": None},
                           w=None, w_eff=V.T @ a,
-                          bias_coef=None if b_V is None else float(a @ b_V.reshape(-1).to(torch.float64)),
+                          bias_coef=None if b_V is None else float(a @ b_V.to(torch.float64)),
                           transposed=transposed))
 
     held = probe = out_before = None
     if report:
         held = encode(model, heldout_prompts, tokenizer, held_out=True, name="heldout_prompts")
         probe = model_probe(model, adapter, min(by_slot.values()), held)
-        out_before = outputs(model, held)
+        out_before = outputs(model, held, tokenizer)
 
     if steering is None:
         steering = Steering()
@@ -118,7 +118,7 @@ def ablate(
         if report:
             rec_kw["alignment_model_before"] = float(mean_abs_cos(probe.final_before, u, probe.mask))
             rec_kw["alignment_model_after"] = probe.alignment(u)
-            out_after = outputs(model, held)
+            out_after = outputs(model, held, tokenizer)
             _check_finite_outputs(out_after, edits[0])
             rec_kw.update(price(out_before, out_after))
         first = edits[0]

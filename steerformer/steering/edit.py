@@ -207,10 +207,8 @@ def _steer(model, source, L, slot, u_target, dsource, w, *, target_alignment, st
         row = algebra.ridge_row(V, w, fit, held)
 
     transposed = _stores_transposed(adapter)
-    if b_V is not None:
-        # a has one block per query head; grouped-query layers store b_V per KV head: repeat it like V
-        b_rep = b_V if b_V.shape[0] == weights.n_heads else b_V[weights.kv_index()]
-        bias_coef = float(row.a.cpu() @ b_rep.reshape(-1).to(torch.float64).cpu())
+    if b_V is not None:  # a has one block per query head: b_V repeated like V (grouped-query layers)
+        bias_coef = float(row.a.cpu() @ weights.value_bias_heads().to(torch.float64).cpu())
 
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
         return edited_stored(param, u, row.a, g, transposed=transposed)

@@ -112,10 +112,10 @@ def steer_checkpoint(
     spec_before = top_summary(None, factors=weights.layer_factors())  # |λ1| for the strength (top eigenvalues only)
     abs_l1 = spec_before["abs_lambda1"]
     g = float(gain) if gain is not None else float(strength) * abs_l1
-    b_V = weights.b_V
+    b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
     edit = Edit(module=name, layer=L, slot=slot, u=u.clone(), a=row.a.clone(), gain=g, kind="steer",
                 solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
-                bias_coef=None if b_V is None else float(row.a @ b_V.reshape(-1).to(torch.float64)),
+                bias_coef=None if b_V is None else float(row.a @ b_V.to(torch.float64)),
                 transposed=_stores_transposed(adapter))
     del weights, V
 
