@@ -272,3 +272,21 @@ def test_kill_9_during_save_leaves_the_old_output_and_the_next_save_cleans_up(tm
     assert len(leftovers) == 1 and (leftovers[0] / "config.json").is_file()
     save_steered(steered, out, overwrite=True)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_peft_export_never_replaces_the_checkpoint_the_model_came_from(tmp_path) -> None:  # id: peft-out-is-input
+    # Found after the merge: save_steered(format="peft") skipped the input check that the checkpoint path has.
+    import torch
+
+    from steerformer.errors import SteerformerError
+    from steerformer.steering import load_for_steering, save_steered, steer
+    from tests.tiny_models import make_model
+
+    model = make_model("gpt2")
+    model.save_pretrained(tmp_path / "ckpt")
+    before = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    m = load_for_steering(tmp_path / "ckpt")
+    steer(m, torch.ones(m.config.n_embd, dtype=torch.float64), gain=0.5, solve="exact", report=False)
+    with pytest.raises(SteerformerError, match="input checkpoint"):
+        save_steered(m, tmp_path / "ckpt", overwrite=True, format="peft")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == before

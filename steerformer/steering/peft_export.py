@@ -116,6 +116,7 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
     from safetensors.torch import save_file
 
     from .edits import steering_of
+    from ..outputs import STEERED
     from .save import RECORD_FILE, SIDE_DIR, write_atomically
 
     tensors, ranks, fan_in_fan_out = lora_tensors(model)
@@ -144,4 +145,6 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
                 base=display_name(records[0].model_id), n=n, s="" if n == 1 else "s",
                 ranks="/".join(str(k) for k in sorted(set(ranks.values()))), cls=type(model).__name__, rows=rows))
 
-    return write_atomically(directory, fill, overwrite=overwrite)
+    # the adapter folder carries steerformer/record.json (a steer output); never the model's own folder
+    return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
+                            inputs=[getattr(model.config, "_name_or_path", None)])
