@@ -24,6 +24,26 @@ class OutFormat(str, Enum):
     peft = "peft"
 
 
+def _refuse_unused_by_lazy(cfg, **sources) -> None:
+    """--lazy reads only V and W_O of the edited layer (no forward pass): a flag it cannot honour is
+    refused by name, never dropped silently."""
+    import dataclasses
+
+    from steerformer.configs import SteerConfig
+    from steerformer.errors import bad_argument
+
+    used = {"gain", "strength", "layer", "solve", "mode", "progress"}
+    for f in dataclasses.fields(SteerConfig):
+        if f.name not in used and f.metadata.get("cli", True) and getattr(cfg, f.name) != f.default:
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise bad_argument(flag, getattr(cfg, f.name), "the default with --lazy (it edits the checkpoint on "
+                               "disk with no forward pass)", f"Drop {flag}, or steer without --lazy.")
+    for name, value in sources.items():
+        if value is not None:
+            raise bad_argument(f"--{name}", value, "--direction or --eigvec with --lazy (no forward pass)",
+                               "Give the direction as a .npy file, or steer without --lazy.")
+
+
 @app.command("steer")
 @config_options(SteerConfig)
 def steer_cmd(
@@ -73,6 +93,7 @@ def steer_cmd(
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
             if out_format != OutFormat.checkpoint or cfg.mode != "steer":
                 raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format/--mode")
+            _refuse_unused_by_lazy(cfg, token=token, text=text, positive=positive, negative=negative, pairs=pairs)
             rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, eigvec=eigvec,
                                    gain=cfg.gain, strength=cfg.strength, layer=cfg.layer, solve=cfg.solve, overwrite=overwrite)
             typer.echo(rec.summary())

@@ -126,3 +126,22 @@ def test_cli_lazy(tmp_path: Path) -> None:
     res = runner.invoke(app, ["steer", str(base), "--direction", str(tmp_path / "u.npy"), "--gain", "2", "--lazy",
                               "--out", str(tmp_path / "s2")])
     assert res.exit_code == 2 and "solve='min-norm'" in res.output
+
+
+@pytest.mark.parametrize("extra", [["--token", "the"], ["--compensate-bias"], ["--through-ffn"], ["--untie-last"],
+                                   ["--target-alignment", "0.5"]],
+                         ids=["lazy-token", "lazy-compensate-bias", "lazy-through-ffn", "lazy-untie-last",
+                              "lazy-target-alignment"])
+def test_cli_lazy_refuses_flags_it_cannot_honour(tmp_path: Path, extra: list) -> None:
+    # Found after the merge: these flags were dropped silently and a different edit was saved (exit 0).
+    import numpy as np
+    from steerformer_cli.main import app
+    from typer.testing import CliRunner
+
+    base = tmp_path / "base"
+    make_model("bert", dtype=torch.float32).save_pretrained(base)
+    np.save(tmp_path / "u.npy", _u().numpy())
+    res = CliRunner().invoke(app, ["steer", str(base), "--direction", str(tmp_path / "u.npy"), "--gain", "2",
+                                   "--solve", "exact", "--lazy", "--out", str(tmp_path / "s"), *extra])
+    assert res.exit_code == 2 and extra[0] in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
