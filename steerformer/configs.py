@@ -207,7 +207,12 @@ class SteerConfig(Config):
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
-        if self.mode != "steer":
+        if self.mode != "steer":  # ablation: W_O' = (I − s uuᵀ) W_O on the layers given by ``layers=``
+            for name, default in (("layer", -1), ("gain", None), ("strength", None)):
+                if getattr(self, name) != default:
+                    raise bad_argument(name, getattr(self, name), f"the default ({default}) with mode='ablate'",
+                                       "Ablation takes layers=[...] (CLI --ablate-layers; default all) and "
+                                       "scale= (--ablate-scale), not a layer or a gain.")
             return
         if self.solve not in SOLVES:
             raise bad_argument("solve", self.solve, f"one of {SOLVES}")

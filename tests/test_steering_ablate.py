@@ -118,3 +118,16 @@ def test_cli_ablate_all_layers(tmp_path: Path) -> None:
     assert "ablated layers [0, 1]" in res.output
     res = CliRunner().invoke(app, ["verify", str(tmp_path / "a")])
     assert res.exit_code == 0 and "FAIL" not in res.output, res.output
+
+
+@pytest.mark.parametrize("kw", [{"layer": 0}, {"gain": 2.0}, {"strength": 3.0}],
+                         ids=["ablate-layer", "ablate-gain", "ablate-strength"])
+def test_ablate_mode_refuses_steering_options(kw) -> None:
+    # Found after the merge: steer(mode="ablate", layer=0) ablated every layer and ignored gain/strength.
+    from steerformer.steering import steer
+
+    model = make_model("bert")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(InvalidArgumentError, match=next(iter(kw))):
+        steer(model, _u(), mode="ablate", report=False, **kw)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
