@@ -411,3 +411,29 @@ def test_ablate_and_lazy_steer_on_grouped_query_layers_with_value_bias(tmp_path:
     mem = steer(model, u, gain=0.5, solve="exact", report=False)
     assert lazy.edits[0].bias_coef == pytest.approx(mem.edits[0].bias_coef, rel=1e-12, abs=1e-12)
     assert mem.edits[0].bias_coef == pytest.approx(float(mem.edits[0].a @ b), rel=1e-12, abs=1e-12)
+
+
+def test_eigvec_direction_is_numbered_like_the_nonzero_spectrum() -> None:
+    # Found after the merge: on a layer of rank r < d, --eigvec K counted F's d − r null-space zeros
+    # (sitting between the positive and negative eigenvalues), so K pointed at rounding noise.
+    import numpy as np
+
+    from steerformer.steering.edit import resolve_direction
+
+    model = make_family_model("mistral")
+    ad = get_adapter(model.config)
+    L = ad.n_layers - 1
+    assert ad.n_kv_heads * ad.head_dim < ad.d_model  # the case this test is about
+    F = layer_matrices(model, [L]).matrices[0].numpy()
+    lam, vecs = np.linalg.eig(F)  # independent: numpy's eig, drop the null space, sort by real part
+    keep = np.abs(lam) > 1e-8 * np.abs(lam).max()
+    order = np.argsort(-lam[keep].real, kind="stable")
+    lam_nz, vec_nz = lam[keep][order], vecs[:, keep][:, order]
+    assert len(lam_nz) == ad.n_kv_heads * ad.head_dim
+    for k in (0, len(lam_nz) // 2, len(lam_nz) - 1):
+        u, src = resolve_direction(model, open_source(model), L, eigvec=k)
+        got = complex(*src.detail["eigenvalue"])
+        assert abs(got - lam_nz[k]) <= 1e-9 * abs(lam_nz[0])
+        if abs(lam_nz[k].imag) < 1e-12:  # a real eigenvector: u spans the same line
+            v = vec_nz[:, k].real
+            assert abs(float(u.numpy() @ v)) / np.linalg.norm(v) > 1 - 1e-6

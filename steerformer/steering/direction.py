@@ -106,17 +106,23 @@ def token_direction(model: Any, tokenizer: Any, token: str, d: int) -> tuple[tor
     return check_vector(row, d, name="token"), {"token": token, "token_id": int(ids[0]), "row": which}
 
 
-def eigvec_direction(F: torch.Tensor, k: int) -> tuple[torch.Tensor, dict]:
-    """The k-th right eigenvector of F (sorted by real part, descending); its real part when complex."""
-    from ..spectra import sorted_eig
+def eigvec_direction(F: torch.Tensor | None, k: int, *,
+                     factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, dict]:
+    """The k-th right eigenvector of F (sorted by real part, descending); its real part when complex.
 
-    d = F.shape[0]
-    if not isinstance(k, (int, np.integer)) or not 0 <= k < d:
-        raise bad_argument("eigvec", k, f"an eigenvector index in [0, {d - 1}] (0 = principal, by real part)")
-    vals, vecs = sorted_eig(F)
+    ``factors`` (A, B) with F = A·B: when the layer's rank r < d the eigenvectors are those of the
+    nonzero spectrum (the r × r problem, MATH.md §1b), numbered exactly as ``analyze`` reports them —
+    the d − r null-space directions of F are rounding noise and never a steering target."""
+    from ..spectra import layer_spectrum
+
+    vals, vecs, _ = layer_spectrum(F, factors=factors)
+    d, m = vecs.shape
+    if not isinstance(k, (int, np.integer)) or not 0 <= k < m:
+        raise bad_argument("eigvec", k, f"an eigenvector index in [0, {m - 1}] (0 = principal, by real part"
+                           + (f"; the layer has rank {m} < d = {d}" if m < d else "") + ")")
     v = vecs[:, int(k)]
-    is_complex = bool(v.imag.abs().max() > 1e-12)
-    return check_vector(v.real, d, name="eigvec"), {
+    is_complex = bool(v.imag.abs().max() > 1e-12) if v.is_complex() else False
+    return check_vector(v.real if v.is_complex() else v, d, name="eigvec"), {
         "index": int(k), "eigenvalue": [float(vals[k].real), float(vals[k].imag)],
         "part": "real part of a complex eigenvector" if is_complex else "real eigenvector"}
 

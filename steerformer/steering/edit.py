@@ -55,7 +55,7 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         return u, dirs.DirectionSource("token", info)
     if eigvec is not None:
         w = read_attention_weights(source, [layer], parts=("vo",), device="cpu")[layer]
-        u, info = dirs.eigvec_direction(w.layer_matrix(), eigvec)
+        u, info = dirs.eigvec_direction(None, eigvec, factors=w.layer_factors())  # numbered as analyze reports
         return u, dirs.DirectionSource("eigvec", {**info, "layer": layer})
     u, info = dirs.text_direction(model, tokenizer, text, d)
     return u, dirs.DirectionSource("text", info)
