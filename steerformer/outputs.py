@@ -47,7 +47,9 @@ UNSTEERED = OutputKind("unsteer", (".steerformer-unsteer.json", "steerformer/rec
 ANALYZE = OutputKind("analyze", ("report.json",))
 SIMULATE = OutputKind("simulate", ("result.json",))
 COLLAPSE = OutputKind("collapse", ("run.json", "collapse.npz", "collapse.json"))
-KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE)}
+#: a sweep in progress is marked by its plan, written before the first task runs
+SWEEP = OutputKind("sweep", ("sweep.json", "tasks/plan.json"))
+KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE, SWEEP)}
 
 _TMP, _OLD = ".tmp-", ".old-"
 

@@ -123,3 +123,48 @@ def test_sweep_statistics_columns_match_power_method_stats(checkpoints, tmp_path
     assert [float(r["P"]) for r in rows] == [r["P"] for r in ref]
     assert [float(r["delta_rho_mean"]) for r in rows] == pytest.approx([r["delta_rho_mean"] for r in ref], abs=1e-12)
     assert res.tasks_run == N_LAYERS + 1
+
+
+def test_sweep_reruns_a_task_whose_checkpoint_changed(tmp_path) -> None:
+    # Found after the merge: a finished task was reused for other weights saved into the same folder.
+    from steerformer.sweep import checkpoints_from, sweep
+
+    p = tmp_path / "ckpt"
+    torch.manual_seed(0)
+    GPT2LMHeadModel(gpt2_config(n_layer=1, n_embd=32, n_head=4)).save_pretrained(p)
+    first = sweep(checkpoints_from(models=str(p)), tmp_path / "out", plots=False)
+    torch.manual_seed(1)
+    m = GPT2LMHeadModel(gpt2_config(n_layer=1, n_embd=32, n_head=4))
+    m.save_pretrained(p)
+    again = sweep(checkpoints_from(models=str(p)), tmp_path / "out", plots=False)
+    assert first.tasks_run == 1 and again.tasks_run == 1 and again.tasks_reused == 0
+    d = m.config.n_embd
+    blk = m.transformer.h[0].attn
+    F = (blk.c_attn.weight.detach().double()[:, 2 * d:3 * d] @ blk.c_proj.weight.detach().double()).T.numpy()
+    ev = np.linalg.eigvals(F)
+    assert float(_rows(tmp_path / "out")[0]["lambda1_re"]) == pytest.approx(ev[np.argmax(ev.real)].real, rel=1e-9)
+
+
+@pytest.mark.parametrize("where", ["sweep-out-is-cwd", "sweep-out-is-input", "sweep-out-foreign-folder"])
+def test_sweep_output_folder_rules(checkpoints, tmp_path, monkeypatch, where) -> None:
+    from steerformer.errors import InvalidArgumentError
+    from steerformer.sweep import checkpoints_from, sweep
+
+    paths, _ = checkpoints
+    cks = checkpoints_from(models=paths[0])
+    if where == "sweep-out-is-cwd":
+        monkeypatch.chdir(tmp_path)
+        out = "."
+    elif where == "sweep-out-is-input":
+        out = paths[0]
+    else:
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "thesis.tex").write_text("x")
+        out = tmp_path / "mine"
+    before = sorted(p.name for p in (tmp_path.iterdir() if where != "sweep-out-is-input" else
+                                     __import__("pathlib").Path(paths[0]).iterdir()))
+    with pytest.raises(InvalidArgumentError, match="--out"):
+        sweep(cks, out, plots=False)
+    after = sorted(p.name for p in (tmp_path.iterdir() if where != "sweep-out-is-input" else
+                                    __import__("pathlib").Path(paths[0]).iterdir()))
+    assert after == before

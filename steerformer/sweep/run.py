@@ -194,6 +194,18 @@ class SweepResult:
         return written
 
 
+def _fingerprint(src: Any) -> dict:
+    """What identifies a checkpoint's weights: the Hub snapshot's commit, else (a local folder) the
+    name, size and modification time of every file in it — re-saving other weights into the same
+    folder changes it, so stale task results are never reused."""
+    if src.commit:
+        return {"commit": src.commit}
+    if src.path is None:
+        return {}
+    return {"files": sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns]
+                            for f in Path(src.path).iterdir() if f.is_file())}
+
+
 def _atomic_json(obj: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj))
@@ -279,8 +291,12 @@ def sweep(
         from ..stats.config import StatsConfig
 
         StatsConfig(**stats)  # checks the options before any work
+    from ..outputs import SWEEP, check_output_folder
+
     checkpoints = list(checkpoints)
-    out = Path(out_dir)
+    # our own earlier sweep resumes in place; anything else (the cwd, an input checkpoint, a foreign
+    # folder) is refused before any work
+    out = check_output_folder(out_dir, SWEEP, inputs=[c.model for c in checkpoints], incremental=True)
     store = out / "tasks"
     plan: list[tuple[Checkpoint, dict, Path]] = []
     meta: dict[str, dict] = {}
@@ -293,16 +309,20 @@ def sweep(
             top_k if isinstance(top_k, int) else (DEFAULT_TOP_K if ad.d_model > FULL_UP_TO else None))
         meta[c.key] = {**src.meta(), "config": ad.config_summary(), "layers_analyzed": ids, "top_k": k_eff,
                        "eig_dtype": dtype, "stats_options": stats}
+        weights = _fingerprint(src)  # a finished task is reused only for the very same weights
         seen: set[int] = set()
         for k in ids:
             if seq[k] in seen:
                 continue
             seen.add(seq[k])
             plan.append((c, {"kind": "spectrum", "model": c.model, "revision": c.revision, "layer": k,
-                             "top_k": k_eff, "dtype": dtype}, store / c.key / f"slot_{seq[k]:04d}.json"))
+                             "top_k": k_eff, "dtype": dtype, "weights": weights},
+                         store / c.key / f"slot_{seq[k]:04d}.json"))
         if stats is not None:
             plan.append((c, {"kind": "stats", "model": c.model, "revision": c.revision,
-                             "options": stats, "dtype": dtype}, store / c.key / "stats.json"))
+                             "options": stats, "dtype": dtype, "weights": weights}, store / c.key / "stats.json"))
+    store.mkdir(parents=True, exist_ok=True)
+    _atomic_json({"checkpoints": [dataclasses.asdict(c) for c in checkpoints]}, store / "plan.json")
     results: dict[Path, dict] = {}
     todo: list[dict] = []
     where: dict[int, Path] = {}
