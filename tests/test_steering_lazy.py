@@ -145,3 +145,16 @@ def test_cli_lazy_refuses_flags_it_cannot_honour(tmp_path: Path, extra: list) ->
                                    "--solve", "exact", "--lazy", "--out", str(tmp_path / "s"), *extra])
     assert res.exit_code == 2 and extra[0] in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+def test_lazy_never_writes_into_its_input_and_records_its_options(tmp_path: Path) -> None:  # id: lazy-out-is-input
+    # Found after the merge: steer_checkpoint(ckpt, ckpt, overwrite=True) was not checked against its input.
+    base = tmp_path / "base"
+    make_model("bert", dtype=torch.float32).save_pretrained(base)
+    before = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
+    with pytest.raises(InvalidArgumentError, match="input checkpoint"):
+        steer_checkpoint(base, base, _u(), gain=1.0, overwrite=True)
+    assert {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()} == before
+    rec = steer_checkpoint(base, tmp_path / "s", _u(), gain=1.0)
+    assert rec.config["gain"] == 1.0 and rec.config["solve"] == "exact"
+    assert json.loads((tmp_path / "s" / "steerformer" / "record.json").read_text())["records"][0]["config"]["gain"] == 1.0

@@ -149,6 +149,9 @@ def ablate(
             e.remove(model, check=False)
         steering._forget_unused()
         raise
+    from ..configs import SteerConfig
+
+    record.config = SteerConfig(mode="ablate", scale=scale, report=report).to_dict()  # as steer() records it
     steering.push(model, record)  # the edits are applied: push only appends
     setattr(model, STATE_ATTR, steering)
     return record

@@ -149,6 +149,10 @@ def steer_checkpoint(
         effective_strength=abs(g) * abs(float(w_eff @ u)) / abs_l1 if abs_l1 else None,
         bias_shift_norm=edit.bias_shift_norm, edits=[edit],
     )
+    from ..configs import SteerConfig
+
+    # the options this edit honoured (the rest keep their defaults: --lazy refuses them)
+    record.config = SteerConfig(gain=gain, strength=strength, layer=layer, solve=solve, report=False).to_dict()
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
     # The chain payload save_steered writes, with every tensor's sha256 streamed from the source
@@ -194,7 +198,9 @@ def steer_checkpoint(
         (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
         save_file({name: original}, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
 
-    write_atomically(out, fill, overwrite=overwrite)
+    from ..outputs import STEERED
+
+    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src])  # never into the input
     return record
 
 
