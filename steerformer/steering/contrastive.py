@@ -31,6 +31,7 @@ from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import select_layers
 from .direction import DirectionSource, check_vector, vector_hash
+from .measure import run_hooked
 from .prompts import encode
 
 METHODS = ("mean-diff", "pca")
@@ -127,17 +128,7 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
         calls: list[torch.Tensor] = []
         handles = [base.get_submodule(n).register_forward_hook(
             lambda m, a, o: calls.append((o[0] if isinstance(o, (tuple, list)) else o).detach())) for n in names]
-        try:
-            with torch.no_grad():
-                kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-                dev = next(base.parameters()).device
-                base(**{k: v.to(dev) for k, v in batch.inputs().items()}, **kw)
-        finally:
-            for h in handles:
-                h.remove()
-        if len(calls) != len(seq):
-            raise RuntimeError(f"expected {len(seq)} block calls, saw {len(calls)}: adapter.layer_block is wrong for "
-                               f"{type(model).__name__}")
+        run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
         h = calls[layer].to("cpu", torch.float64)  # (B, n, d)
         mask = batch.attention_mask.to(torch.float64)
         if token == "mean":

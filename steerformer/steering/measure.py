@@ -140,6 +140,23 @@ def _replace_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, 
     return args, {**kwargs, "hidden_states": h}
 
 
+def run_hooked(model: Any, batch: Any, handles: list, *, expected_calls: int, calls: list) -> None:
+    """One no-grad forward of the base model on ``batch`` (inputs on the model's device, no KV cache),
+    then remove the hooks in ``handles``; the hooks must have seen one call per execution layer."""
+    base = model.base_model
+    try:
+        with torch.no_grad():
+            kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+            dev = next(base.parameters()).device
+            base(**{k: v.to(dev) for k, v in batch.inputs().items()}, **kw)
+    finally:
+        for h in handles:
+            h.remove()
+    if len(calls) != expected_calls:
+        raise RuntimeError(f"expected {expected_calls} block calls, saw {len(calls)}: adapter.layer_block is wrong "
+                           f"for {type(model).__name__}")
+
+
 def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) -> ModelProbe:
     """One forward pass of ``model`` on ``batch`` recording every block's inputs and the edited
     layer's attention input."""
@@ -156,16 +173,7 @@ def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) ->
             lambda m, a, kw, n=name: calls.append((n, a, dict(kw))), with_kwargs=True))
     handles.append(base.get_submodule(adapter.slots()[slot]).register_forward_pre_hook(
         lambda m, a, kw: attn_calls.append((a[0] if a else kw["hidden_states"]).detach()), with_kwargs=True))
-    try:
-        with torch.no_grad():
-            kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-            base(**batch.inputs(), **kw)
-    finally:
-        for h in handles:
-            h.remove()
-    if len(calls) != len(seq):
-        raise RuntimeError(f"expected {len(seq)} block calls, saw {len(calls)}: adapter.layer_block is wrong for "
-                           f"{type(model).__name__}")
+    run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
     # The attention input of execution layer `layer` is the (layer - start)-th call of that slot.
     X = attn_calls[seq[:layer].count(slot)]
     mask = batch.attention_mask.to(torch.bool)
