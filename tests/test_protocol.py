@@ -18,9 +18,10 @@ def _result_types():
     from steerformer.stats import AlignmentStats, PowerMethodReport
 
     from steerformer.steering import SteeringRecord
+    from steerformer.sweep import SweepResult
 
     return [AnalysisReport, AlignmentStats, PowerMethodReport, CollapseResult, DecodeResult, SetupResult,
-            SteeringRecord]
+            SteeringRecord, SweepResult]
 
 
 @pytest.mark.parametrize("cls", _result_types(), ids=lambda c: c.__name__)
@@ -144,3 +145,14 @@ def test_steering_record_round_trip(tmp_path) -> None:
     _same(rec, back)
     assert back.summary() == rec.summary()
     assert torch.equal(back.edit.u, rec.edit.u) and torch.equal(back.edit.a, rec.edit.a)
+
+
+def test_sweep_result_round_trip(tmp_path) -> None:
+    from steerformer.sweep import SweepResult, checkpoints_from, sweep
+
+    make_model("gpt2-base").save_pretrained(tmp_path / "ckpt")
+    res = sweep(checkpoints_from(models=str(tmp_path / "ckpt")), tmp_path / "out", plots=True)
+    back = SweepResult.load(tmp_path / "out")
+    _same(res, back)
+    assert back.summary() == res.summary() and back.to_csv() == res.to_csv()
+    assert (tmp_path / "out" / "sweep.png").is_file()

@@ -143,9 +143,29 @@ class SweepResult:
         return csv_text(cols, ([r.get(c, "") for c in cols] for r in self.rows), path)
 
     def to_dict(self) -> dict:
+        """Plain data: the checkpoints, the executor, the task counts, every report and the rows."""
         return {"checkpoints": [dataclasses.asdict(c) | {"key": c.key} for c in self.checkpoints],
                 "executor": self.executor, "tasks_run": self.tasks_run, "tasks_reused": self.tasks_reused,
-                "reports": self.reports}
+                "reports": self.reports, "rows": self.rows}
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> "SweepResult":
+        """The sweep :meth:`save` wrote into ``out_dir`` (from its ``sweep.json``)."""
+        from ..results import read_json
+
+        doc = read_json(Path(out_dir) / "sweep.json")
+        cks = [Checkpoint(c["model"], c.get("revision")) for c in doc["checkpoints"]]
+        return cls(cks, doc["reports"], doc.get("rows", []), tasks_run=doc["tasks_run"],
+                   tasks_reused=doc["tasks_reused"], executor=doc["executor"], out_dir=Path(out_dir))
+
+    def summary(self) -> str:
+        """One line per checkpoint: its label and λ1 of each analysed layer."""
+        lines = [f"sweep of {len(self.checkpoints)} checkpoint(s), {self.executor} executor: "
+                 f"{self.tasks_run} task(s) run, {self.tasks_reused} reused"]
+        for c in self.checkpoints:
+            lam = [f"{r['lambda1_re']:.4g}" for r in self.rows if r["checkpoint"] == c.key and "lambda1_re" in r]
+            lines.append(f"  {c.label}: Re λ1 per layer {', '.join(lam)}")
+        return "\n".join(lines)
 
     def to_json(self, path: str | Path | None = None) -> str:
         return json_text(self.to_dict(), path)
@@ -176,21 +196,22 @@ class SweepResult:
         fig.tight_layout()
         return [save_figure(fig, Path(out_dir) / "sweep.png")]
 
-    def save(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
+        """One ``<checkpoint>/report.json`` each, ``sweep.csv``, ``sweep.json`` and ``sweep.png``;
+        returns the paths by role (``csv``, ``json``, ``<checkpoint>/report.json``, figure names)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        written = []
+        written: dict[str, Path] = {}
         for c in self.checkpoints:
             d = out / c.key
             d.mkdir(exist_ok=True)
-            rep = self.reports[c.key]
-            written.append(d / "report.json")
-            json_text(rep, written[-1])
-        written += [out / "sweep.csv", out / "sweep.json"]
-        self.to_csv(written[-2])
-        self.to_json(written[-1])
+            written[f"{c.key}/report.json"] = d / "report.json"
+            json_text(self.reports[c.key], d / "report.json")
+        written["csv"], written["json"] = out / "sweep.csv", out / "sweep.json"
+        self.to_csv(written["csv"])
+        self.to_json(written["json"])
         if plots:
-            written += self.plot(out)
+            written.update({p.name: p for p in self.plot(out)})
         return written
 
 
