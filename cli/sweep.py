@@ -43,8 +43,5 @@ def sweep_cmd(
                     dtype=eig_dtype, executor=executor, workers=workers, ray_address=ray_address,
                     stats={"n_prompts": n_prompts, "full_model": False, "cumulative": False} if stats else None,
                     plots=not no_plots)
-    typer.echo(f"{len(cks)} checkpoints, {res.tasks_run} tasks run, {res.tasks_reused} reused ({executor})")
-    for c in cks:
-        lam = [r["lambda1_re"] for r in res.rows if r["checkpoint"] == c.key]
-        typer.echo(f"  {c.label}: Re λ1 per layer " + " ".join(f"{x:.3g}" for x in lam))
+    typer.echo(res.summary())
     typer.echo(f"written to {out_dir}/ (sweep.csv, sweep.json, one report per checkpoint)")
