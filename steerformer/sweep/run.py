@@ -161,7 +161,7 @@ class SweepResult:
     def summary(self) -> str:
         """One line per checkpoint: its label and λ1 of each analysed layer."""
         lines = [f"sweep of {len(self.checkpoints)} checkpoint(s), {self.executor} executor: "
-                 f"{self.tasks_run} task(s) run, {self.tasks_reused} reused"]
+                 f"{self.tasks_run} tasks run, {self.tasks_reused} reused"]
         for c in self.checkpoints:
             lam = [f"{r['lambda1_re']:.4g}" for r in self.rows if r["checkpoint"] == c.key and "lambda1_re" in r]
             lines.append(f"  {c.label}: Re λ1 per layer {', '.join(lam)}")
