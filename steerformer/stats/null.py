@@ -27,8 +27,6 @@ from .directions import orthonormal_pair
 
 log = logging.getLogger(__name__)
 
-#: Default number of random draws.
-DEFAULT_DRAWS = 5
 _MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 _BIASES = ("b_Q", "b_K", "b_V", "b_O")
 

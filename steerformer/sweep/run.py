@@ -302,7 +302,9 @@ def sweep(
 
     if executor not in EXECUTORS:
         raise bad_argument("--executor", executor, f"one of {', '.join(EXECUTORS)}")
-    if dtype not in ("float64", "float32"):
+    from ..configs import EIG_DTYPES
+
+    if dtype not in EIG_DTYPES:
         raise bad_argument("--dtype", dtype, "float64 or float32")
     if not isinstance(workers, int) or workers < 1:
         raise bad_argument("--workers", workers, "an integer ≥ 1")
