@@ -13,7 +13,7 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -135,13 +135,8 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
             b, e = info["data_offsets"]
             f.seek(start + b)
             h = hashlib.sha256()
-            left = e - b
-            while left:
-                chunk = f.read(min(left, 16 << 20))
-                if not chunk:
-                    raise CheckpointError(f"{path}: truncated while reading tensor {key!r}")
+            for chunk in _chunks(f, e - b, f"{path}: truncated while reading tensor {key!r}"):
                 h.update(chunk)
-                left -= len(chunk)
             out[key] = h.hexdigest()
     return out
 
@@ -222,13 +217,19 @@ def _copy_range(f, g, offset: int, count: int) -> None:
         except OSError:  # filesystems without it (or across devices on old kernels): buffered copy
             g.seek(0, os.SEEK_END)
     f.seek(offset + done)
-    left = count - done
-    while left:
-        chunk = f.read(min(left, 16 << 20))
-        if not chunk:
-            raise CheckpointError(f"{f.name} is truncated")
+    for chunk in _chunks(f, count - done, f"{f.name} is truncated"):
         g.write(chunk)
-        left -= len(chunk)
+
+
+def _chunks(f, count: int, truncated: str) -> Iterator[bytes]:
+    """The next ``count`` bytes of ``f`` in chunks of at most 16 MiB (one buffer of memory); a file
+    that ends first is a :class:`CheckpointError` saying ``truncated``."""
+    while count:
+        chunk = f.read(min(count, 16 << 20))
+        if not chunk:
+            raise CheckpointError(truncated)
+        yield chunk
+        count -= len(chunk)
 
 
 # ---- the saved chain -----------------------------------------------------------------------------
