@@ -50,7 +50,7 @@ def timing(path: Path) -> dict:
     from steerformer.loading import load_model, open_source
     from steerformer.matrices import read_attention_weights
     from steerformer.steering import steer, unsteer
-    from steerformer.steering.spectrum import top_summary
+    from steerformer.steering.algebra import top_summary
 
     model = load_model(path)
     d = model.config.n_embd
@@ -91,7 +91,7 @@ LAZY_CHILD = r"""
 import sys, tempfile, torch
 sys.path.insert(0, sys.argv[2])
 from steerformer.loading import open_source
-from steerformer.steering.lazy import steer_checkpoint
+from steerformer.steering import steer_checkpoint
 source = open_source(sys.argv[1])  # config only
 floor = [l for l in open("/proc/self/status") if l.startswith("VmRSS:")][0].split()[1]
 print("__FLOOR__" + floor)

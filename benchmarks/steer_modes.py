@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from steerformer.loading import bundled_minilm_path, load_model  # noqa: E402
 from steerformer.steering import contrastive_direction, save_steered, steer, unsteer  # noqa: E402
-from steerformer.steering.prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES  # noqa: E402
+from steerformer.steering.measure import HELDOUT_SENTENCES, REFERENCE_SENTENCES  # noqa: E402
 
 MUSIC = [
     "The orchestra rehearsed the symphony all afternoon.", "She practiced the violin before the concert.",

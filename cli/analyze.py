@@ -63,7 +63,7 @@ def analyze_cmd(
         check_cheap_options(out=out_dir, kind="analyze", overwrite=True, inputs=[model], device=device)
         stats_cfg = StatsConfig(**options)
         if stats_cfg.prompts is not None and not (spectra_only or not stats_cfg.full_model):
-            from steerformer.stats.full_model import read_prompts_file
+            from steerformer.stats import read_prompts_file
 
             read_prompts_file(stats_cfg.prompts)  # a bad file is refused before the eigen-decompositions
         report = analyze(model, layers=parse_layers(layers), dtype=eig_dtype.value, device=device, revision=revision,

@@ -110,8 +110,7 @@ def plot_collapse_cmd(
     """
     stat = stat.value
     with user_errors():
-        from steerformer.collapse import CollapseResult, collapse_figure
-        from steerformer.collapse.plot import figure_path
+        from steerformer.collapse import CollapseResult, collapse_figure, figure_path
         from steerformer.errors import bad_argument
         from steerformer.outputs import write_file_atomically
 

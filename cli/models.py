@@ -15,7 +15,7 @@ def models(
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (README's table)."),
 ) -> None:
     """List the supported model families: head layout, positions, norm, residual, features."""
-    from steerformer.adapters.catalog import FEATURES, markdown_table, supported_families
+    from steerformer.adapters import FEATURES, markdown_table, supported_families
 
     fams = supported_families()
     if as_json:

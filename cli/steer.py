@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
+from steerformer.errors import bad_argument
 from steerformer_cli._common import check_cheap_options, config_options, user_errors
 from steerformer_cli.main import app
 
@@ -22,26 +23,6 @@ class OutFormat(str, Enum):
 
     checkpoint = "checkpoint"
     peft = "peft"
-
-
-def _refuse_unused_by_lazy(cfg, **sources) -> None:
-    """--lazy reads only V and W_O of the edited layer (no forward pass): a flag it cannot honour is
-    refused by name, never dropped silently."""
-    import dataclasses
-
-    from steerformer.configs import SteerConfig
-    from steerformer.errors import bad_argument
-
-    used = {"gain", "strength", "layer", "solve", "mode", "progress"}
-    for f in dataclasses.fields(SteerConfig):
-        if f.name not in used and f.metadata.get("cli", True) and getattr(cfg, f.name) != f.default:
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-            raise bad_argument(flag, getattr(cfg, f.name), "the default with --lazy (it edits the checkpoint on "
-                               "disk with no forward pass)", f"Drop {flag}, or steer without --lazy.")
-    for name, value in sources.items():
-        if value is not None:
-            raise bad_argument(f"--{name}", value, "--direction or --eigvec with --lazy (no forward pass)",
-                               "Give the direction as a .npy file, or steer without --lazy.")
 
 
 @app.command("steer")
@@ -78,24 +59,27 @@ def steer_cmd(
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
-    from steerformer.steering import load_for_steering, save_steered, steer
+    from steerformer.steering import contrastive_direction, load_for_steering, save_steered, steer, steer_checkpoint
     from steerformer.steering import push_to_hub as push
 
     with user_errors():
         cfg = SteerConfig(**options)
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
-        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model])
+        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model],
+                            device=device)
         if lazy:
-            from steerformer.steering.lazy import steer_checkpoint
-
             if out is None:
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
-            if out_format != OutFormat.checkpoint or cfg.mode != "steer":
-                raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format/--mode")
-            _refuse_unused_by_lazy(cfg, token=token, text=text, positive=positive, negative=negative, pairs=pairs)
-            rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, eigvec=eigvec,
-                                   gain=cfg.gain, strength=cfg.strength, layer=cfg.layer, solve=cfg.solve, overwrite=overwrite)
+            if out_format != OutFormat.checkpoint:
+                raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format")
+            for flag, value in (("--positive", positive), ("--negative", negative), ("--pairs", pairs)):
+                if value is not None:  # contrastive prompts need the model to run
+                    raise bad_argument(flag, value, "--direction or --eigvec with --lazy (no forward pass)",
+                                       "Give the direction as a .npy file, or steer without --lazy.")
+            # every other option --lazy cannot honour is refused by steer_checkpoint itself
+            rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
+                                   token=token, text=text, overwrite=overwrite)
             typer.echo(rec.summary())
             if record_json is not None:
                 rec.to_json(record_json)
@@ -107,8 +91,6 @@ def steer_cmd(
         m = load_for_steering(model, dtype=dt, device=dev)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:
-            from steerformer.steering.contrastive import contrastive_direction
-
             if direction is not None:
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.layer,
@@ -130,28 +112,10 @@ def steer_cmd(
 
 
 def _device_dtype(device: Optional[str], dtype: Optional[str]):
-    """(device, torch dtype) from --device / --dtype, checked before anything is loaded."""
-    import torch
-    from steerformer.collapse.run import DTYPES
-    from steerformer.errors import bad_argument
+    """(device, torch dtype) from --device / --dtype (the device is checked by check_cheap_options)."""
+    from steerformer.collapse import parse_dtype
 
-    dt = None
-    if dtype is not None:
-        key = dtype.lower().removeprefix("torch.")
-        if key not in DTYPES:
-            raise bad_argument("--dtype", dtype, f"one of {', '.join(sorted(DTYPES))}")
-        dt = DTYPES[key]
-    if device is not None:
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, ValueError):
-            raise bad_argument("--device", device, "a torch device such as cpu, cuda or cuda:1") from None
-        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-            raise bad_argument("--device", device, "an available device", "This torch build or machine has no such "
-                               "CUDA device; use --device cpu.")
-        if dev.type == "mps" and not torch.backends.mps.is_available():
-            raise bad_argument("--device", device, "an available device", "MPS is not available here; use --device cpu.")
-    return device, dt
+    return device, parse_dtype(dtype)
 
 
 @app.command("unsteer")
@@ -169,8 +133,6 @@ def unsteer_cmd(
 
     with user_errors():
         if last is not None and last < 1:
-            from steerformer.errors import bad_argument
-
             raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
         check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
         path = unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)

@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": ".errors", "InvalidArgumentError": ".errors", "ModelNotFoundError": ".errors",
     "NonFiniteStateError": ".errors", "SteerformerError": ".errors", "UnsupportedModelError": ".errors",
     # loading, matrices, spectra
-    "BUNDLED_MINILM": ".loading", "ModelSource": ".loading", "load_model": ".loading", "open_source": ".loading",
+    "BUNDLED_MINILM": ".loading", "ModelSource": ".loading", "open_source": ".loading",
     "LayerMatrices": ".matrices", "layer_matrices": ".matrices", "read_attention_weights": ".matrices",
     "Spectra": ".spectra", "spectra": ".spectra",
     # ODE module
@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "push_to_hub": ".steering", "save_steered": ".steering", "steer": ".steering",
     "steering_records": ".steering", "unsteer": ".steering", "unsteer_checkpoint": ".steering",
     "verify_checkpoint": ".steering",
+    # loading that re-attaches a steered checkpoint's chain (the source layer loads weights only)
+    "load_model": ".steering",
     # steering edits as values (issue 11): the Edit / Steering API and the context manager
     "Edit": ".steering", "Steering": ".steering", "steered": ".steering", "steering_of": ".steering",
     "ContrastiveDirection": ".steering", "contrastive_direction": ".steering",
@@ -105,7 +107,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
         UnsupportedModelError,
     )
-    from .loading import BUNDLED_MINILM, ModelSource, load_model, open_source
+    from .loading import BUNDLED_MINILM, ModelSource, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
     from .configs import CollapseConfig, SteerConfig
@@ -114,7 +116,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
-        ContrastiveDirection, Edit, Steering, SteeringRecord, contrastive_direction, is_steered, load_for_steering, push_to_hub, save_steered, steer, steered,
+        ContrastiveDirection, Edit, Steering, SteeringRecord, contrastive_direction, is_steered, load_for_steering, load_model, push_to_hub, save_steered, steer, steered,
         steering_of, steering_records, unsteer, unsteer_checkpoint, verify_checkpoint,
     )
     from .stats import (

@@ -104,7 +104,7 @@ def as_source(model: Any, *, revision: str | None = None) -> ModelSource:
 @renamed_parameters(model_or_path="model")
 def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
     """Resolve a model object, a local directory, the bundled MiniLM name or a Hub id."""
-    if _is_pretrained_model(model):
+    if is_pretrained_model(model):
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
         return ModelSource(config=model.config, adapter=get_adapter(model.config), model_id=_public_id(str(name)),
                            model=model)
@@ -114,7 +114,7 @@ def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
             "PreTrainedModel, a local checkpoint directory, or a Hugging Face Hub id such as 'gpt2'."
         )
     path, model_id, commit = resolve_checkpoint(str(model), revision=revision)
-    config = _load_config(path)
+    config = load_config(path)
     adapter = get_adapter(config)
     if not _safetensors_files(path):
         # Lazy extraction reads safetensors only; older checkpoints ship pickled .bin weights.
@@ -268,7 +268,7 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
             read_safetensors_header(confined_file(path, fname, what="the checkpoint"))
 
 
-def _load_config(path: Path):
+def load_config(path: Path):
     from transformers import AutoConfig
 
     try:
@@ -294,7 +294,7 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
         return tokenizer
     if isinstance(model, ModelSource):
         name = model.path or getattr(model.config, "_name_or_path", "")
-    elif _is_pretrained_model(model):
+    elif is_pretrained_model(model):
         name = getattr(model.config, "_name_or_path", "")
     else:
         name = model
@@ -317,12 +317,11 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
 
 @renamed_parameters(model_or_path="model")
 def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
-               device: str | None = None, auto_class: str = "AutoModel", steering: bool = True, **kwargs):
+               device: str | None = None, auto_class: str = "AutoModel", **kwargs):
     """Load a full transformers model (eager attention, eval mode) from anything :func:`open_source`
-    accepts; a model object is returned as it is. A checkpoint saved by steerformer's
-    ``save_steered`` comes back with its steering chain attached (``steering=False``: plain; a
-    chain that does not check out is a warning here, an error in ``load_for_steering``)."""
-    if _is_pretrained_model(model):
+    accepts; a model object is returned as it is. The weights only: ``steerformer.load_model``
+    (``steering.checkpoint.load_model``) also re-attaches the chain of a steered checkpoint."""
+    if is_pretrained_model(model):
         return model
     import transformers
 
@@ -339,15 +338,7 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
         net = cls.from_pretrained(str(path), **kw)
     if device is not None:
         net = net.to(device)
-    net = net.eval()
-    if steering and (Path(path) / "steerformer" / "record.json").is_file():
-        from .steering.save import attach_steering
-
-        try:
-            attach_steering(net, path)
-        except SteerformerError as exc:  # the weights are still usable; only the undo is not
-            log.warning("steering chain not attached (unsteer will not work on this model): %s", exc)
-    return net
+    return net.eval()
 
 
 @contextlib.contextmanager
@@ -414,7 +405,7 @@ def _dtype_kwarg() -> str:
     return "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
-def _is_pretrained_model(obj: Any) -> bool:
+def is_pretrained_model(obj: Any) -> bool:
     # No PreTrainedModel can exist before transformers.modeling_utils was imported, so a path or Hub
     # id never imports it here: that import (torch._dynamo, torch.distributed, scipy via the losses)
     # is ~150 MB of resident memory the lazy paths (layer_matrices, steer_checkpoint) do not need.
@@ -565,7 +556,7 @@ class SafetensorsReader:
             self._headers[fname] = read_safetensors_header(self._resolved[fname])
         return self._headers[fname]
 
-    def _full_key(self, key: str) -> str:
+    def full_key(self, key: str) -> str:
         # Head-class checkpoints store "transformer.h.0..." / "bert.encoder...", base ones do not.
         for cand in (key, f"{self.prefix}.{key}" if self.prefix else key):
             if cand in self.weight_map:
@@ -574,7 +565,7 @@ class SafetensorsReader:
                               f"{self.prefix!r}); is the config's model_type right for these weights?")
 
     def get(self, key: str) -> torch.Tensor:
-        full = self._full_key(key)
+        full = self.full_key(key)
         fname = self.weight_map[full]
         header, data_start = self._header(fname)
         info = header.get(full)

@@ -300,8 +300,8 @@ def test_analyze_cli_on_saved_checkpoint(tmp_path: Path, family: str) -> None:
 
 
 def test_masked_lm_price_uses_the_tokenizers_mask_id() -> None:
-    from steerformer.steering.price import mask_token_id, outputs
-    from steerformer.steering.prompts import PromptBatch
+    from steerformer.steering.measure import mask_token_id, outputs
+    from steerformer.prompts import PromptBatch
 
     model = make_family_model("roberta", head=True)
 
@@ -392,8 +392,8 @@ def _raw_value_bias(model, family: str) -> torch.Tensor:
 @pytest.mark.parametrize("family", [f for f in GQA_BIASED if f in FAMILIES])
 def test_ablate_and_lazy_steer_on_grouped_query_layers_with_value_bias(tmp_path: Path, family: str) -> None:
     from steerformer.steering import steer
-    from steerformer.steering.ablate import ablate
-    from steerformer.steering.lazy import steer_checkpoint
+    from steerformer.steering import ablate
+    from steerformer.steering import steer_checkpoint
 
     model = make_family_model(family)
     ad = get_adapter(model.config)
@@ -418,7 +418,7 @@ def test_eigvec_direction_is_numbered_like_the_nonzero_spectrum() -> None:
     # (sitting between the positive and negative eigenvalues), so K pointed at rounding noise.
     import numpy as np
 
-    from steerformer.steering.edit import resolve_direction
+    from steerformer.steering.directions import resolve_direction
 
     model = make_family_model("mistral")
     ad = get_adapter(model.config)

@@ -18,7 +18,7 @@ from transformers import BertModel
 
 from steerformer.errors import CheckpointError, SteerformerError
 from steerformer.steering import save_steered, steer, steering_of, unsteer_checkpoint, verify_checkpoint
-from steerformer.steering.save import METADATA_KEY, add_safetensors_metadata, read_safetensors_metadata
+from steerformer.steering.common import METADATA_KEY, add_safetensors_metadata, read_safetensors_metadata
 
 from .tiny_models import make_model
 
@@ -187,12 +187,12 @@ def test_verify_compares_the_metadata_copy(ckpt: Path) -> None:  # id: verify-me
 def test_verify_recomputes_the_edit_from_the_record(ckpt: Path) -> None:  # id: verify-edit-vector-changed
     """A consistent forgery of the record (hash recomputed, metadata copied) still fails: the edit
     replayed from the originals does not give the saved weights."""
-    from steerformer.steering.save import _payload_sha256
+    from steerformer.steering.common import payload_sha256
 
     path = ckpt / "steerformer" / "record.json"
     payload = json.loads(path.read_text())
     payload["records"][1]["edits"][0]["a"][0] += 1.0
-    payload["record_sha256"] = _payload_sha256(payload)
+    payload["record_sha256"] = payload_sha256(payload)
     path.write_text(json.dumps(payload, indent=1))
     add_safetensors_metadata(ckpt / "model.safetensors", {METADATA_KEY: json.dumps(payload, separators=(",", ":"))})
     res = verify_checkpoint(ckpt)

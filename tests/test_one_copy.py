@@ -40,7 +40,7 @@ def test_prompt_batch_pads_on_the_tokenizer_side() -> None:
 
 
 def test_steering_encode_leaves_the_tokenizer_unchanged() -> None:
-    from steerformer.steering.prompts import encode
+    from steerformer.steering.measure import encode
     from tests.tiny_models import make_model
 
     tok = _gpt2_like_tokenizer()

@@ -54,7 +54,7 @@ def test_lazy_paths_import_no_model_code():
         "steerformer.layer_matrices\n"
         "from steerformer.loading import open_source\n"
         "open_source('minilm')\n"
-        "import steerformer.steering.lazy\n"
+        "import steerformer.steering.checkpoint\n"
         "print(sorted(m for m in ('transformers.modeling_utils', 'matplotlib', 'scipy.optimize', 'torch._dynamo')"
         " if m in sys.modules))\n"
     )

@@ -12,7 +12,7 @@ import torch
 from steerformer import layer_matrices
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering import save_steered, steer, unsteer, verify_checkpoint
-from steerformer.steering.ablate import ablate
+from steerformer.steering import ablate
 
 from .tiny_models import make_model
 

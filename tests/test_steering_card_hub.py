@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 
 from steerformer.loading import bundled_minilm_path
 from steerformer.steering import load_for_steering, push_to_hub, save_steered, steer
-from steerformer.steering.card import display_name, edit_count_text, public_model_id
+from steerformer.steering.export import display_name, edit_count_text, public_model_id
 from steerformer.steering.hub import HubError
 
 from .hub_server import RecordingHub, SilentEndpoint, refused_url

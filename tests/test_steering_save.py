@@ -20,7 +20,7 @@ from steerformer.steering import (
     unsteer_checkpoint,
     verify_checkpoint,
 )
-from steerformer.steering.save import METADATA_KEY, read_safetensors_metadata
+from steerformer.steering.common import METADATA_KEY, read_safetensors_metadata
 
 from .hub_server import RecordingHub
 from .tiny_models import make_model

@@ -1,38 +1,15 @@
 """Architecture adapters, registered by ``config.model_type``.
 
 A Llama-like family is one ``Family(...)`` value in ``declared.py``; an architecture with a storage
-quirk is one new module with an :class:`Adapter` subclass plus one line here.
+quirk is one new module with an :class:`Adapter` subclass plus one entry in ``registry.py``.
 """
 
 from __future__ import annotations
 
-from ..errors import UnsupportedModelError
-from .albert import AlbertAdapter
 from .base import Adapter, AttentionWeights, MaskSpec
-from .bert import BertAdapter
-from .declared import DECLARED, DeclaredAdapter, Family
-from .gpt2 import GPT2Adapter
-from .gpt_neo import GPTNeoAdapter
-from .roberta import RobertaAdapter, XLMRobertaAdapter
+from .catalog import FEATURES, FamilyInfo, markdown_table, supported_families
+from .declared import DeclaredAdapter, Family
+from .registry import ADAPTERS, get_adapter
 
-#: The adapter class of each supported ``config.model_type``.
-ADAPTERS: dict[str, type[Adapter]] = {
-    cls.model_type: cls for cls in (GPT2Adapter, GPTNeoAdapter, BertAdapter, AlbertAdapter, RobertaAdapter, XLMRobertaAdapter,
-                                       *DECLARED)
-}
-
-
-def get_adapter(config) -> Adapter:
-    """The adapter for ``config.model_type``; an error listing the supported types otherwise."""
-    model_type = getattr(config, "model_type", None)
-    cls = ADAPTERS.get(model_type)
-    if cls is None:
-        raise UnsupportedModelError(
-            f"model_type={model_type!r} is not supported by steerformer; supported model types: "
-            f"{', '.join(sorted(ADAPTERS))}. Adding one is a Family(...) in steerformer/adapters/declared.py "
-            "(docs/adding-a-family.md)."
-        )
-    return cls(config)
-
-
-__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "DeclaredAdapter", "Family", "MaskSpec", "get_adapter"]
+__all__ = ["ADAPTERS", "FEATURES", "Adapter", "AttentionWeights", "DeclaredAdapter", "Family", "FamilyInfo", "MaskSpec",
+           "get_adapter", "markdown_table", "supported_families"]

@@ -56,10 +56,9 @@ def _heads(adapter) -> str:
 def supported_families() -> list[FamilyInfo]:
     """One entry per registered ``model_type``, sorted by name."""
     from transformers import CONFIG_MAPPING
-
-    from . import ADAPTERS
-
     from transformers.utils import logging as hf_logging
+
+    from .registry import ADAPTERS
 
     out = []
     verbosity = hf_logging.get_verbosity()
@@ -78,6 +77,7 @@ def supported_families() -> list[FamilyInfo]:
 
 
 def markdown_table(families: list[FamilyInfo] | None = None) -> str:
+    """The families (default every supported one) as a Markdown table (``steerformer models``)."""
     rows = ["| model_type | heads | positions | norm | residual | Q/K/V storage | features | note |",
             "|---|---|---|---|---|---|---|---|"]
     for f in families or supported_families():

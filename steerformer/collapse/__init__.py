@@ -6,7 +6,7 @@ from __future__ import annotations
 from .decode import DecodeResult, greedy_decode, load_causal_lm
 from .loop import LoopedModel
 from .metrics import consensus_stats
-from .plot import collapse_figure
+from .plot import collapse_figure, figure_path
 from .prompts import random_prompt_ids
 from .result import CollapseResult
 from ..loading import load_tokenizer
@@ -15,6 +15,6 @@ from .weights import pass_seed, reinitialize
 
 __all__ = [
     "CollapseResult", "DecodeResult", "LoopedModel", "NonFiniteStateError", "collapse", "collapse_figure",
-    "consensus_stats", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype", "pass_seed", "random_prompt_ids",
+    "consensus_stats", "figure_path", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype", "pass_seed", "random_prompt_ids",
     "reinitialize",
 ]

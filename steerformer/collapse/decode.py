@@ -117,11 +117,11 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
 @renamed_parameters(model_or_path="model")
 def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
-    from ..loading import _is_pretrained_model, load_model, open_source
+    from ..loading import is_pretrained_model, load_model, open_source
 
     if open_source(model).adapter.mask(0).kind == "full":
         return None  # an encoder: its LM head (if any) does not continue text
-    if _is_pretrained_model(model):
+    if is_pretrained_model(model):
         return model if model.get_output_embeddings() is not None else None
     try:
         return load_model(model, dtype=dtype, device=device, auto_class="AutoModelForCausalLM")

@@ -46,9 +46,9 @@ def parse_dtype(dtype: Any) -> torch.dtype | None:
 def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
     """The model to loop, in eval mode. A model object is copied before anything would change it
     (dtype, device, or weights when ``own``), so the caller's model is left as it was."""
-    from ..loading import _is_pretrained_model, load_model
+    from ..loading import is_pretrained_model, load_model
 
-    if not _is_pretrained_model(model_or_path):
+    if not is_pretrained_model(model_or_path):
         return load_model(model_or_path, dtype=dtype, device=device)
     model = model_or_path
     p = next(model.parameters())

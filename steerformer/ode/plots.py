@@ -116,3 +116,9 @@ def plot_bridge(r, out):
         _lines(r.times, {"mean ρ(x, v1)": r.series["rho_v1"].mean(1)}, "layer", "ρ",
                "bridge: alignment with v1(F)", out / "alignment.png"),
     ]
+
+
+#: The figures of each named setup, by name (``SetupResult.plot`` and ``SETUPS[name].draw``); a
+#: result under another name (a layer-matrix run) gets the bridge figures.
+FIGURES = {"5.1.1": plot_5_1_1, "5.1.2": plot_5_1_2, "5.1.3": plot_5_1_3, "fig13a": plot_fig13a,
+           "fig13b": plot_fig13b, "bridge": plot_bridge}

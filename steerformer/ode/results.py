@@ -86,11 +86,11 @@ class SetupResult:
 
     def plot(self, out_dir: str | pathlib.Path) -> list[pathlib.Path]:
         """Draw this setup's figures (PNG) into ``out_dir``; returns their paths."""
-        from .setups import plot_setup
+        from .plots import FIGURES, plot_bridge
 
         out = pathlib.Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        return plot_setup(self, out)
+        return FIGURES.get(self.setup, plot_bridge)(self, out)
 
 
 __all__ = ["SetupResult"]

@@ -30,8 +30,11 @@ class SetupSpec:
     kind: str  # "continuous" (t1 = time, dt = RK4 step) or "discrete" (t1 = steps, dt = τ)
     summary: str
     defaults: dict
-    #: draws the figures of a result of this setup into a folder; returns their paths
-    draw: Callable[[SetupResult, pathlib.Path], list[pathlib.Path]] = plots.plot_bridge
+
+    @property
+    def draw(self) -> Callable[[SetupResult, pathlib.Path], list[pathlib.Path]]:
+        """Draws the figures of a result of this setup into a folder; returns their paths."""
+        return plots.FIGURES.get(self.name, plots.plot_bridge)
 
     def plot(self, result: SetupResult, out_dir: pathlib.Path) -> list[pathlib.Path]:
         """This setup's figures of ``result`` (PNG files in ``out_dir``)."""
@@ -44,22 +47,22 @@ SETUPS: dict[str, SetupSpec] = {
     for s in [
         SetupSpec("5.1.1", ex.setup_5_1_1, "continuous",
                   "Thm 3.2: 10 tokens on S², 2 heads, full attention, P(t) = D(t)P'; tokens, ||P(t)||_F, V(t)",
-                  {"runs": 1, "t1": 10.0}, plots.plot_5_1_1),
+                  {"runs": 1, "t1": 10.0}),
         SetupSpec("5.1.2", ex.setup_5_1_2, "continuous",
                   "Thm 4.2: causal, 50 tokens on S^499, 2 heads; E for 100 runs (long: thousands of batched evaluations)",
-                  {"runs": 100, "t1": 200.0}, plots.plot_5_1_2),
+                  {"runs": 100, "t1": 200.0}),
         SetupSpec("5.1.3", ex.setup_5_1_3, "continuous",
                   "Thm 4.5: causal, 1 head, symmetric U; tokens → v; V1, V2",
-                  {"runs": 1, "t1": 60.0}, plots.plot_5_1_3),
+                  {"runs": 1, "t1": 60.0}),
         SetupSpec("fig13a", ex.setup_fig13a, "discrete",
                   "App. D Fig 13(a): single- vs 5-head map, consensus at v1 (d = 3, 10 tokens)",
-                  {"runs": 1, "t1": 60, "tau": 1.0}, plots.plot_fig13a),
+                  {"runs": 1, "t1": 60, "tau": 1.0}),
         SetupSpec("fig13b", ex.setup_fig13b, "discrete",
                   "App. D Fig 13(b): stable bipartite point; small perturbation returns, larger escapes",
-                  {"runs": 1, "t1": 1500, "tau": 0.9}, plots.plot_fig13b),
+                  {"runs": 1, "t1": 1500, "tau": 0.9}),
         SetupSpec("bridge", setup_bridge, "discrete",
                   "Map (3) driven by a layer matrix F (--model: a checkpoint's layer); E and ρ(x, v1)",
-                  {"runs": 100, "t1": 50, "tau": 1.0}, plots.plot_bridge),
+                  {"runs": 100, "t1": 50, "tau": 1.0}),
     ]
 }
 

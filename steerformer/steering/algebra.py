@@ -1,4 +1,7 @@
-"""The rank-1 steering algebra of MATH.md §5, on plain tensors (no model objects).
+"""The steering math on plain tensors (no model objects): the row a = wᵀV⁺, the edit ΔW_O = γ u a,
+the top of a layer's spectrum, and the choice of the gain from a target alignment.
+
+The rank-1 algebra (MATH.md §5):
 
     W_O' = W_O + γ u a,   a V = wᵀ   ⇒   F' = W_O' V = F + γ u wᵀ
 
@@ -19,11 +22,17 @@ All in float64; the caller casts the result back to the model's dtype.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import warnings
+from typing import Callable
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse.linalg
 import torch
+
+log = logging.getLogger(__name__)
 
 #: below this reciprocal condition number (1-norm estimate) V counts as singular: least squares.
 RCOND_LSTSQ = 1e-12
@@ -115,3 +124,115 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
 def delta_output(u: torch.Tensor, a: torch.Tensor, gain: float) -> torch.Tensor:
     """ΔW_O = γ u a, (d, d) in the canonical column convention (float64)."""
     return float(gain) * torch.outer(u.to(torch.float64), a.to(torch.float64))
+
+
+# ---- the top of the spectrum --------------------------------------------------------------------
+# Steering needs |λ1(F_L)| (to turn a strength into a gain) and reports λ1' and the gap after the
+# edit. ARPACK's implicitly restarted Arnoldi ('LR': largest real part — MATH.md §2 orders by real
+# part) gets them from a few dozen matrix-vector products; small matrices, or an Arnoldi run that
+# does not converge, fall back to the full ``eig``.
+
+
+def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
+                    factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
+    """The ``k`` eigenvalues of largest real part, sorted by real part (descending), complex128.
+
+    ``factors`` (A, B) with F = A·B (``AttentionWeights.layer_factors()``): when r < d the nonzero
+    eigenvalues come from the r × r matrix BA (MATH.md §1b); ``F`` may be None (then F = A·B when r ≥ d)."""
+    if factors is not None and factors[0].shape[1] < factors[0].shape[0]:
+        A = (factors[1].detach().to(torch.float64) @ factors[0].detach().to(torch.float64)).cpu().numpy()
+    elif F is None:
+        if factors is None:
+            raise TypeError("top_eigenvalues needs F or factors")
+        A = (factors[0].detach().to(torch.float64) @ factors[1].detach().to(torch.float64)).cpu().numpy()
+    else:
+        A = F.detach().to(torch.float64).cpu().numpy()
+    d = A.shape[0]
+    vals = None
+    if d > 32:
+        try:
+            v0 = np.ones(d) / np.sqrt(d)  # deterministic start
+            vals = scipy.sparse.linalg.eigs(A, k=min(k, d - 2), which="LR", v0=v0, return_eigenvectors=False,
+                                            maxiter=50 * d, tol=1e-10)
+        except scipy.sparse.linalg.ArpackNoConvergence:
+            log.info("ARPACK did not converge on a %dx%d matrix: full eig instead", d, d)
+    if vals is None:
+        vals = np.linalg.eigvals(A)
+    vals = np.asarray(vals, dtype=np.complex128)
+    return vals[np.argsort(-vals.real, kind="stable")][:k]
+
+
+def top_summary(F: torch.Tensor | None, *, factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """{"lambda1": [re, im], "lambda2": [re, im], "gap": Re λ1 − Re λ2} (λ2 after the pair when
+    λ1 is complex, as in MATH.md §2)."""
+    from ..spectra import spectral_summary
+
+    s = spectral_summary(top_eigenvalues(F, 4, factors=factors))
+    l1, l2 = s.lambda1, s.lambda2
+    return {"lambda1": [float(l1.real), float(l1.imag)], "lambda2": [float(l2.real), float(l2.imag)],
+            "gap": s.gap, "abs_lambda1": float(abs(l1))}
+
+
+# ---- the gain from a target alignment ----------------------------------------------------------
+# A log-grid scan, then bisection (pure: a curve in, a choice out). The alignment curve γ ↦ ρ(γ)
+# is monotone in practice (the tests check it on every family), but not provably so for every
+# token set; the scan therefore brackets the *first* grid point that reaches the target and
+# bisects only inside that bracket, so a dip elsewhere cannot mislead it.
+
+#: strengths s (γ = s·|λ1|) scanned: half-decades from 10⁻² to 10⁵.
+DEFAULT_GRID = tuple(10.0 ** (k / 2) for k in range(-4, 11))
+#: when the target is out of reach, stop at the smallest gain within this of the best alignment.
+PLATEAU_TOL = 0.005
+
+
+@dataclasses.dataclass
+class StrengthChoice:
+    gain: float
+    alignment: float
+    reached: bool
+    best_alignment: float
+    best_gain: float
+    curve: list[tuple[float, float]]  # every (gain, alignment) evaluated, sorted by gain
+    message: str
+
+
+def choose_gain(curve: Callable[[float], float], target: float, *, scale: float = 1.0,
+                grid: tuple[float, ...] = DEFAULT_GRID, rel_tol: float = 0.02, max_iter: int = 40) -> StrengthChoice:
+    """Smallest gain (to ``rel_tol`` relative) with ``curve(gain) >= target``; gains are
+    ``scale * grid``. Unreachable: the smallest gain within ``PLATEAU_TOL`` of the best reached."""
+    seen: dict[float, float] = {}
+
+    def f(g: float) -> float:
+        if g not in seen:
+            seen[g] = float(curve(g))
+        return seen[g]
+
+    gains: list[float] = []
+    values: list[float] = []
+    for s in grid:  # ascending; stop at the first gain that reaches the target
+        gains.append(scale * s)
+        values.append(f(gains[-1]))
+        if values[-1] >= target:
+            break
+    best_i = max(range(len(values)), key=values.__getitem__)
+    best_val, best_gain = values[best_i], gains[best_i]
+    reached = values[-1] >= target
+    goal = target if reached else best_val - PLATEAU_TOL
+    hi_i = next(i for i, v in enumerate(values) if v >= goal)
+    lo, hi = (gains[hi_i - 1], gains[hi_i]) if hi_i > 0 else (0.0, gains[0])
+    for _ in range(max_iter):
+        if hi - lo <= rel_tol * hi:
+            break
+        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
+        if f(mid) >= goal:
+            hi = mid
+        else:
+            lo = mid
+    value = f(hi)
+    if reached:
+        msg = f"target alignment {target:g} reached at gain {hi:.6g} (alignment {value:.4f})"
+    else:
+        msg = (f"target alignment {target:g} is out of reach: the best reached is {best_val:.4f} at gain "
+               f"{best_gain:.6g}; stopped at gain {hi:.6g} (alignment {value:.4f}, within {PLATEAU_TOL} of the best)")
+    return StrengthChoice(gain=hi, alignment=value, reached=reached, best_alignment=best_val, best_gain=best_gain,
+                          curve=sorted(seen.items()), message=msg)

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
+from .checkpoint import save_steered
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -74,8 +75,6 @@ def push_to_hub(model: Any, repo_id: str, *, private: bool = False, token: str |
             raise bad_argument("model", str(folder), "a checkpoint or adapter folder written by save_steered")
         with _timeout(timeout), _one_line(where, timeout, folder):
             return _upload(api, folder, repo_id, **opts)
-    from .save import save_steered
-
     with tempfile.TemporaryDirectory(prefix="steerformer-push-") as tmp:
         folder = save_steered(model, Path(tmp) / "model")
         with _timeout(timeout), _one_line(where, timeout, None):

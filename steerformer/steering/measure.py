@@ -1,6 +1,14 @@
-"""Where steering is measured: the paper's controlled dynamics and the real model's final states.
+"""Where and what steering measures, on the real model and on the paper's dynamics.
 
-Both reuse the states entering the edited layer and recompute only what the edit changes:
+* Prompts (``encode``): the reference and held-out sentences (seeded random ids for a model
+  without tokenizer), as model inputs on the model's device.
+* Probes: the controlled dynamics (MATH.md §3) and the real model's final states, re-run from a
+  cache so that only what an edit changes is recomputed (``dynamics_probe``, ``model_probe``).
+* Price: the KL divergence of the model's output distributions (``outputs``, ``price``).
+* FFN pre-compensation (``compensate``).
+* :class:`HeldOut`: the held-out measurements of one call, taken before the edit and compared after.
+
+Probes. Both reuse the states entering the edited layer and recompute only what the edit changes:
 
 * controlled dynamics (MATH.md §3): the layer's attention output is out₀ + γ u (a·z_i), z_i the
   concatenated head outputs, so the next state N(x + out₀ + γ c_i u) is closed-form in γ;
@@ -8,20 +16,127 @@ Both reuse the states entering the edited layer and recompute only what the edit
   cached forward pass (same masks and positional arguments), then the final norm. Only the edited
   layer's output weight differs between runs; for a weight-sharing model (ALBERT) the chain starts
   at the first layer that runs the shared weights.
+
+Price: the KL divergence of the model's output distributions before and after the edit.
+
+* LM head (``*ForCausalLM`` / ``*LMHeadModel``): next-token distributions at every real position.
+* Masked-LM head: every 4th real position (from the 2nd) is replaced by the tokenizer's mask
+  token and the distributions at those positions are compared (no mask token known: no KL).
+* Bare model without head (``BertModel``, MiniLM, ``GPT2Model``): there is no output distribution,
+  so steerformer uses the *embedding readout* softmax(h Eᵀ) with E the input embedding matrix —
+  the tied-unembedding / logit-lens view of the final states (``kl_kind="embedding-readout"``).
+  When the embedding width differs from the hidden width (ALBERT) no KL is reported (None).
+Every case also reports the mean cosine between the original and the steered final states.
+
+FFN pre-compensation (power-method paper, Section 5). Steering the attention output toward u
+does not put the layer's *output* on u: the FFN map and the affine LayerNorms that follow deform
+it (on MiniLM the final states saturate near |cos| ≈ 0.78 whatever the gain). Pre-compensation solves numerically for the direction u to steer the
+attention toward so that the real final states, FFN and norms included, align with the wanted u*:
+
+    max_u  mean_i |cos(h_i(u), u*)|,   h(u) = final states with W_O + γ u a,  ‖u‖ = 1
+
+by Adam on u (re-normalized each step) through a differentiable re-run of the cached blocks
+(``torch.func.functional_call``), starting at u = u*, at a fixed gain γ.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
-from ..adapters.base import Adapter, AttentionWeights
+from ..adapters.base import Adapter, AttentionWeights, split_output_heads
 from ..attention import attention_probs
 from ..dynamics import normalize, random_tokens, run_dynamics
+from ..errors import bad_argument
 from ..loading import ModelSource
-from .prompts import PromptBatch
+from ..matrices import read_attention_weights
+from ..prompts import PromptBatch
+from .common import non_finite
+
+
+# ---- prompts -------------------------------------------------------------------------------------
+REFERENCE_SENTENCES = (
+    "The cat sat quietly on the warm windowsill.",
+    "Interest rates rose again after the central bank meeting.",
+    "She played the violin at the concert last night.",
+    "The new vaccine was tested on thousands of volunteers.",
+    "Our team won the football match in the final minute.",
+    "He cooked pasta with tomatoes, garlic and fresh basil.",
+    "The spacecraft entered orbit around the red planet.",
+    "Heavy rain flooded several streets in the old town.",
+    "The novel tells the story of a family across three generations.",
+    "Engineers repaired the bridge before the winter storms.",
+    "The museum opened a new exhibition of modern sculpture.",
+    "Students prepared for their mathematics exam all week.",
+    "The old lighthouse still guides ships along the rocky coast.",
+    "Prices at the grocery store went up by ten percent this year.",
+    "A young chess player defeated the world champion in Oslo.",
+    "The hospital hired twenty new nurses for the night shift.",
+    "Volcanic ash closed the airport for three days.",
+    "My grandmother grows roses and tomatoes in her garden.",
+    "The orchestra rehearsed the symphony before the premiere.",
+    "Scientists discovered a new species of frog in the rainforest.",
+    "The city council voted to build a new public library.",
+    "He forgot his umbrella and walked home in the rain.",
+    "The startup released an app that translates sign language.",
+    "Wolves returned to the valley after a century of absence.",
+)
+
+HELDOUT_SENTENCES = (
+    "A small boat drifted slowly across the calm lake.",
+    "The company announced record profits for the quarter.",
+    "Children built a snowman in the park this morning.",
+    "The doctor recommended more sleep and less coffee.",
+    "A famous painter donated his works to the city.",
+    "The train to the coast was delayed by an hour.",
+    "Farmers expect a good harvest after the sunny summer.",
+    "The software update fixed several security problems.",
+)
+
+
+def model_device(model: Any) -> torch.device | None:
+    """Where the model's inputs go: the device of its first materialized parameter (None: CPU)."""
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return None
+
+
+def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool = False,
+           n_random: int = 8, n_tokens: int = 12, name: str = "prompts") -> PromptBatch:
+    """Prompts as model inputs, on the model's device: strings through the tokenizer, a (P, n) id
+    tensor as is, or the defaults (sentences with a tokenizer, seeded random ids without)."""
+    return _encode(model, prompts, tokenizer, held_out=held_out, n_random=n_random, n_tokens=n_tokens,
+                   name=name).to(model_device(model))
+
+
+def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool,
+            n_random: int, n_tokens: int, name: str) -> PromptBatch:
+    if isinstance(prompts, torch.Tensor):
+        if prompts.ndim != 2 or prompts.dtype not in (torch.int64, torch.int32):
+            raise bad_argument(name, f"tensor {tuple(prompts.shape)} {prompts.dtype}", "a (prompts, tokens) integer tensor of token ids")
+        vocab = int(model.config.vocab_size)
+        if prompts.numel() == 0 or int(prompts.min()) < 0 or int(prompts.max()) >= vocab:
+            shown = "empty" if prompts.numel() == 0 else f"ids in [{int(prompts.min())}, {int(prompts.max())}]"
+            raise bad_argument(name, f"tensor {tuple(prompts.shape)} with {shown}",
+                               f"a non-empty tensor of token ids in [0, {vocab - 1}] (vocab_size={vocab})")
+        return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long))
+    if prompts is None and tokenizer is None:
+        vocab = int(model.config.vocab_size)
+        g = torch.Generator().manual_seed(1 if held_out else 0)
+        ids = torch.randint(min(5, vocab - 1), vocab, (n_random, n_tokens), generator=g)
+        return PromptBatch(ids, torch.ones_like(ids))
+    if prompts is None:
+        prompts = HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES
+    if tokenizer is None:
+        raise bad_argument(name, list(prompts)[:2], "token ids (a tensor) when no tokenizer is known",
+                           "Pass tokenizer=... or a (prompts, tokens) id tensor.")
+    prompts = [str(p) for p in prompts]
+    if not prompts:
+        raise bad_argument(name, prompts, "at least one prompt")
+    return PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token
 
 
 def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -60,8 +175,6 @@ def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_to
     d = adapter.d_model
     seq = adapter.layer_sequence()
     x0 = random_tokens(n_prompts, n_tokens, d, seed=seed)
-    from ..matrices import read_attention_weights
-
     # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.
     weights = read_attention_weights(source, sorted(set(range(layer + 1))), device="cpu")
     if seq[layer] in seq[:layer]:
@@ -83,8 +196,6 @@ def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_to
 
 
 def _with_delta(w: AttentionWeights, delta: torch.Tensor) -> AttentionWeights:
-    from ..adapters.base import split_output_heads
-
     return dataclasses.replace(w, W_O=split_output_heads(w.output_matrix() + delta, w.n_heads))
 
 
@@ -182,3 +293,128 @@ def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) ->
     with torch.no_grad():
         probe.final_before = probe.final_states().to(torch.float64)
     return probe
+
+
+# ---- price ---------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Outputs:
+    """What the price compares: log-probabilities at the compared positions and final states."""
+
+    logp: torch.Tensor | None  # (N, vocab) float64
+    states: torch.Tensor  # (N, d) float64 final hidden states at real tokens
+    kind: str | None
+
+
+def head_kind(model: Any) -> str:
+    """"causal-lm", "masked-lm" or "bare"."""
+    if getattr(model, "base_model", model) is model or model.get_output_embeddings() is None:
+        return "bare"
+    name = type(model).__name__
+    return "masked-lm" if "MaskedLM" in name or "ForPreTraining" in name else "causal-lm"
+
+
+def mask_token_id(model: Any, tokenizer: Any = None) -> int | None:
+    """The real mask token id: the tokenizer's, else the config's; None when neither knows one
+    (no guessing: 103 is BERT's [MASK] but an ordinary token in RoBERTa's vocabulary)."""
+    for v in (getattr(tokenizer, "mask_token_id", None), getattr(model.config, "mask_token_id", None)):
+        if v is not None and 0 <= int(v) < int(model.config.vocab_size):
+            return int(v)
+    return None
+
+
+def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor]:
+    ids = batch.input_ids.clone()
+    sel = torch.zeros_like(ids, dtype=torch.bool)
+    sel[:, 1::4] = True
+    sel &= batch.attention_mask.to(torch.bool)
+    ids[sel] = int(mask_id)
+    return PromptBatch(ids, batch.attention_mask), sel
+
+
+def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
+    kind = head_kind(model)
+    real = batch.attention_mask.to(torch.bool)
+    with torch.no_grad():
+        if kind == "bare":
+            h = model(**batch.inputs(), output_hidden_states=False).last_hidden_state.to(torch.float64)
+            E = model.get_input_embeddings().weight.to(torch.float64)
+            logp = torch.log_softmax(h[real] @ E.T, -1) if E.shape[1] == h.shape[-1] else None
+            return Outputs(logp, h[real], "embedding-readout" if logp is not None else None)
+        mask_id = mask_token_id(model, tokenizer) if kind == "masked-lm" else None
+        if kind == "masked-lm" and mask_id is None:
+            out = model(**batch.inputs(), output_hidden_states=True)
+            return Outputs(None, out.hidden_states[-1][real].to(torch.float64), None)
+        if kind == "masked-lm":
+            b, sel = _masked(batch, mask_id)
+            out = model(**b.inputs(), output_hidden_states=True)
+            return Outputs(torch.log_softmax(out.logits[sel].to(torch.float64), -1),
+                           out.hidden_states[-1][real].to(torch.float64), "masked-token")
+        out = model(**batch.inputs(), output_hidden_states=True, use_cache=False)
+        return Outputs(torch.log_softmax(out.logits[real].to(torch.float64), -1),
+                       out.hidden_states[-1][real].to(torch.float64), "next-token")
+
+
+def price(before: Outputs, after: Outputs) -> dict:
+    """{"kl": mean KL(p_before ‖ p_after) in nats, "kl_kind", "state_cosine"}."""
+    kl = None
+    if before.logp is not None and after.logp is not None:
+        kl = float((before.logp.exp() * (before.logp - after.logp)).sum(-1).mean())
+    cos = torch.nn.functional.cosine_similarity(before.states, after.states, dim=-1).mean()
+    return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
+
+
+# ---- FFN pre-compensation ------------------------------------------------------------------------
+def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+               *, steps: int = 60, lr: float = 0.05,
+               on_step: Callable[[float], None] | None = None) -> tuple[torch.Tensor, list[float]]:
+    """Direction u (unit, float64) whose edit best aligns the final states with ``target``.
+
+    ``stored_for(u)`` gives the replaced parameters (differentiable in u) for the fixed gain.
+    Returns u and the alignment history (one value per step, the first at u = target)."""
+    u = target.detach().clone().to(torch.float64).requires_grad_(True)
+    opt = torch.optim.Adam([u], lr=lr)
+    history: list[float] = []
+    best = (-1.0, target.detach().clone())
+    for _ in range(steps):
+        unit = u / u.norm()
+        h = probe.final_states(stored_for(unit))
+        score = mean_abs_cos(h, target, probe.mask)
+        val = float(score.detach())
+        history.append(val)
+        if on_step is not None:
+            on_step(val)
+        if val > best[0]:
+            best = (val, unit.detach().clone())
+        opt.zero_grad()
+        (-score).backward()
+        opt.step()
+    return best[1], history
+
+
+# ---- the held-out measurements of one call -------------------------------------------------------
+@dataclasses.dataclass
+class HeldOut:
+    """The real model on the held-out prompts, measured before an edit (:meth:`before`) and
+    compared after it (:meth:`after`): alignment of the final states with the target and the price."""
+
+    batch: PromptBatch
+    probe: ModelProbe
+    outputs_before: Outputs
+    tokenizer: Any = None
+
+    @classmethod
+    def before(cls, model: Any, adapter: Adapter, layer: int, prompts: Any, tokenizer: Any) -> "HeldOut":
+        """Measure the unedited model (``layer``: the first edited execution layer)."""
+        batch = encode(model, prompts, tokenizer, held_out=True, name="heldout_prompts")
+        return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer), tokenizer)
+
+    def after(self, model: Any, target: torch.Tensor, gain: float) -> dict:
+        """Record fields of the edited model: ``alignment_model_before``/``_after`` (mean |cos| of the
+        final states with ``target``), ``kl``, ``kl_kind``, ``state_cosine``. Non-finite outputs
+        are the non-finite error (log-probabilities may be -inf, a probability that underflowed,
+        never NaN)."""
+        out = outputs(model, self.batch, self.tokenizer)
+        if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
+            raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
+        return {"alignment_model_before": float(mean_abs_cos(self.probe.final_before, target, self.probe.mask)),
+                "alignment_model_after": self.probe.alignment(target), **price(self.outputs_before, out)}

@@ -1,13 +1,21 @@
-"""The provenance of one edit: enough to explain it, verify it and undo it."""
+"""The provenance of one steering call: :class:`SteeringRecord`, enough to explain it, verify it and
+undo it, and :func:`build_record`, the one place a record is filled (``steer``, ``ablate`` and the
+lazy checkpoint edit all call it)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
+import math
 from pathlib import Path
+from typing import Any, Sequence
 
-from .edits import Edit
+import torch
+
+from .. import __version__
+from .common import cosine, non_finite, tensor_sha256, vector_hash
+from .edit import Edit
 
 RECORD_FORMAT = "steerformer.steering/2"
 
@@ -116,7 +124,7 @@ class SteeringRecord:
         """A few human-readable lines (the CLI prints them)."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
-        if self.solve.get("method") == "ablate":  # one edit per ablated weight (ablate.py)
+        if self.solve.get("method") == "ablate":  # one edit per ablated weight (``ablate``)
             lines = [f"ablated layers {self.layers_changed} ({len(self.edits)} weight(s)): W_O' = (I - {-self.gain:g} uu^T) W_O",
                      f"alignment, real model final states: {f(self.alignment_model_before)} -> "
                      f"{f(self.alignment_model_after)}",
@@ -166,3 +174,76 @@ class SteeringRecord:
 
         return [save_figure(fig, out / "steering_curve.png")]
 
+
+#: the measurements a call may report (``None`` when not measured), by record field
+MEASURED = ("alignment_dynamics_before", "alignment_dynamics_after", "alignment_model_before",
+            "alignment_model_after", "spectrum_after", "kl", "kl_kind", "state_cosine")
+#: record fields that must be finite when present (else the call is refused: nothing is kept)
+FINITE = ("gain", "strength", "weight_change", "alignment_dynamics_after", "alignment_model_after", "kl",
+          "state_cosine", "w_eff_cos", "effective_strength", "bias_shift_norm")
+
+
+def relative_change(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """‖W − W₀‖_F / ‖W₀‖_F over the (edited, original) stored weights of ``pairs``, in float64."""
+    num = den = 0.0
+    for new, old in pairs:
+        old = old.detach().to(device=new.device, dtype=torch.float64)
+        num += float(torch.linalg.norm(new.detach().to(torch.float64) - old)) ** 2
+        den += float(torch.linalg.norm(old)) ** 2
+    return math.sqrt(num / den) if den > 0 else 0.0
+
+
+def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tensor],
+                 weights: dict[str, torch.Tensor], *, direction_source: dict, target: torch.Tensor | None = None,
+                 untied: bool = False, abs_lambda1: float | None = None, spectrum_before: dict | None = None,
+                 choice: Any = None, measure: str | None = None, target_alignment: float | None = None,
+                 message: str = "", measured: dict | None = None, through_ffn: dict | None = None,
+                 heldout_prompts: Any = None, config: dict | None = None) -> SteeringRecord:
+    """The record of one call that made ``edits`` (applied, or with their hashes set) on the model
+    opened as ``source``. ``originals``: the true original of each edited weight; ``weights``: the
+    edited weights as stored now. ``target``: u* the alignment is measured against (default the
+    edit's u); ``abs_lambda1``: |λ1(F_layer)| (gives the strength); ``choice``: the gain search's
+    :class:`~steerformer.steering.algebra.StrengthChoice`; ``measured``: fields of ``MEASURED``.
+    Refuses (the non-finite error) a record with a NaN/inf value."""
+    first = edits[0]
+    u = first.u.to(torch.float64)
+    target = u if target is None else target.to(torch.float64)
+    w = u if first.w is None else first.w.to(torch.float64)  # ablation writes along u itself
+    steer = first.kind == "steer"
+    slots = {e.slot for e in edits}
+    adapter = source.adapter
+    measured = {k: None for k in MEASURED} | dict(measured or {})
+    record = SteeringRecord(
+        model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type,
+        layer=first.layer, slot=first.slot, module=first.module,
+        layers_changed=[k for k, s in enumerate(adapter.layer_sequence()) if s in slots], untied=bool(untied),
+        dtype=first.dtype,
+        direction=u.tolist(), direction_sha256=vector_hash(u), direction_source=direction_source,
+        target=target.tolist(), left=w.tolist(), left_sha256=vector_hash(w),
+        gain=float(first.gain), strength=float(first.gain) / abs_lambda1 if abs_lambda1 else None,
+        solve=dict(first.solve),
+        measure=measure if choice is not None else None,
+        target_alignment=float(target_alignment) if choice is not None else None,
+        target_reached=choice.reached if choice is not None else None,
+        message=choice.message if choice is not None else message,
+        curve=[list(p) for p in choice.curve] if choice is not None else [],
+        weight_change=relative_change([(weights[e.module], originals[e.module]) for e in edits]),
+        spectrum_before=spectrum_before, through_ffn=through_ffn,
+        original_sha256=tensor_sha256(originals[first.module]), steered_sha256=first.after_sha256,
+        steerformer_version=__version__,
+        heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
+        else [str(p) for p in heldout_prompts],
+        custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
+        w_eff_cos=cosine(first.w_eff, w) if steer else None,
+        effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
+        if steer and abs_lambda1 else None,
+        bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
+        edits=list(edits), config=config, **measured,
+    )
+    for n in FINITE:
+        v = getattr(record, n)
+        if v is not None and not math.isfinite(float(v)):
+            raise non_finite(f"record.{n} = {v}", "record values")
+    if record.spectrum_after is not None and not all(math.isfinite(float(x)) for x in record.spectrum_after["lambda1"]):
+        raise non_finite("record.spectrum_after", "record values")
+    return record

@@ -1,0 +1,448 @@
+"""A steered model on disk: write it (:func:`save_steered`, and :func:`steer_checkpoint` for a
+checkpoint edited without loading it), read it back with its chain (:func:`load_model`,
+:func:`load_for_steering`, :func:`read_chain`) and undo it (:func:`unsteer_checkpoint`).
+Verification is ``verify.py``.
+
+Layout written by :func:`save_steered` (atomic: a temporary sibling folder moved into place):
+
+    config.json, model.safetensors ...   what ``save_pretrained`` writes; ``AutoModel`` loads it
+                                          (safetensors metadata key ``steerformer`` holds the records)
+    tokenizer files                       when the tokenizer is known
+    modules.json, 1_Pooling/ ...          a sentence-transformers model's module stack (``export.py``)
+    README.md                             model card (template ``model_cards/steered.md``)
+    steerformer/record.json               the chain: every SteeringRecord (with its Edits) in order,
+                                          ALBERT untie info, sha256 of every saved tensor (and its
+                                          dtype/shape), of every other file and of each original,
+                                          and ``record_sha256`` (of this payload)
+    steerformer/original.safetensors      the TRUE original of every edited weight (bit-exact undo;
+                                          steering a steered checkpoint keeps them, not its weights)
+
+Loading a steered folder with ``steerformer.load_model`` / ``load_for_steering`` re-attaches the
+chain (the originals are put in and every edit is replayed, checking each recorded hash, ending on
+the loaded bytes), so ``unsteer(model)`` works after a reload.
+
+Steering a checkpoint that does not fit in memory (:func:`steer_checkpoint`, ``steer CKPT --lazy``).
+With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass:
+
+    W_O' = W_O + γ u a,   a = wᵀV⁻¹    (MATH.md §5; least squares when V is singular)
+
+so only V and W_O of the edited layer are read, with the project's lazy safetensors reader. The new
+checkpoint is written next to the old one without ever building the model: every file is copied
+byte for byte (kernel-side copies), except the model shards, which get a new header (the same
+tensors and offsets plus the chain's metadata copy) followed by their data streamed unchanged,
+except the edited tensor's bytes (same dtype and shape, so same size); plus the provenance
+``save_steered`` writes, so ``verify`` and ``unsteer`` work on it as on any steered checkpoint.
+Peak memory is the imports plus a few d×d float64 matrices, whatever the checkpoint's size; the
+stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain=...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..configs import SteerConfig, renamed_parameters, with_options
+from ..errors import CheckpointError, SteerformerError, bad_argument
+from ..loading import (
+    SafetensorsReader, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
+)
+from ..loading import load_model as load_weights
+from ..matrices import read_attention_weights, select_layers
+from ..outputs import STEERED, UNSTEERED, write_atomically
+from . import algebra
+from .chain import Steering, replay, steering_of, unsteer
+from .common import (
+    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, chain_payload, model_files,
+    rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
+)
+from .directions import check_vector, resolve_direction
+from .edit import Edit
+from .export import (
+    MODULES_FILE, as_sentence_transformer, copy_module_stack, inner_model, model_card, save_peft_adapter,
+    source_folder,
+)
+from .record import SteeringRecord, build_record
+
+log = logging.getLogger(__name__)
+
+
+# ---- write ---------------------------------------------------------------------------------------
+def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
+                 card: bool = True, format: str = "checkpoint") -> Path:
+    """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
+    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
+    ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``export.py``)."""
+    st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
+    if st_model is not None:
+        model = inner_model(st_model)
+    if format == "peft":  # the edits alone, as a LoRA adapter (MATH.md §5c)
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card)
+    if format != "checkpoint":
+        raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
+    steering = steering_of(model)
+    if steering is None:
+        raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
+                           "Steer it first, or save it with model.save_pretrained(...).")
+    tok = load_tokenizer(model, tokenizer)
+    originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
+
+    def fill(tmp: Path) -> None:
+        if st_model is not None:
+            st_model.save(str(tmp), create_model_card=False)
+        else:
+            model.save_pretrained(str(tmp))
+            copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
+        if tok is not None:
+            tok.save_pretrained(str(tmp))
+        if card:
+            model_card(steering.records, untie=steering.untie, model=model, base_folder=source_folder(model),
+                       sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
+        payload = chain_payload(steering.to_dict(), {k: tensor_sha256(v) for k, v in originals.items()},
+                                model_files(tmp), tmp)
+        write_chain(tmp, payload, originals)
+        compact = json.dumps(payload, separators=(",", ":"))
+        for st in model_files(tmp):
+            add_safetensors_metadata(st, {METADATA_KEY: compact})
+
+    return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
+                            inputs=[getattr(model.config, "_name_or_path", None)])
+
+
+# ---- read ----------------------------------------------------------------------------------------
+_REQUIRED = [f.name for f in dataclasses.fields(SteeringRecord)
+             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def read_payload(directory: str | os.PathLike) -> dict:
+    """The JSON of ``steerformer/record.json`` (a :class:`CheckpointError` when it is missing or
+    has no records)."""
+    d = Path(directory)
+    path = d / SIDE_DIR / RECORD_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{d} is not a steered checkpoint: {SIDE_DIR}/{RECORD_FILE} is missing "
+                              "(it was not written by steerformer's save_steered).")
+    try:
+        payload = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: broken provenance, not JSON ({exc})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+        raise CheckpointError(f"{path}: broken provenance, no 'records' list")
+    if not payload["records"]:
+        raise CheckpointError(f"{path}: broken provenance, 'records' is empty (no edit to undo or verify)")
+    return payload
+
+
+def records_of(payload: dict, where: Path) -> list[SteeringRecord]:
+    """The records of a chain payload, each with at least one edit (else broken provenance)."""
+    out = []
+    for i, r in enumerate(payload["records"]):
+        if not isinstance(r, dict):
+            raise CheckpointError(f"{where}: broken provenance, records[{i}] is not an object")
+        missing = [k for k in _REQUIRED if k not in r]
+        if missing:
+            raise CheckpointError(f"{where}: broken provenance, records[{i}] is missing field {missing[0]!r}")
+        try:
+            rec = SteeringRecord.from_dict(r)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: broken provenance, records[{i}] has a bad edit ({exc})") from None
+        if not rec.edits:
+            raise CheckpointError(f"{where}: broken provenance, records[{i}] holds no edit")
+        out.append(rec)
+    return out
+
+
+def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
+    """name -> sha256 the original must have, from the records (first edit of each weight)."""
+    named: dict[str, str] = {}
+    for e in (e for r in records for e in r.edits):
+        named.setdefault(e.module, e.before_sha256)
+        if e.compensate_bias and e.bias_module:
+            named.setdefault(e.bias_module, e.bias_before_sha256 or "")
+    return named
+
+
+def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of ``steerformer/original.safetensors`` (a :class:`CheckpointError` when missing
+    or unreadable)."""
+    from safetensors.torch import load_file
+
+    path = Path(directory) / SIDE_DIR / ORIGINAL_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the original weights cannot be restored.")
+    safetensors_header(path)  # truncation / corruption: one clear line
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors' own errors
+        raise CheckpointError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+
+
+def check_originals(records: list[SteeringRecord], originals: dict[str, torch.Tensor], where: Path) -> list[str]:
+    """Problems with the originals (empty when they hold exactly the tensors the records name, each
+    with the recorded hash)."""
+    named = named_originals(records)
+    problems = [f"{where}: original.safetensors holds {k!r}, which no record names" for k in originals if k not in named]
+    problems += [f"{where}: original.safetensors lacks {k!r}, named by the records" for k in named if k not in originals]
+    problems += [f"{where}: original {k!r} does not match its recorded sha256 (changed or corrupt)"
+                 for k, h in named.items() if k in originals and tensor_sha256(originals[k]) != h]
+    return problems
+
+
+def read_chain(directory: str | os.PathLike, *, check: bool = True) -> Steering:
+    """The :class:`Steering` saved in ``directory`` (records with their edits, the true originals,
+    untie info). ``check``: the originals must be exactly the tensors the records name, each with
+    the recorded hash (else a :class:`CheckpointError` naming the tensor)."""
+    d = Path(directory)
+    payload = read_payload(d)
+    records = records_of(payload, d / SIDE_DIR / RECORD_FILE)
+    originals = load_originals(d)
+    if check:
+        problems = check_originals(records, originals, d)
+        if problems:
+            raise CheckpointError(problems[0])
+    return Steering(records=records, originals=originals, untie=payload.get("untie"))
+
+
+def read_steering(directory: str | os.PathLike) -> tuple[list[SteeringRecord], dict | None, dict[str, torch.Tensor]]:
+    """(records, untie info, original weights) of a checkpoint written by :func:`save_steered`."""
+    s = read_chain(directory)
+    return s.records, s.untie, s.originals
+
+
+def check_modules(model: Any, names: Any, where: Any) -> None:
+    """Every weight the records name is a parameter of ``model`` (else broken provenance)."""
+    for name in names:
+        try:
+            model.base_model.get_parameter(name)
+        except AttributeError:
+            raise CheckpointError(f"{where}: broken provenance, the records name module {name!r}, which "
+                                  f"{type(model).__name__} does not have") from None
+
+
+def attach_steering(model: Any, directory: str | os.PathLike) -> Any:
+    """Re-attach the chain saved in ``directory`` to ``model`` (loaded from it): see module doc."""
+    steering = read_chain(directory)
+    check_modules(model, steering.originals, directory)
+    try:
+        replay(model, steering)
+    except SteerformerError as exc:
+        raise CheckpointError(f"{directory}: {exc}") from None
+    return model
+
+
+def is_steered_folder(path: str | os.PathLike) -> bool:
+    return (Path(path) / SIDE_DIR / RECORD_FILE).is_file()
+
+
+def auto_class(path: Path) -> str:
+    """The checkpoint's own head class (``config.architectures``) when transformers has it."""
+    import transformers
+
+    arch = (getattr(load_config(path), "architectures", None) or ["AutoModel"])[0]
+    return arch if hasattr(transformers, arch) else "AutoModel"
+
+
+def load_plain(path: Any, auto: str, dtype: torch.dtype | None = None, device: str | None = None):
+    """The weights of ``path`` without the chain; any loading failure is one :class:`CheckpointError`."""
+    try:
+        return load_weights(path, auto_class=auto, dtype=dtype, device=device)
+    except SteerformerError:
+        raise
+    except Exception as exc:  # transformers / safetensors errors on a corrupt checkpoint
+        raise CheckpointError(f"{path}: cannot be loaded ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+@renamed_parameters(model_or_path="model")
+def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
+               device: str | None = None, auto_class: str = "AutoModel", steering: bool = True, **kwargs):
+    """Load a full transformers model (eager attention, eval mode) from anything
+    :func:`~steerformer.open_source` accepts; a model object is returned as it is. A checkpoint
+    saved by :func:`save_steered` comes back with its steering chain attached (``steering=False``:
+    plain; a chain that does not check out is a warning here, an error in :func:`load_for_steering`)."""
+    net = load_weights(model, revision=revision, dtype=dtype, device=device, auto_class=auto_class, **kwargs)
+    if not steering or is_pretrained_model(model):
+        return net
+    path = Path(model) if isinstance(model, Path) and model.is_dir() else resolve_checkpoint(str(model), revision=revision)[0]
+    if is_steered_folder(path):
+        try:
+            attach_steering(net, path)
+        except SteerformerError as exc:  # the weights are still usable; only the undo is not
+            log.warning("steering chain not attached (unsteer will not work on this model): %s", exc)
+    return net
+
+
+def load_for_steering(path: str | os.PathLike, *, dtype: torch.dtype | None = None, device: str | None = None):
+    """Load a checkpoint with its own head class (``config.architectures``), eager attention; a
+    steered checkpoint comes back with its chain attached (``unsteer`` works)."""
+    resolved, _, _ = resolve_checkpoint(str(path))
+    auto = auto_class(resolved)
+    if is_steered_folder(resolved):
+        for st in model_files(Path(resolved)):
+            safetensors_header(st)  # a truncated model file: one line, before transformers reads it
+        return attach_steering(load_plain(resolved, auto, dtype, device), resolved)
+    return load_weights(resolved, auto_class=auto, dtype=dtype, device=device)
+
+
+# ---- undo ----------------------------------------------------------------------------------------
+def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False,
+                       last: int | None = None) -> Path:
+    """From a saved steered checkpoint alone, write the original model (bit-identical weights) to
+    ``out``; ``last=k`` removes only the last k steering calls (``out`` is then still steered).
+    The originals are checked (exactly the tensors the records name, each hash) before anything
+    is written."""
+    read_chain(directory)  # provenance + originals, before loading anything
+    model = load_for_steering(directory)
+    unsteer(model, last=last)
+    if steering_of(model) is not None:
+        return save_steered(model, out, overwrite=overwrite)
+    tok = load_tokenizer(model)
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        if tok is not None:
+            tok.save_pretrained(str(tmp))
+
+    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory])
+
+
+# ---- steer a checkpoint on disk ------------------------------------------------------------------
+#: Other weight formats are not copied: they would hold the unedited weights next to the edited ones.
+SKIPPED_WEIGHT_FILES = ("*.bin", "*.bin.index.json", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx",
+                        "*.gguf")
+#: the SteerConfig fields a lazy edit honours; any other field must keep its default
+LAZY_OPTIONS = ("gain", "strength", "layer", "solve", "report", "progress")
+
+
+def check_lazy(direction: Any, cfg: SteerConfig, **sources: Any) -> None:
+    """What a lazy edit cannot honour, refused by name (never dropped silently): it reads only V
+    and W_O of one layer and runs no forward pass."""
+    if cfg.solve != "exact":
+        raise bad_argument("solve", cfg.solve, "'exact' for a lazy edit (min-norm fits a on states from forward "
+                           "passes)", "Pass solve='exact' (CLI: --solve exact), or drop --lazy.")
+    if cfg.gain is None and cfg.strength is None:
+        raise bad_argument("gain", None, "a fixed gain= or strength= for a lazy edit (the gain search runs the "
+                           "model)", "Pass --gain G or --strength S, or drop --lazy.")
+    for f in dataclasses.fields(SteerConfig):
+        if f.name not in LAZY_OPTIONS and getattr(cfg, f.name) != f.default:
+            raise bad_argument(f.name, getattr(cfg, f.name), "the default with a lazy edit (it edits the "
+                               "checkpoint on disk with no forward pass)", "Drop it, or steer without --lazy.")
+    for name, value in sources.items():
+        if value is not None:
+            raise bad_argument(name, value, "direction= (an array or .npy file) or eigvec= for a lazy edit (no "
+                               "forward pass)", "Give the direction as a .npy file, or steer without --lazy.")
+    if hasattr(direction, "direction_source"):
+        raise bad_argument("direction", type(direction).__name__, "an array or .npy path for a lazy edit")
+
+
+def steer_checkpoint(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    direction: Any = None,
+    config: SteerConfig | None = None,
+    *,
+    eigvec: int | None = None,
+    token: str | None = None,
+    text: str | None = None,
+    left: Any = None,
+    overwrite: bool = False,
+    card: bool = True,
+    **options: Any,
+) -> SteeringRecord:
+    """Write a steered copy of ``checkpoint`` (a local folder, the bundled MiniLM or a cached Hub
+    id) to ``out`` without loading the model. ``direction``: array or ``.npy`` path, or
+    ``eigvec=K`` (eigenvector of F_layer); ``left``: w (default u). Options as for ``steer``
+    (a :class:`~steerformer.configs.SteerConfig` or its fields by keyword): ``gain`` (absolute) or
+    ``strength`` (×|λ1(F_layer)|), ``layer``, ``solve`` ("exact", the default here); any other
+    option, and ``token``/``text`` (they need a forward pass), is refused. Returns the record
+    (also saved in ``out/steerformer/record.json``)."""
+    cfg = with_options(config if config is not None else SteerConfig(solve="exact"), SteerConfig, options,
+                       "steer_checkpoint")
+    check_lazy(direction, cfg, token=token, text=text)
+    source = open_source(checkpoint)
+    if source.path is None or source.model is not None:
+        raise bad_argument("checkpoint", str(checkpoint), "a checkpoint with *.safetensors weights for a lazy edit")
+    src = Path(source.path)
+    if is_steered_folder(src):
+        raise bad_argument("checkpoint", str(checkpoint), "an unsteered checkpoint for a lazy edit (this one is "
+                           "already steered)", "Steer it in memory (without --lazy) to extend its chain of edits.")
+    adapter = source.adapter
+    L = select_layers(cfg.layer, adapter.n_layers, name="layer")[0]
+    slot = adapter.layer_sequence()[L]
+    name = adapter.output_weight_name(slot)
+    u, dsource = resolve_direction(None, source, L, direction=direction, eigvec=eigvec)
+    w = u if left is None else check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
+
+    # plan: float64 copies of V and W_O only
+    weights = read_attention_weights(source, [L], parts=("vo",))[L]
+    V = weights.value_matrix()
+    row = algebra.exact_row(V, w)
+    if row.method == "lstsq":
+        log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
+    spec_before = algebra.top_summary(None, factors=weights.layer_factors())  # |λ1| for the strength
+    abs_l1 = spec_before["abs_lambda1"]
+    g = float(cfg.gain) if cfg.gain is not None else float(cfg.strength) * abs_l1
+    b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
+    edit = Edit(module=name, layer=L, slot=slot, u=u.clone(), a=row.a.clone(), gain=g, kind="steer",
+                solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
+                bias_coef=None if b_V is None else float(row.a @ b_V.to(torch.float64)),
+                transposed=stores_transposed(adapter))
+    del weights, V
+
+    # apply, to the stored tensor alone
+    reader = SafetensorsReader(src, prefix=adapter.base_model_prefix)
+    try:
+        original = reader.get(name).clone()  # stored dtype and layout
+        full_key = reader.full_key(name)
+        shard = reader.weight_map[full_key]
+    finally:
+        reader.close()
+    new = edit.applied_weight(original).contiguous()  # the same float64 formula as the in-memory edit
+    if not bool(torch.isfinite(new).all()):
+        raise bad_argument("gain", g, "a gain whose edited weight stays finite", "Use a smaller gain.")
+    edit.dtype, edit.device, edit.shape = str(original.dtype).replace("torch.", ""), "cpu", list(original.shape)
+    edit.before_sha256, edit.after_sha256 = tensor_sha256(original), tensor_sha256(new)
+
+    # record (the options this edit honoured; the rest keep their defaults: refused above)
+    record = build_record(source, [edit], {name: original}, {name: new}, direction_source=dsource.to_dict(),
+                          abs_lambda1=abs_l1, spectrum_before=spec_before,
+                          config=dataclasses.replace(cfg, report=False).to_dict())
+    new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
+    del new
+    shards = sorted(p.name for p in src.glob("*.safetensors"))
+
+    def fill(tmp: Path) -> None:
+        for path in sorted(src.rglob("*")):
+            rel = path.relative_to(src)
+            if rel.parts[0] in (SIDE_DIR, ".cache") or not path.is_file() or rel.as_posix() in shards:
+                continue
+            if any(rel.match(p) for p in SKIPPED_WEIGHT_FILES):
+                log.warning("%s is not copied: only safetensors weights are carried into a lazily steered checkpoint",
+                            rel)
+                continue
+            if card and rel.as_posix() == "README.md":
+                continue  # replaced by the steered model's card
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dst)  # follows HF-cache symlinks; sendfile on Linux
+        if card:
+            model_card([record], model=types.SimpleNamespace(config=source.config), base_folder=src,
+                       sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
+        # every tensor's sha256 streamed from the source (the edited one's from its new bytes);
+        # dtype/shape from the source headers, which do not change
+        payload = chain_payload(Steering(records=[record], originals={name: original}).to_dict(),
+                                {name: edit.before_sha256}, [src / f for f in shards], tmp,
+                                tensors={full_key: edit.after_sha256})
+        meta = {METADATA_KEY: json.dumps(payload, separators=(",", ":"))}
+        for f in shards:  # model shards: new header (+ metadata), data streamed
+            rewrite_shard(src / f, tmp / f, {full_key: new_bytes} if f == shard else {}, meta)
+        write_chain(tmp, payload, {name: original})
+
+    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src])  # never into the input
+    return record

@@ -1,0 +1,267 @@
+"""What the steering modules share, below all of them (so none imports another for it): the names
+and formats of a steered folder, the identities (hashes) of tensors and directions, the device
+float64 work runs on, the non-finite error, progress, and streamed safetensors files.
+
+Nothing here knows an edit, a record or a chain; the saved chain's JSON (``chain_payload``) is
+built here from plain dictionaries, once, for every writer (``save_steered`` and the lazy edit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, SteerformerError
+from ..loading import read_safetensors_file_header
+
+#: the provenance folder inside a steered checkpoint or adapter folder
+SIDE_DIR = "steerformer"
+#: the chain (records with their edits, hashes) inside SIDE_DIR
+RECORD_FILE = "record.json"
+#: the true original of every edited weight inside SIDE_DIR
+ORIGINAL_FILE = "original.safetensors"
+#: the safetensors metadata key of every model shard that carries a copy of the chain
+METADATA_KEY = "steerformer"
+CHAIN_FORMAT = "steerformer.chain/1"
+
+
+# ---- identities ----------------------------------------------------------------------------------
+def tensor_sha256(t: torch.Tensor) -> str:
+    """sha256 of a tensor's stored bytes (dtype-exact: the identity used to verify an undo)."""
+    t = t.detach().contiguous().cpu()
+    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
+
+
+def vector_hash(v: torch.Tensor) -> str:
+    """sha256 of the float64 little-endian bytes: the identity of a direction in records."""
+    return hashlib.sha256(np.ascontiguousarray(v.detach().cpu().numpy().astype("<f8")).tobytes()).hexdigest()
+
+
+def cosine(x: torch.Tensor, y: torch.Tensor) -> float:
+    """cos(x, y) in float64 (0 for a zero vector)."""
+    x, y = x.to(torch.float64), y.to(device=x.device, dtype=torch.float64)
+    return float(x @ y / (torch.linalg.vector_norm(x) * torch.linalg.vector_norm(y)).clamp_min(1e-300))
+
+
+# ---- devices and layouts -------------------------------------------------------------------------
+def work_device(device: torch.device) -> torch.device:
+    """Where float64 arithmetic for a weight on ``device`` runs (MPS has no float64)."""
+    return torch.device("cpu") if device.type == "mps" else device
+
+
+def stores_transposed(adapter: Any) -> bool:
+    """Whether the adapter stores W_Oᵀ (GPT-2 Conv1D): read from its own conversion, on a 2×3 probe."""
+    return tuple(adapter.output_weight_to_stored(torch.zeros(2, 3, dtype=torch.float64)).shape) == (3, 2)
+
+
+def is_path_like(value: Any) -> bool:
+    return isinstance(value, (str, bytes)) or hasattr(value, "__fspath__")
+
+
+def non_finite(where: str, what: str) -> SteerformerError:
+    """The one error for an edit whose weights, outputs or record values are not finite."""
+    return SteerformerError(f"the edit gives non-finite {what} ({where}): nothing was changed or saved. "
+                            "Use a smaller gain/strength (or target alignment), or check the direction.")
+
+
+# ---- progress ------------------------------------------------------------------------------------
+def progress_bar(desc: str, total: int | None, enabled: bool):
+    """A tqdm bar on stderr (a silent one when not ``enabled``)."""
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="eval" if total is None else "step", file=sys.stderr,
+                disable=not enabled, leave=False, dynamic_ncols=True)
+
+
+class CountedCurve:
+    """A curve γ ↦ alignment that advances a progress bar per evaluation; ``close`` ends the bar."""
+
+    def __init__(self, f: Callable[[float], float], desc: str, enabled: bool) -> None:
+        self.f, self.desc, self.enabled, self.bar = f, desc, enabled, None
+
+    def __call__(self, g: float) -> float:
+        if self.bar is None:
+            self.bar = progress_bar(self.desc, None, self.enabled)
+        val = self.f(g)
+        self.bar.update(1)
+        self.bar.set_postfix(gain=f"{float(g):.3g}", alignment=f"{val:.3f}")
+        return val
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---- safetensors files, streamed -----------------------------------------------------------------
+def safetensors_header(path: Path) -> tuple[dict, int]:
+    """(header with its ``__metadata__``, offset of the data) of a safetensors file, validated
+    against the file size by the one header parser (a corrupt or truncated file is a
+    :class:`CheckpointError` naming it; nothing is allocated first)."""
+    tensors, meta, start = read_safetensors_file_header(Path(path))
+    return ({**tensors, "__metadata__": meta} if meta else tensors), start
+
+
+def read_safetensors_metadata(path: Path) -> dict[str, str]:
+    return dict(safetensors_header(Path(path))[0].get("__metadata__") or {})
+
+
+def add_safetensors_metadata(path: Path, extra: dict[str, str]) -> None:
+    """Merge ``extra`` into a safetensors file's ``__metadata__`` by rewriting only its header and
+    streaming the tensor bytes (no tensor is loaded: peak memory stays at one copy buffer)."""
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    rewrite_shard(path, tmp, {}, extra)
+    os.replace(tmp, path)
+
+
+def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
+    """sha256 of every tensor's bytes in a safetensors file, streamed (one buffer of memory). The
+    same bytes :func:`tensor_sha256` hashes for the loaded tensor."""
+    path = Path(path)
+    header, start = safetensors_header(path)
+    out = {}
+    with open(path, "rb") as f:
+        for key, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                                key=lambda kv: kv[1]["data_offsets"][0]):
+            b, e = info["data_offsets"]
+            f.seek(start + b)
+            h = hashlib.sha256()
+            for chunk in _chunks(f, e - b, f"{path}: truncated while reading tensor {key!r}"):
+                h.update(chunk)
+            out[key] = h.hexdigest()
+    return out
+
+
+def tensor_specs(path: Path) -> dict[str, list]:
+    """key -> [dtype, shape] from a safetensors header (the bytes alone do not fix the tensor)."""
+    header, _ = safetensors_header(path)
+    return {k: [v.get("dtype"), v.get("shape")] for k, v in header.items() if k != "__metadata__"}
+
+
+def model_files(directory: Path) -> list[Path]:
+    """The model's safetensors files of a checkpoint folder (its root, not the provenance folder)."""
+    return sorted(Path(directory).glob("*.safetensors"))
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
+    safetensors files (their tensors are hashed one by one, their header holds the record) and
+    steerformer's own folder are left out."""
+    out = {}
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            out[rel] = h.hexdigest()
+    return out
+
+
+def rewrite_shard(src: Path, dst: Path, replace: dict[str, bytes], metadata: dict[str, str]) -> None:
+    """Copy the safetensors file ``src`` to ``dst`` with the tensors of ``replace`` given new bytes
+    (same size) and ``metadata`` merged into the header. The data is streamed: kernel-side copies
+    of the untouched ranges, so memory stays flat whatever the shard's size."""
+    size = src.stat().st_size
+    header, meta, data_start = read_safetensors_file_header(src)  # validated before anything is copied
+    with open(src, "rb") as f:
+        spans = []
+        for key, data in replace.items():
+            info = header.get(key)
+            if not isinstance(info, dict):
+                raise CheckpointError(f"{src} holds no tensor {key!r}")
+            begin, end = (int(x) for x in info["data_offsets"])
+            if end - begin != len(data) or not 0 <= begin <= end <= size - data_start:
+                raise CheckpointError(f"{src}: {key} spans bytes [{begin}, {end}) but the edited tensor has "
+                                      f"{len(data)} bytes (or the span leaves the file)")
+            spans.append((begin, end, data))
+        meta.update(metadata)
+        header["__metadata__"] = meta
+        head = json.dumps(header, separators=(",", ":")).encode()
+        head += b" " * (-len(head) % 8)  # the format pads the header to 8 bytes
+        with open(dst, "wb") as g:
+            g.write(struct.pack("<Q", len(head)))
+            g.write(head)
+            pos = 0
+            for begin, end, data in sorted(spans, key=lambda s: s[0]):
+                _copy_range(f, g, data_start + pos, begin - pos)
+                g.write(data)
+                pos = end
+            _copy_range(f, g, data_start + pos, size - data_start - pos)
+
+
+def _copy_range(f, g, offset: int, count: int) -> None:
+    """Copy ``count`` bytes of ``f`` from ``offset`` to ``g``'s position (copy_file_range when the
+    kernel offers it, else a buffered copy)."""
+    g.flush()
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < count:
+                k = os.copy_file_range(f.fileno(), g.fileno(), count - done, offset + done)
+                if k == 0:
+                    raise CheckpointError(f"{f.name} is truncated")
+                done += k
+            g.seek(0, os.SEEK_END)
+            return
+        except OSError:  # filesystems without it (or across devices on old kernels): buffered copy
+            g.seek(0, os.SEEK_END)
+    f.seek(offset + done)
+    for chunk in _chunks(f, count - done, f"{f.name} is truncated"):
+        g.write(chunk)
+
+
+def _chunks(f, count: int, truncated: str) -> Iterator[bytes]:
+    """The next ``count`` bytes of ``f`` in chunks of at most 16 MiB (one buffer of memory); a file
+    that ends first is a :class:`CheckpointError` saying ``truncated``."""
+    while count:
+        chunk = f.read(min(count, 16 << 20))
+        if not chunk:
+            raise CheckpointError(truncated)
+        yield chunk
+        count -= len(chunk)
+
+
+# ---- the saved chain -----------------------------------------------------------------------------
+def payload_sha256(payload: dict) -> str:
+    """sha256 of the chain payload without its own ``record_sha256`` (sorted keys, compact JSON)."""
+    body = {k: v for k, v in payload.items() if k != "record_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def chain_payload(chain: dict, originals: dict[str, str], shards: list[Path], folder: Path, *,
+                  tensors: dict[str, str] | None = None) -> dict:
+    """The JSON of ``steerformer/record.json`` (and of every shard's metadata copy): the chain
+    (``Steering.to_dict()``), the sha256 of each original, of every tensor of ``shards`` (their
+    dtype and shape too), of every other file of ``folder``, and ``record_sha256`` of all that.
+    ``tensors`` overrides the hashes of some tensors (the lazy edit knows its new bytes' hash)."""
+    hashes: dict[str, str] = {}
+    specs: dict[str, list] = {}
+    for st in shards:
+        hashes.update(safetensors_hashes(st))
+        specs.update(tensor_specs(st))
+    hashes.update(tensors or {})
+    payload = {"format": CHAIN_FORMAT, **chain, "originals": dict(originals), "tensors": hashes,
+               "tensor_specs": specs, "files": file_hashes(folder)}
+    payload["record_sha256"] = payload_sha256(payload)
+    return payload
+
+
+def write_chain(folder: Path, payload: dict, originals: dict[str, torch.Tensor]) -> None:
+    """``steerformer/record.json`` and ``steerformer/original.safetensors`` into ``folder``."""
+    from safetensors.torch import save_file
+
+    side = folder / SIDE_DIR
+    side.mkdir()
+    (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
+    save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})

@@ -1,0 +1,381 @@
+"""``steer`` and ``ablate``: edit a model in place, each call as plan → apply → measure → record.
+
+    steer:    W_O' = W_O + γ u (wᵀV⁺)      (MATH.md §5; the algebra in ``algebra.py``)
+    ablate:   W_O' = (I − s·u uᵀ) W_O     (MATH.md §5b; every selected layer stops writing along u)
+
+* plan (the model is not changed): the direction, the row a, the gain (given, from a strength, or
+  searched), FFN pre-compensation — ending in the edits as values (:class:`~.edit.Edit`);
+* apply: ``Steering.applying`` edits the model, checks the weights finite, and removes the edits
+  bit for bit if a later step fails (the one rollback);
+* measure: the held-out alignment and price (``measure.HeldOut``), the controlled dynamics and
+  the spectrum after the edit;
+* record: ``record.build_record`` fills the :class:`SteeringRecord`; the chain appends it
+  (``steering_of(model)``), so ``unsteer`` undoes it bit for bit.
+
+Computed in float64 from the stored weights and cast back to the model's dtype.
+
+Ablation ("abliteration") is the rank-1 edit γ = −s, a = uᵀW_O on each selected layer's output
+weight, so F' = (I − s uuᵀ) F: one edit per edited weight, all in one record, undone, saved,
+verified and exported as a LoRA adapter like any other edit. What is removed is the
+token-dependent write W_O z (which carries the value bias b_V too); the output bias b_O, a
+constant added to every token, is left as it is: changing it would not be a rank-1 change of W_O,
+and a LoRA adapter could not carry it. With s = 1 the attention output of an ablated layer minus
+b_O is orthogonal to u for every input. A weight shared by several layers (ALBERT) is edited once;
+every layer running it is ablated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..configs import SteerConfig, renamed, with_options
+from ..errors import InvalidArgumentError, bad_argument
+from ..loading import load_model, load_tokenizer, open_source
+from ..matrices import read_attention_weights, select_layers
+from . import algebra
+from .chain import Steering, retie, steering_of, unsteer, untie
+from .common import CountedCurve, is_path_like, progress_bar, stores_transposed
+from .directions import DirectionSource, check_vector, resolve_direction
+from .edit import Edit, check_layer_materialized, edited_stored
+from .export import as_sentence_transformer, inner_model
+from .measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
+from .record import SteeringRecord, build_record
+
+log = logging.getLogger(__name__)
+
+
+def steer(
+    model: Any,
+    direction: Any = None,
+    config: SteerConfig | None = None,
+    *,
+    token: str | None = None,
+    eigvec: int | None = None,
+    text: str | None = None,
+    left: Any = None,
+    prompts: Sequence[str] | torch.Tensor | None = None,
+    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
+    tokenizer: Any = None,
+    layers: Sequence[int] | int | None = None,
+    **options: Any,
+) -> SteeringRecord:
+    """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
+
+    Direction: ``direction`` (array/tensor or ``.npy`` path), ``token`` (the unembedding row for
+    models with an LM head, else the input embedding row), ``eigvec`` (index of an eigenvector of
+    F_layer, by real part) or ``text`` (mean final hidden state). ``left``: w (default u).
+
+    Gain γ: ``gain`` (absolute), ``strength`` (γ = strength·|λ1(F_layer)|), or else the smallest
+    gain reaching ``target_alignment`` in ``measure`` ("model": mean |cos(h, u)| of the real
+    model's final states on ``prompts``; "dynamics": ρ(x(L+1), u) in the controlled dynamics);
+    an unreachable target stops at the best and says so in ``record.message``.
+
+    ``solve``: "exact" (a = wᵀV⁻¹, least squares when V is singular) or "min-norm" (ridge fit of a
+    on the states entering the layer, α chosen on held-out prompts). ``through_ffn``: solve for the
+    pre-FFN direction so the final states (FFN and norms included) align with u.
+    ``untie_last`` (ALBERT): give the last layer its own weight group first.
+    ``report=False`` skips the measurements not needed to make the edit (fast path).
+    ``compensate_bias``: the edit also shifts every token's attention output by γ (a·b_V) u (the
+    value bias goes through W_O); subtract that from the output bias b_O (recorded, undone with
+    the edit). ``progress``: tqdm bars on stderr for the gain search and ``through_ffn``.
+
+    A steered model steered again appends to its chain (``steering_of(model)``); ``unsteer`` undoes
+    all of it, or the last k calls. A ``SentenceTransformer`` is steered through its transformer.
+
+    A negative ``gain``/``strength`` steers away from u (F' = F − |γ| u wᵀ); the gain search only
+    steers toward. ``mode="ablate"``: remove u from the write of every layer in ``layers`` (default
+    all), W_O' = (I − scale·uuᵀ) W_O (see :func:`ablate`; gain/strength/solve do not apply).
+
+    The options (``target_alignment=0.99, strength, gain, layer=-1, solve="min-norm",
+    measure="model", through_ffn, untie_last, dynamics_n_prompts=30, dynamics_tokens=10, seed=0,
+    report=True, compensate_bias, progress, mode="steer", scale=1.0``) come as a
+    :class:`~steerformer.configs.SteerConfig` or as its fields by keyword; the record stores them
+    (``record.config``).
+    """
+    options = renamed(options, SteerConfig.renamed, "steer")
+    cfg = with_options(config, SteerConfig, options, "steer")
+    if cfg.mode == "ablate":
+        return _ablate(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
+                       tokenizer=tokenizer, heldout_prompts=heldout_prompts)
+    model = _model_object(model, "steer")
+    source = open_source(model)
+    untied = None
+    if cfg.untie_last:
+        if not source.adapter.can_untie:
+            raise bad_argument("untie_last", True, "a model whose layers share weights (ALBERT)")
+        if steering_of(model) is not None:
+            raise InvalidArgumentError("untie_last=True on a model that is already steered: unsteer it first.")
+        untied = untie(model)
+        source = open_source(model)
+    adapter = source.adapter
+    L = select_layers(cfg.layer, adapter.n_layers, name="layer")[0]
+    slot = adapter.layer_sequence()[L]
+    check_layer_materialized(model, adapter, L, slot)
+    tokenizer = load_tokenizer(model, tokenizer)
+    try:
+        with source.memoized():  # V/O read once per call (every read comes before the edit is applied)
+            if cfg.report or (_searching(cfg) and cfg.measure == "dynamics"):
+                read_attention_weights(source, list(range(L + 1)))  # Q/K/V/O up to L: the dynamics probe's read
+            u_target, dsource = resolve_direction(model, source, L, direction=direction, token=token, eigvec=eigvec,
+                                                  text=text, tokenizer=tokenizer)
+            w = u_target if left is None else check_vector(left, adapter.d_model, name="left",
+                                                           model_name=source.model_id)
+            plan = plan_steer(model, source, L, slot, u_target, w, cfg, prompts=prompts, tokenizer=tokenizer)
+            record = _apply_measure_record(model, source, plan, cfg, dsource, heldout_prompts=heldout_prompts,
+                                           tokenizer=tokenizer, untied=untied)
+    except BaseException:
+        if untied is not None and steering_of(model) is None:
+            retie(model, untied)
+        raise
+    if plan.choice is not None and not plan.choice.reached:
+        log.warning("%s", plan.choice.message)
+    return record
+
+
+def _model_object(model: Any, verb: str) -> Any:
+    """The transformers model a call edits in place (a SentenceTransformer's module 0)."""
+    if is_path_like(model):
+        raise bad_argument("model", model, f"a model object ({verb} edits it in place)",
+                           "Load it first: model = steerformer.steering.load_for_steering(path).")
+    st = as_sentence_transformer(model)
+    return inner_model(st) if st is not None else load_model(model)
+
+
+def _searching(cfg: SteerConfig) -> bool:
+    return cfg.strength is None and cfg.gain is None
+
+
+# ---- plan ----------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class SteerPlan:
+    """What one steer call writes, decided before the model changes: the edit and what was learned
+    on the way (for the measurements and the record)."""
+
+    edit: Edit
+    target: torch.Tensor  # u*, what the alignment is measured against (the edit writes u)
+    V: torch.Tensor  # the layer's value matrix, float64 CPU (the spectrum after the edit)
+    spectrum_before: dict | None
+    choice: algebra.StrengthChoice | None  # the gain search, when it ran
+    through_ffn: dict | None
+    dynamics: DynamicsProbe | None
+
+
+def plan_steer(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor, w: torch.Tensor,
+               cfg: SteerConfig, *, prompts: Any = None, tokenizer: Any = None) -> SteerPlan:
+    """The edit of execution layer ``L`` (weight ``slot``) toward ``u_target`` with left vector ``w``:
+    the row a = wᵀV⁺, the gain, FFN pre-compensation. Changes nothing in ``model``."""
+    adapter = source.adapter
+    base = model.base_model
+    name = adapter.output_weight_name(slot)
+    param = base.get_parameter(name)
+    # float64 CPU copies: a = wᵀV⁺, spectra and reports run on the CPU; the edit itself is made on
+    # the weight's device from u and a moved there once (edit.edited_stored)
+    weights = read_attention_weights(source, [L], parts=("vo",), device="cpu")[L]
+    V = weights.value_matrix()
+    bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
+    b_V = getattr(weights, "b_V", None)
+    if cfg.compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
+        raise bad_argument("compensate_bias", True, "a layer with a value bias b_V and an output bias b_O",
+                           f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
+                           "its edit shifts no bias, nothing to compensate.")
+    searching = _searching(cfg)
+    probe = None
+    if cfg.report or cfg.solve == "min-norm" or cfg.through_ffn or (searching and cfg.measure == "model"):
+        probe = model_probe(model, adapter, L, encode(model, prompts, tokenizer, name="prompts"))
+
+    if cfg.solve == "exact":  # a = wᵀV⁺
+        row = algebra.exact_row(V, w)
+        if row.method == "lstsq":
+            log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
+    else:
+        row = algebra.ridge_row(V, w, *probe.split_inputs())
+    transposed = stores_transposed(adapter)
+
+    def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
+        return edited_stored(param, u, row.a, g, transposed=transposed)
+
+    spec_before = algebra.top_summary(None, factors=weights.layer_factors()) \
+        if (cfg.report or cfg.strength is not None or searching) else None
+    abs_l1 = spec_before["abs_lambda1"] if spec_before else None
+    dyn = dynamics_probe(source, L, n_prompts=cfg.dynamics_n_prompts, n_tokens=cfg.dynamics_tokens, seed=cfg.seed) \
+        if (cfg.report or (searching and cfg.measure == "dynamics")) else None
+
+    def search(u: torch.Tensor, desc: str = "gain search") -> algebra.StrengthChoice:
+        if cfg.measure == "dynamics":
+            f = lambda g: dyn.alignment(algebra.delta_output(u, row.a, g), u)  # noqa: E731
+        else:
+            f = lambda g: probe.alignment(u_target, {name: stored(u, g)})  # noqa: E731
+        curve = CountedCurve(f, desc, cfg.progress)
+        try:
+            return algebra.choose_gain(curve, float(cfg.target_alignment), scale=abs_l1)
+        finally:
+            curve.close()
+
+    choice = ffn_info = None
+    if cfg.gain is not None:
+        g = float(cfg.gain)
+    elif cfg.strength is not None:
+        g = float(cfg.strength) * abs_l1
+        if not g * float(row.a.abs().max()) < torch.finfo(param.dtype).max / 2:  # g·u·aᵀ itself overflows
+            raise bad_argument("strength", cfg.strength, f"a strength whose edit is finite (gain = strength × "
+                               f"|λ1| = {g:.3g} overflows the weights)", "Use a strength of at most ~1e5.")
+    else:
+        choice = search(u_target)
+        g = choice.gain
+    u = u_target
+    if cfg.through_ffn:
+        before_ffn = probe.alignment(u_target, {name: stored(u_target, g)})
+        with progress_bar("through-ffn", 60, cfg.progress) as bar:
+            u, history = compensate(probe, u_target, lambda v: {name: stored(v, g)},
+                                    on_step=lambda val: (bar.update(1), bar.set_postfix(alignment=f"{val:.3f}")))
+        if searching:
+            choice = search(u, "gain search (after FFN)")
+            g = choice.gain
+        ffn_info = {"alignment_without": before_ffn, "alignment_with_at_same_gain": history and max(history),
+                    "steps": len(history), "gain_used_for_solve": g}
+    # a has one block per query head: b_V repeated like V (grouped-query layers)
+    bias_coef = float(row.a.cpu() @ weights.value_bias_heads().to(torch.float64).cpu()) if b_V is not None else None
+    edit = Edit(module=name, layer=L, slot=slot, u=u.detach().cpu().clone(), a=row.a.detach().cpu().clone(), gain=g,
+                kind="steer", solve=row.to_dict(), w=w.detach().cpu().clone(), w_eff=V.T @ row.a.cpu(),
+                bias_coef=bias_coef, bias_module=bias_name if cfg.compensate_bias else None,
+                compensate_bias=bool(cfg.compensate_bias), transposed=transposed)
+    return SteerPlan(edit=edit, target=u_target, V=V, spectrum_before=spec_before, choice=choice,
+                     through_ffn=ffn_info, dynamics=dyn)
+
+
+def _has_param(base: Any, name: str) -> bool:
+    try:
+        base.get_parameter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+# ---- apply, measure, record ----------------------------------------------------------------------
+def _apply_measure_record(model: Any, source: Any, plan: SteerPlan, cfg: SteerConfig, dsource: DirectionSource, *,
+                          heldout_prompts: Any, tokenizer: Any, untied: dict | None) -> SteeringRecord:
+    adapter = source.adapter
+    edit = plan.edit
+    held = HeldOut.before(model, adapter, edit.layer, heldout_prompts, tokenizer) if cfg.report else None
+    steering = steering_of(model) or Steering(untie=untied)
+    param = model.base_model.get_parameter(edit.module)
+    with steering.applying(model, [edit]):
+        measured = {}
+        if cfg.report:
+            measured = held.after(model, plan.target, edit.gain)
+            measured["alignment_dynamics_before"] = plan.dynamics.alignment(torch.zeros_like(edit.delta()), edit.u)
+            measured["alignment_dynamics_after"] = plan.dynamics.alignment(edit.delta(), edit.u)
+            W_new = adapter.output_weight_from_stored(param.detach().to(torch.float64).cpu())
+            measured["spectrum_after"] = algebra.top_summary(None, factors=(W_new, plan.V))
+        spec = plan.spectrum_before
+        record = build_record(
+            source, [edit], steering.originals, {edit.module: param.detach()}, direction_source=dsource.to_dict(),
+            target=plan.target, untied=steering.untie is not None,
+            abs_lambda1=spec["abs_lambda1"] if spec else None, spectrum_before=spec, choice=plan.choice,
+            measure=cfg.measure, target_alignment=cfg.target_alignment, measured=measured,
+            through_ffn=plan.through_ffn, heldout_prompts=heldout_prompts, config=cfg.to_dict())
+    steering.push(model, record)  # the edit is applied: push only appends
+    return record
+
+
+# ---- ablate --------------------------------------------------------------------------------------
+def ablate(
+    model: Any,
+    direction: Any = None,
+    *,
+    token: str | None = None,
+    eigvec: int | None = None,
+    text: str | None = None,
+    layers: Sequence[int] | int | None = None,
+    scale: float = 1.0,
+    tokenizer: Any = None,
+    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
+    report: bool = True,
+) -> SteeringRecord:
+    """Remove the direction u from the attention write of every layer in ``layers`` (default all),
+    W_O' = (I − scale·uuᵀ) W_O, in place; returns the record (one record, one edit per weight).
+    Direction sources as for :func:`steer` (``eigvec`` refers to the last selected layer's F).
+    ``report``: measure the mean |cos(h, u)| of the final states and the KL on held-out prompts."""
+    return _ablate(model, direction, SteerConfig(mode="ablate", scale=scale, report=report), token=token,
+                   eigvec=eigvec, text=text, layers=layers, tokenizer=tokenizer, heldout_prompts=heldout_prompts)
+
+
+def _ablate(model: Any, direction: Any, cfg: SteerConfig, *, token: Any, eigvec: Any, text: Any, layers: Any,
+            tokenizer: Any, heldout_prompts: Any) -> SteeringRecord:
+    scale = cfg.scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(float(scale)) \
+            or not 0 < float(scale) <= 1:
+        raise bad_argument("scale", scale, "a number in (0, 1]: 1 removes u entirely, less removes part of it")
+    model = _model_object(model, "ablate")
+    source = open_source(model)
+    adapter = source.adapter
+    steering = steering_of(model)
+    if steering is not None and steering.untie:
+        raise bad_argument("model", type(model).__name__, "a model without untied layers for ablation",
+                           "Unsteer it first.")
+    selected = select_layers(layers, adapter.n_layers, name="layers")  # refuses duplicates itself
+    seq = adapter.layer_sequence()
+    by_slot: dict[int, int] = {}
+    for L in selected:
+        by_slot.setdefault(seq[L], L)  # a shared weight is edited once
+    for slot, L in by_slot.items():
+        check_layer_materialized(model, adapter, L, slot)
+    tokenizer = load_tokenizer(model, tokenizer)
+    u, dsource = resolve_direction(model, source, selected[-1], direction=direction, token=token, eigvec=eigvec,
+                                   text=text, tokenizer=tokenizer)
+    edits = plan_ablation(source, u, by_slot, float(scale))
+    held = HeldOut.before(model, adapter, min(by_slot.values()), heldout_prompts, tokenizer) if cfg.report else None
+    steering = steering or Steering()
+    base = model.base_model
+    with steering.applying(model, edits):
+        measured = held.after(model, u, edits[0].gain) if held is not None else {}
+        record = build_record(
+            source, edits, steering.originals, {e.module: base.get_parameter(e.module).detach() for e in edits},
+            direction_source=dsource.to_dict(), measured=measured, heldout_prompts=heldout_prompts,
+            message=f"ablation of u from {len(edits)} layer(s) (scale {float(scale):g})", config=cfg.to_dict())
+    steering.push(model, record)  # the edits are applied: push only appends
+    return record
+
+
+def plan_ablation(source: Any, u: torch.Tensor, by_slot: dict[int, int], s: float) -> list[Edit]:
+    """One edit per weight slot (``by_slot``: slot → the execution layer named for it), in layer
+    order: γ = −s, a = uᵀW_O, so ΔW_O = −s u uᵀW_O."""
+    adapter = source.adapter
+    transposed = stores_transposed(adapter)
+    edits = []
+    for slot, L in sorted(by_slot.items(), key=lambda kv: kv[1]):
+        weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
+        W_O, V = weights.output_matrix(), weights.value_matrix()
+        a = u @ W_O
+        b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
+        edits.append(Edit(module=adapter.output_weight_name(slot), layer=L, slot=slot, u=u.clone(), a=a, gain=-s,
+                          kind="ablate", solve={"method": "ablate", "cond_V": None, "alpha": None, "fit_error": None},
+                          w=None, w_eff=V.T @ a,
+                          bias_coef=None if b_V is None else float(a @ b_V.to(torch.float64)),
+                          transposed=transposed))
+    return edits
+
+
+# ---- a scoped edit -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[SteeringRecord]:
+    """``with steered(model, direction, gain=…) as rec:`` — :func:`steer` on entry (same arguments),
+    and on exit, also on an exception, the edit is removed bit for bit (with any edit made after it
+    inside the block). Edits made before the block stay."""
+    rec = steer(model, direction, **kwargs)
+    target = _model_object(model, "steered")
+    try:
+        yield rec
+    finally:
+        steering = steering_of(target)
+        if steering is not None:
+            index = next((i for i, r in enumerate(steering.records) if r is rec), None)
+            if index is not None:
+                unsteer(target, last=len(steering.records) - index)

@@ -1,0 +1,176 @@
+"""The package's import graph, read from the source with ast (imports inside functions included,
+``if TYPE_CHECKING:`` blocks left out): no cycle, no private name used across modules, the source
+layer imports no feature, and the CLI uses only the public API."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "steerformer"
+CLI = ROOT / "cli"
+#: the features (docs/architecture.md): nothing below them may import one
+FEATURES = ("analyze", "stats", "steering", "collapse", "ode", "sweep")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """dotted name -> (file, is a package __init__) for every module of steerformer."""
+    out = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
+    return out
+
+
+def _tree(path: Path) -> ast.Module:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # imports for type checkers only never run
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
+    return tree
+
+
+def _absolute(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")[: None if is_pkg else -1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(modules: dict[str, tuple[Path, bool]]):
+    """(importer, imported module, name or None, line) for every import of a steerformer module."""
+    for mod, (path, is_pkg) in modules.items():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                target = _absolute(mod, is_pkg, node)
+                if target.split(".")[0] != "steerformer":
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in modules:  # ``from . import algebra``: the module itself
+                        yield mod, sub, None, node.lineno
+                    else:
+                        yield mod, target, alias.name, node.lineno
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "steerformer":
+                        yield mod, alias.name, None, node.lineno
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, target, _, _ in _imports(modules):
+        if target in modules and target != mod:
+            graph[mod].add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a path (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        stack.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state:
+            found = visit(v)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def _private_definitions(modules) -> dict[str, set[str]]:
+    """private name -> the modules that define it (functions, classes, attributes, fields)."""
+    out: dict[str, set[str]] = {}
+    for mod, (path, _) in modules.items():
+        for node in ast.walk(_tree(path)):
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names = [node.attr]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            for n in names:
+                if n.startswith("_") and not n.startswith("__"):
+                    out.setdefault(n, set()).add(mod)
+    return out
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """A ``_name`` is used only in the module that defines it: neither imported from another module
+    nor read as ``obj._name`` (other than ``self``/``cls``) where another module defines it."""
+    modules = _modules()
+    bad = [f"{mod}:{line} imports {name} from {target}" for mod, target, name, line in _imports(modules)
+           if name is not None and name.startswith("_") and not name.startswith("__")]
+    private = _private_definitions(modules)
+    for mod, (path, _) in modules.items():
+        for node in ast.walk(_tree(path)):
+            if (isinstance(node, ast.Attribute) and node.attr in private and mod not in private[node.attr]
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                bad.append(f"{mod}:{node.lineno} reads .{node.attr} (defined in {sorted(private[node.attr])})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_source_layer_imports_no_feature() -> None:
+    """adapters/ and loading.py (the source layer) and the math core sit below every feature."""
+    modules = _modules()
+    lower = [m for m in modules if m.startswith("steerformer.adapters") or m in (
+        "steerformer.loading", "steerformer.matrices", "steerformer.attention", "steerformer.spectra",
+        "steerformer.discrete", "steerformer.dynamics", "steerformer.consensus", "steerformer.prompts")]
+    features = tuple(f"steerformer.{f}" for f in FEATURES)
+    bad = [f"{mod}:{line} imports {target}" for mod, target, _, line in _imports(modules)
+           if mod in lower and (target in features or target.startswith(tuple(f + "." for f in features)))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_cli_uses_only_the_public_api() -> None:
+    """cli/ imports a subpackage's names only from the subpackage itself and only names in its
+    ``__all__``; from the top-level modules (configs, errors, outputs, ...) no private name."""
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    bad = []
+    for path in sorted(CLI.glob("*.py")):
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("steerformer."):
+                continue
+            parts = node.module.split(".")
+            names = [a.name for a in node.names]
+            where = f"{path.name}:{node.lineno} from {node.module} import {', '.join(names)}"
+            if parts[1] in subpackages:
+                if len(parts) > 2:
+                    bad.append(f"{where} (a subpackage's internal module)")
+                    continue
+                public = set(importlib.import_module(node.module).__all__)
+                if set(names) - public:
+                    bad.append(f"{where} ({sorted(set(names) - public)} not in its __all__)")
+            elif any(n.startswith("_") for n in names) or parts[1].startswith("_"):
+                bad.append(f"{where} (private)")
+    assert not bad, "\n".join(bad)
