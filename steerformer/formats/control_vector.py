@@ -57,7 +57,7 @@ LAYER_COUNT = f"{ARCH}.layer_count"
 _NAME = re.compile(r"^direction\.(\d+)$")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # tensors have no truth value: compare .directions yourself
 class ControlVector:
     """Per-layer steering vectors in llama.cpp's numbering: ``directions[N]`` (N >= 1, float32,
     length d_model) is added to the output of decoder block N — steerformer's layer N,
@@ -74,8 +74,7 @@ class ControlVector:
     @classmethod
     def from_direction(cls, vector: Any, layers: Iterable[int], model_hint: str | None = None) -> "ControlVector":
         """One vector added at every layer in ``layers`` (each >= 1)."""
-        v = torch.as_tensor(np.asarray(vector), dtype=torch.float32)
-        return cls({int(n): v for n in layers}, model_hint)
+        return cls({int(n): vector for n in layers}, model_hint)
 
     @property
     def d_model(self) -> int:
