@@ -113,6 +113,7 @@ class ControlVector:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ControlVector":
+        """Read a llama.cpp or repeng control-vector GGUF (:func:`read_control_vector`)."""
         return read_control_vector(path)
 
 
@@ -143,7 +144,7 @@ def _checked_directions(directions: Mapping[int, Any]) -> dict[int, torch.Tensor
         if not torch.isfinite(t).all():
             raise bad_argument(f"directions[{layer}]", "non-finite entries", "finite numbers", None)
         width = t.numel()
-        out[int(layer)] = t.to(torch.float32).contiguous()
+        out[int(layer)] = t.to(torch.float32, copy=True).contiguous()  # never a view of the caller's array
     return out
 
 
