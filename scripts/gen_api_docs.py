@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
 #: The packages whose ``__all__`` is public API, in the order of the reference.
 PACKAGES = ("steerformer", "steerformer.adapters", "steerformer.stats", "steerformer.steering",
-            "steerformer.collapse", "steerformer.ode", "steerformer.results")
+            "steerformer.collapse", "steerformer.ode", "steerformer.results", "steerformer.formats")
 
 
 def public_names(package: str) -> list[str]:

@@ -1,0 +1,12 @@
+"""Files other tools read: llama.cpp control vectors and GGUF models (llama.cpp, Ollama), and the
+check of a LoRA adapter against what vLLM serves. docs/ecosystem.md maps each tool's calls to
+steerformer's."""
+
+from __future__ import annotations
+
+from .control_vector import ControlVector, read_control_vector, write_control_vector
+from .gguf_model import write_gguf_model
+from .vllm_lora import check_vllm_lora, vllm_lora_problems
+
+__all__ = ["ControlVector", "check_vllm_lora", "read_control_vector", "vllm_lora_problems", "write_control_vector",
+           "write_gguf_model"]

@@ -1,0 +1,220 @@
+"""llama.cpp control vectors (GGUF): per-layer directions that llama.cpp and Ollama add to the
+residual stream (MATH.md §5e; docs/ecosystem.md).
+
+The file, as llama.cpp's ``cvector-generator`` and repeng's ``ControlVector.export_gguf`` write it:
+
+    general.architecture       "controlvector"
+    controlvector.model_hint   the model's architecture name ("llama", "qwen2", ...)
+    controlvector.layer_count  how many direction tensors the file holds
+    direction.N                one 1-D float32 tensor of length d_model per layer, N >= 1
+
+Which layer ``direction.N`` steers (read from llama.cpp, not guessed):
+
+- ``common_control_vector_load_one`` (common/common.cpp) stores ``direction.N`` at offset
+  ``n_embd·(N − 1)`` of one flat buffer and refuses ``direction.0`` ("invalid (zero) direction
+  tensor layer index"); ``llama_adapter_cvec::apply`` (src/llama-adapter.cpp) fills layer
+  ``il`` from offset ``n_embd·(il − 1)`` for ``il = 1 … n_layer − 1``. The two offsets cancel:
+  **direction.N is applied at llama.cpp layer il = N** (0-based, as ``blk.N`` in the model GGUF).
+- Each model graph (e.g. src/models/llama.cpp) calls ``build_cvec(cur, il)`` right after the
+  FFN residual add, before the tensor it names ``l_out``: the vector is **added to the output of
+  block N**, the state block N + 1 reads.
+- In transformers that state is ``model.model.layers[N]``'s output, i.e.
+  ``output_hidden_states[N + 1]`` (``hidden_states[0]`` is the embedding) — the off-by-one. For
+  the last block, N = n_layer − 1, llama.cpp adds before the final norm while transformers'
+  last ``hidden_states`` entry is after it.
+- steerformer's layer ℓ is "the output of block ℓ" (``steering/contrastive.py``), so **file
+  direction.N = steerformer layer N** and the keys of :attr:`ControlVector.directions` are N.
+  repeng agrees: its ``directions[N]`` is read from ``hidden_states[N + 1]`` and added to the
+  output of ``layers[N]`` by its ``ControlModule``, and ``export_gguf`` writes it as
+  ``direction.N``. Block 0 cannot be steered by a file (repeng's default layers skip it too).
+- llama.cpp's own ``cvector-generator`` computes each vector from ``l_out`` of layer N − 1 and
+  names it ``direction.N``: its files are applied one block after the state they were read from.
+
+llama.cpp sums the files it is given and skips layers a file lacks (zeros); it reads no metadata
+key. Reading here is stricter: a file that is not a control vector, a ``direction.0``, a tensor
+that is not 1-D float32, widths that differ, or a ``layer_count`` that does not match the tensors
+is refused with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import torch
+
+from ..errors import bad_argument
+from ..outputs import write_file_atomically
+from .gguf_file import WRITTEN_BY, check_target_file, field_value, open_gguf
+
+ARCH = "controlvector"
+MODEL_HINT = f"{ARCH}.model_hint"
+LAYER_COUNT = f"{ARCH}.layer_count"
+_NAME = re.compile(r"^direction\.(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # tensors have no truth value: compare .directions yourself
+class ControlVector:
+    """Per-layer steering vectors in llama.cpp's numbering: ``directions[N]`` (N >= 1, float32,
+    length d_model) is added to the output of decoder block N — steerformer's layer N,
+    transformers' ``hidden_states[N + 1]`` (module doc). Not normalized: llama.cpp adds the stored
+    vector times the strength the user gives (``--control-vector-scaled FILE S``)."""
+
+    directions: Mapping[int, torch.Tensor]
+    model_hint: str | None = None
+
+    def __post_init__(self) -> None:
+        checked = _checked_directions(self.directions)
+        object.__setattr__(self, "directions", checked)
+
+    @classmethod
+    def from_direction(cls, vector: Any, layers: Iterable[int], model_hint: str | None = None) -> "ControlVector":
+        """One vector added at every layer in ``layers`` (each >= 1)."""
+        return cls({int(n): vector for n in layers}, model_hint)
+
+    @property
+    def d_model(self) -> int:
+        return int(next(iter(self.directions.values())).shape[0])
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted(self.directions)
+
+    def vector(self, layer: int) -> torch.Tensor:
+        """The vector added after block ``layer``; an error naming the layers held if absent."""
+        if layer not in self.directions:
+            raise bad_argument("layer", layer, f"one of the layers this control vector holds ({_span(self.layers)})",
+                               "llama.cpp adds nothing at a layer a file lacks; pick a held layer.")
+        return self.directions[layer]
+
+    def check_model(self, config: Any, name: str = "control_vector") -> None:
+        """Refuse a vector whose width differs from the model's, or a layer the model lacks.
+        ``config``: a transformers config or model (its ``config``)."""
+        from ..adapters import get_adapter
+
+        adapter = get_adapter(getattr(config, "config", config))
+        if self.d_model != adapter.d_model:
+            raise bad_argument(name, f"d={self.d_model}", f"a control vector of the model's width d_model="
+                               f"{adapter.d_model} ({adapter.model_type})",
+                               "Use a control vector made for this model.")
+        beyond = [n for n in self.layers if n >= adapter.n_layers]
+        if beyond:
+            raise bad_argument(name, f"direction.{beyond[0]}", f"layers 1..{adapter.n_layers - 1}: the model has "
+                               f"{adapter.n_layers} blocks (0..{adapter.n_layers - 1}) and llama.cpp ignores the rest",
+                               "Drop those layers or use the control vector of a deeper model.")
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write llama.cpp's control-vector GGUF (module doc) atomically; returns the path."""
+        return write_control_vector(path, self, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ControlVector":
+        """Read a llama.cpp or repeng control-vector GGUF (:func:`read_control_vector`)."""
+        return read_control_vector(path)
+
+
+def _span(layers: list[int]) -> str:
+    if layers and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}..{layers[-1]}"
+    return ", ".join(map(str, layers))
+
+
+def _checked_directions(directions: Mapping[int, Any]) -> dict[int, torch.Tensor]:
+    if not isinstance(directions, Mapping) or not directions:
+        raise bad_argument("directions", type(directions).__name__, "a non-empty mapping layer -> vector",
+                           "Pass {layer: vector, ...} or use ControlVector.from_direction.")
+    out: dict[int, torch.Tensor] = {}
+    width = None
+    for layer, vec in sorted(directions.items()):
+        if int(layer) < 1:
+            raise bad_argument("layers", int(layer), "layers >= 1: direction.N is added after block N, and llama.cpp "
+                               "refuses direction.0 (block 0's output cannot be steered by a control vector)",
+                               "Drop layer 0, or steer layer 1 (the output of the second block).")
+        t = torch.as_tensor(vec.detach().cpu() if isinstance(vec, torch.Tensor) else np.asarray(vec))
+        if t.ndim != 1 or not t.is_floating_point() or t.numel() == 0:
+            raise bad_argument(f"directions[{layer}]", tuple(t.shape), "a 1-D float vector of length d_model",
+                               "Pass one vector per layer.")
+        if width is not None and t.numel() != width:
+            raise bad_argument(f"directions[{layer}]", f"length {t.numel()}", f"length {width} like the other layers",
+                               "All vectors of one control vector have the model's width.")
+        if not torch.isfinite(t).all():
+            raise bad_argument(f"directions[{layer}]", "non-finite entries", "finite numbers", None)
+        width = t.numel()
+        out[int(layer)] = t.to(torch.float32, copy=True).contiguous()  # never a view of the caller's array
+    return out
+
+
+def write_control_vector(path: str | os.PathLike, control: ControlVector | Mapping[int, Any], *,
+                         model_hint: str | None = None, overwrite: bool = False) -> Path:
+    """Write ``control`` (a :class:`ControlVector`, or ``{layer: vector}`` with ``model_hint``) as
+    llama.cpp's control-vector GGUF. ``direction.N`` is added after block N (module doc)."""
+    import gguf
+
+    if not isinstance(control, ControlVector):
+        control = ControlVector(control, model_hint)
+    hint = control.model_hint if model_hint is None else model_hint
+    if not hint:
+        raise bad_argument("model_hint", hint, "the model's architecture name (llama.cpp's general.architecture, "
+                           "e.g. 'llama')", "Pass model_hint=...; llama.cpp does not check it, repeng needs it.")
+    target = check_target_file(path, overwrite)
+
+    def write(tmp: Path) -> None:
+        from .. import __version__
+
+        writer = gguf.GGUFWriter(str(tmp), ARCH)
+        writer.add_string(MODEL_HINT, hint)
+        # int32, as llama.cpp's cvector-generator writes it (repeng writes uint32; both read back)
+        writer.add_int32(LAYER_COUNT, len(control.directions))
+        writer.add_string(WRITTEN_BY, f"steerformer {__version__}")
+        for layer in control.layers:
+            writer.add_tensor(f"direction.{layer}", control.directions[layer].numpy())
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    return write_file_atomically(target, write)
+
+
+def read_control_vector(path: str | os.PathLike) -> ControlVector:
+    """Read a llama.cpp or repeng control-vector GGUF as per-layer vectors (module doc); one-line
+    errors for a file that is not a control vector, ``direction.0``, or a missing layer."""
+    from gguf import GGMLQuantizationType
+
+    reader = open_gguf(path, what="a control-vector GGUF")
+    arch = field_value(reader, "general.architecture")
+    if arch != ARCH:
+        raise bad_argument("path", str(path), f"a control vector (general.architecture = '{ARCH}'), but this GGUF "
+                           f"is {arch!r}", "A model GGUF is not a control vector; pass the control-vector file.")
+    directions: dict[int, np.ndarray] = {}
+    for tensor in reader.tensors:
+        m = _NAME.match(tensor.name)
+        if m is None:
+            raise bad_argument("path", str(path), f"tensors named direction.N, not {tensor.name!r}", None)
+        n = int(m.group(1))
+        if n == 0:
+            raise bad_argument("path", str(path), "direction.N with N >= 1 (llama.cpp refuses direction.0: block 0's "
+                               "output cannot be steered)", "Renumber or drop direction.0.")
+        if tensor.tensor_type != GGMLQuantizationType.F32 or len(tensor.shape) != 1:
+            raise bad_argument("path", str(path), f"1-D float32 direction tensors; {tensor.name} is "
+                               f"{tensor.tensor_type.name} of shape {tuple(int(s) for s in tensor.shape)}", None)
+        directions[n] = np.array(tensor.data, dtype=np.float32)
+    if not directions:
+        raise bad_argument("path", str(path), "at least one direction.N tensor", None)
+    count = field_value(reader, LAYER_COUNT)
+    if count is not None and int(count) != len(directions):
+        layers = sorted(directions)
+        raise bad_argument("path", str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
+                           f"holds {len(directions)} (layers {_span(layers)}): a layer is missing", None)
+    widths = {v.shape[0] for v in directions.values()}
+    if len(widths) > 1:
+        raise bad_argument("path", str(path), f"direction tensors of one width, not {sorted(widths)}", None)
+    hint = field_value(reader, MODEL_HINT)
+    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint))
+
+
+__all__ = ["ControlVector", "read_control_vector", "write_control_vector"]

@@ -1,0 +1,83 @@
+"""Will vLLM serve this LoRA adapter? The checks vLLM's loader makes on ``adapter_config.json``
+(``vllm/lora/peft_helper.py``: ``PEFTHelper._validate_features`` and ``validate_legal``; the
+target modules against the model class's supported modules, ``adapters/runtimes.py``), made before
+anything is served:
+
+- the family has a vLLM model class with LoRA support, and each target module's last name
+  component is one that class accepts;
+- every rank (``r`` and each ``rank_pattern`` value) is at most the server's ``--max-lora-rank``
+  (one of 1, 8, 16, 32, 64, 128, 256, 320, 512; default 16);
+- ``bias == "none"`` ("Adapter bias is not supported."), ``lora_bias`` false, no DoRA, no
+  ``modules_to_save`` (except a classification head), no aLoRA / layer replication / BD-LoRA /
+  QALoRA, and an ``init_lora_weights`` that leaves the base weights alone.
+
+Serving it: ``vllm serve BASE --enable-lora --max-lora-rank R --lora-modules NAME=DIR``, then
+``model=NAME`` per request, or ``LoRARequest(NAME, 1, DIR)`` with ``LLM.generate`` (docs/ecosystem.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..adapters.runtimes import VLLM_LORA, VLLM_MAX_LORA_RANKS
+from ..errors import bad_argument
+
+#: ``init_lora_weights`` strings vLLM accepts (they set only the initial adapter weights)
+_PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
+
+
+def vllm_lora_problems(adapter_config: Mapping[str, Any], model_type: str, *, max_lora_rank: int = 16) -> list[str]:
+    """Everything in ``adapter_config`` that vLLM's LoRA loader would refuse for a ``model_type``
+    model served with ``--max-lora-rank max_lora_rank``; empty when vLLM serves it. A family
+    absent from ``adapters.runtimes.VLLM_LORA`` is reported as unchecked."""
+    if max_lora_rank not in VLLM_MAX_LORA_RANKS:
+        raise bad_argument("max_lora_rank", max_lora_rank, f"one of vLLM's --max-lora-rank values {VLLM_MAX_LORA_RANKS}",
+                           None)
+    family = VLLM_LORA.get(model_type)
+    if family is None:
+        return [f"model_type {model_type!r} is not in steerformer's vLLM table (adapters/runtimes.py): unchecked"]
+    if family.why:
+        return [f"{model_type}: {family.why}"]
+    problems = []
+    targets = adapter_config.get("target_modules") or []
+    if isinstance(targets, str):
+        problems.append(f"target_modules is a pattern ({targets!r}); vLLM matches a pattern only of the form "
+                        "'...(a|b)$' — list the modules")
+        targets = []
+    unknown = sorted({t for t in targets if t.rsplit(".", 1)[-1] not in family.modules})
+    if unknown:
+        problems.append(f"target module(s) {unknown} are not LoRA modules of vLLM's {model_type} "
+                        f"(it accepts {', '.join(family.modules)})")
+    ranks = [int(adapter_config.get("r", 0)), *(int(k) for k in (adapter_config.get("rank_pattern") or {}).values())]
+    if max(ranks) > max_lora_rank:
+        problems.append(f"LoRA rank {max(ranks)} is greater than --max-lora-rank {max_lora_rank} "
+                        "(serve with a larger --max-lora-rank)")
+    if adapter_config.get("bias", "none") != "none":
+        problems.append(f"bias={adapter_config['bias']!r}: vLLM supports only bias='none' (no adapter bias)")
+    if adapter_config.get("lora_bias"):
+        problems.append("lora_bias=True: vLLM does not support a bias on lora_B")
+    if adapter_config.get("use_dora"):
+        problems.append("use_dora=True: vLLM does not support DoRA")
+    extra = [m for m in adapter_config.get("modules_to_save") or [] if m not in ("classifier", "score")]
+    if extra:
+        problems.append(f"modules_to_save={extra}: vLLM supports only a classification head there")
+    init = adapter_config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower() not in _PLAIN_INITS:
+        problems.append(f"init_lora_weights={init!r} changes the base weights when loaded: vLLM refuses it")
+    for key, what in (("alora_invocation_tokens", "Activated LoRA"), ("layer_replication", "layer_replication"),
+                      ("use_bdlora", "block-diagonal LoRA"), ("use_qalora", "QALoRA")):
+        if adapter_config.get(key):
+            problems.append(f"{key} is set: vLLM does not support {what}")
+    return problems
+
+
+def check_vllm_lora(adapter_config: Mapping[str, Any], model_type: str, *, max_lora_rank: int = 16) -> None:
+    """Raise one line naming every module, rank or bias that vLLM's LoRA loader would refuse
+    (:func:`vllm_lora_problems`); return None when vLLM serves the adapter."""
+    problems = vllm_lora_problems(adapter_config, model_type, max_lora_rank=max_lora_rank)
+    if problems:
+        raise bad_argument("adapter_config", f"a {model_type} LoRA", "an adapter vLLM's LoRA loader accepts; "
+                           + "; ".join(problems), "Export the merged checkpoint, or change what the message names.")
+
+
+__all__ = ["check_vllm_lora", "vllm_lora_problems"]
