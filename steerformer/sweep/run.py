@@ -190,7 +190,7 @@ class SweepResult:
                 ax.plot(range(len(labels)), [float("nan") if y is None else y for y in ys], marker="o",
                         lw=1, ms=3, label=f"layer {k}")
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
-            ax.set_title(name)
+            ax.set(title=name, xlabel="checkpoint", ylabel=name)
         if len(layers) <= 12:
             fig.axes[0].legend(fontsize=6)
         fig.tight_layout()
