@@ -44,9 +44,10 @@ class Checkpoint:
 
     @property
     def key(self) -> str:
-        """A folder name unique to this checkpoint."""
+        """A folder name unique to this checkpoint, never hidden: ``./ckpt`` gives ``ckpt``, not
+        ``._ckpt``."""
         raw = f"{self.model}@{self.revision}" if self.revision is not None else self.model
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_") or "checkpoint"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-") or "checkpoint"
 
 
 def checkpoints_from(model: str | None = None, revisions: Sequence[str] | str | None = None,
