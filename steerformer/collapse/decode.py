@@ -80,19 +80,18 @@ class DecodeResult:
 PAPER_DECODE_PASSES = (1, 5, 10, 100)
 
 
-def decode_loop_counts(passes: int, requested: Sequence[int] | None = None) -> list[int]:
+def decode_loop_counts(passes: int, decode_passes: Sequence[int] | None = None) -> list[int]:
     """Loop counts for the decoding that follows a collapse run of ``passes`` passes, none above it:
-    ``requested`` as given (a count above ``passes`` is refused), or by default
+    ``decode_passes`` as given (a count above ``passes`` is refused), or by default
     :data:`PAPER_DECODE_PASSES` up to ``passes`` and ``passes`` itself — so ``--passes 20``
     decodes after 1, 5, 10 and 20 passes, never 100 (each new token reruns k passes)."""
-    if requested is None:
+    if decode_passes is None:
         return sorted({k for k in PAPER_DECODE_PASSES if k <= passes} | {passes})
-    too_many = [k for k in requested if k > passes]
+    too_many = [k for k in decode_passes if k > passes]
     if too_many:
-        raise bad_argument("--decode-passes", ",".join(map(str, requested)),
-                           f"loop counts up to --passes ({passes})",
-                           f"Drop {','.join(map(str, too_many))}, or raise --passes.")
-    return list(requested)
+        raise bad_argument("decode_passes", ",".join(map(str, decode_passes)), f"loop counts up to passes ({passes})",
+                           f"Drop {','.join(map(str, too_many))}, or raise passes.")
+    return list(decode_passes)
 
 
 def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int] = PAPER_DECODE_PASSES,

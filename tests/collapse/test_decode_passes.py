@@ -23,7 +23,7 @@ def test_default_loop_counts_stop_at_passes(passes, expected) -> None:
 
 def test_requested_loop_counts_above_passes_are_refused() -> None:
     assert decode_loop_counts(3, [2, 1]) == [2, 1]
-    with pytest.raises(InvalidArgumentError, match=r"--decode-passes='1,50' .*up to --passes \(20\).*Drop 50"):
+    with pytest.raises(InvalidArgumentError, match=r"decode_passes='1,50' .*up to passes \(20\).*Drop 50"):
         decode_loop_counts(20, [1, 50])
 
 
