@@ -45,7 +45,7 @@ def collapse_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue the run stored in --out."),
     old_prompts: Optional[int] = typer.Option(None, "--prompts", hidden=True, help="Deprecated: use --n-prompts."),
     decode: bool = typer.Option(True, "--decode/--no-decode", help="Greedy text after looping (causal LMs, pretrained weights)."),
-    decode_passes: str = typer.Option("1,5,10,100", "--decode-passes", help="Loop counts for the decoding experiment."),
+    decode_passes: Optional[str] = typer.Option(None, "--decode-passes", help="Loop counts for the decoding experiment, each ≤ --passes (default: 1,5,10,100 up to --passes, and --passes)."),
     decode_tokens: int = typer.Option(20, "--decode-tokens", help="New tokens per continuation."),
     decode_prompt: str = typer.Option("The capital of France is", "--decode-prompt", help="Prompt of the decoding experiment."),
 ) -> None:
@@ -54,7 +54,9 @@ def collapse_cmd(
     Example: steerformer collapse sentence-transformers/all-MiniLM-L6-v2 --passes 20 --n-prompts 8 --length 32
     """
     with user_errors():
-        from steerformer.collapse import collapse, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype
+        from steerformer.collapse import (
+            collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype,
+        )
         from steerformer.loading import load_model
 
         if old_prompts is not None:
@@ -65,7 +67,8 @@ def collapse_cmd(
         out = out or default_out("collapse", model)
         dt = parse_dtype(cfg.dtype)
         check_cheap_options(out=out, kind="collapse", inputs=[model], device=device, incremental=True)
-        decode_loops = _int_list(decode_passes, "--decode-passes") if decode else None
+        decode_loops = decode_loop_counts(cfg.passes, None if decode_passes is None else
+                                          _int_list(decode_passes, "--decode-passes")) if decode else None
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and cfg.weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)
         tok = load_tokenizer(model) if (text or lm is not None) else None
@@ -82,7 +85,7 @@ def collapse_cmd(
                    + (" (stopped early)" if res.meta["stopped_early"] else ""))
         for k in sorted({0, *[p * res.n_blocks for p in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
                               if p <= res.n_passes], res.n_passes * res.n_blocks}):
-            typer.echo(f"  after {k // res.n_blocks:>4} passes (layer {k:>6}): E mean {s['mean'][k]:.3e}  "
+            typer.echo(f"  after {k // res.n_blocks:>4} passes ({k:>6} blocks): E mean {s['mean'][k]:.3e}  "
                        f"[q05 {s['q05'][k]:.2e}, q95 {s['q95'][k]:.2e}]")
         typer.echo(f"wrote {out}/collapse.json, collapse.npz, collapse.png")
         if lm is not None:

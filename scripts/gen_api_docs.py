@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
+#: The math the docstrings cite as "MATH.md §N"; the reference cites this file's section N instead.
+MATH = ROOT / "docs" / "math.md"
 #: The packages whose ``__all__`` is public API, in the order of the reference.
 PACKAGES = ("steerformer", "steerformer.adapters", "steerformer.stats", "steerformer.steering",
             "steerformer.collapse", "steerformer.ode", "steerformer.results", "steerformer.formats")
@@ -83,6 +85,33 @@ def _signature(obj: object) -> str:
         return ""
 
 
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def math_sections() -> dict[str, str]:
+    """Section number of docs/math.md ("1", "1b", "4c" ...) → the anchor of its heading."""
+    sections = {}
+    for line in MATH.read_text().splitlines():
+        m = re.match(r"## (\d+[a-z]?)\. ", line)
+        if m:
+            sections[m.group(1)] = slug(line[3:])
+    return sections
+
+
+def cite_math(text: str) -> str:
+    """Rewrite the docstrings' "MATH.md §N" (a planning file users do not have) as a link to
+    section N of docs/math.md, the reference that ships with the repository."""
+    sections = math_sections()
+
+    def link(m: re.Match) -> str:
+        anchor = sections.get(m.group(2))
+        return f"[docs/math.md §{m.group(1)}](math.md#{anchor})" if anchor else f"docs/math.md §{m.group(1)}"
+
+    return re.sub(r"MATH\.md §((\d+[a-z]?)(?:[–-]\d+[a-z]?)?)", link, text).replace("MATH.md", "docs/math.md")
+
+
 def render() -> str:
     out = ["# API reference", "",
            "Generated from the docstrings by `python scripts/gen_api_docs.py`; do not edit by hand.", ""]
@@ -103,7 +132,7 @@ def render() -> str:
                     first = inspect.getdoc(fn).split("\n\n")[0].replace("\n", " ")
                     out += [f"- `{meth}{_signature(fn)}`: {first}"]
                 out += [""]
-    return "\n".join(out).rstrip() + "\n"
+    return cite_math("\n".join(out).rstrip() + "\n")
 
 
 def main(argv: list[str]) -> int:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One command, fresh machine: install steerformer with its test extras (CPU torch first) and run
-# the whole offline test suite. .ci/run calls exactly this.
+# One command, fresh machine: install steerformer with its test extras (torch first, only when
+# missing: see scripts/ensure_torch.sh) and run the whole offline test suite. .ci/run calls
+# exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
+bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
 python3 -m pip install -q -e ".[test]"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 python3 -m pytest -q "$@"

@@ -1,5 +1,8 @@
 """Figures of spectra (paper Fig. 6 style). Object-oriented matplotlib only: no pyplot state, so
-the library works under any backend and in threads."""
+the library works under any backend and in threads.
+
+Layers are numbered as in the terminal table and the CSV: the ids of the model's layers, from 0.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,6 @@ from matplotlib.figure import Figure
 from .results import save_figure  # noqa: F401  (the one figure saver, re-exported)
 
 
-
-
 def eigenvalue_planes(eigenvalues: np.ndarray, layer_ids: Sequence[int], title: str = "") -> Figure:
     """Eigenvalues in the complex plane, one panel per layer, λ1 highlighted."""
     L = len(layer_ids)
@@ -23,12 +24,16 @@ def eigenvalue_planes(eigenvalues: np.ndarray, layer_ids: Sequence[int], title: 
     for i, k in enumerate(layer_ids):
         ax = fig.add_subplot(rows, cols, i + 1)
         ev = eigenvalues[i]
-        ax.scatter(ev.real, ev.imag, s=4, alpha=0.6, color="tab:blue")
+        ax.scatter(ev.real, ev.imag, s=4, alpha=0.6, color="tab:blue", label="eigenvalues λ")
         ax.scatter([ev[0].real], [ev[0].imag], s=30, color="tab:red", marker="*", label="λ1")
         ax.axhline(0, color="0.8", lw=0.5)
         ax.axvline(0, color="0.8", lw=0.5)
         ax.set_title(f"layer {k}", fontsize=9)
+        ax.set_xlabel("Re λ", fontsize=8)
+        ax.set_ylabel("Im λ", fontsize=8)
         ax.tick_params(labelsize=7)
+        if i == 0:  # one legend: the panels differ only in their data
+            ax.legend(fontsize=6, loc="best")
     fig.suptitle(f"{title} eigenvalues of F = W_O·V (red: λ1, largest real part)".strip(), fontsize=10)
     fig.tight_layout()
     return fig
@@ -41,7 +46,8 @@ def top_real_parts(eigenvalues: np.ndarray, layer_ids: Sequence[int], top: int =
     x = np.asarray(layer_ids)
     for j in range(min(top, eigenvalues.shape[1])):
         ax.plot(x, eigenvalues[:, j].real, marker="o", ms=3, label=f"Re λ{j + 1}")
-    ax.set_xlabel("layer")
+    ax.set_xlabel("layer (from 0)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("real part")
     ax.set_title(f"{title} top {top} eigenvalues by real part".strip())
     ax.legend(fontsize=8)

@@ -3,7 +3,7 @@ prompts and watch its tokens reach consensus."""
 
 from __future__ import annotations
 
-from .decode import DecodeResult, greedy_decode, load_causal_lm
+from .decode import DecodeResult, decode_loop_counts, greedy_decode, load_causal_lm
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .plot import collapse_figure, figure_path
@@ -15,6 +15,6 @@ from .weights import pass_seed, reinitialize
 
 __all__ = [
     "CollapseResult", "DecodeResult", "LoopedModel", "NonFiniteStateError", "collapse", "collapse_figure",
-    "consensus_stats", "figure_path", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype", "pass_seed", "random_prompt_ids",
-    "reinitialize",
+    "consensus_stats", "decode_loop_counts", "figure_path", "greedy_decode", "load_causal_lm", "load_tokenizer", "parse_dtype",
+    "pass_seed", "random_prompt_ids", "reinitialize",
 ]

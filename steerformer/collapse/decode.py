@@ -76,7 +76,25 @@ class DecodeResult:
         return []
 
 
-def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int] = (1, 5, 10, 100),
+#: The loop counts of the arXiv version's decoding experiment.
+PAPER_DECODE_PASSES = (1, 5, 10, 100)
+
+
+def decode_loop_counts(passes: int, decode_passes: Sequence[int] | None = None) -> list[int]:
+    """Loop counts for the decoding that follows a collapse run of ``passes`` passes, none above it:
+    ``decode_passes`` as given (a count above ``passes`` is refused), or by default
+    :data:`PAPER_DECODE_PASSES` up to ``passes`` and ``passes`` itself — so ``--passes 20``
+    decodes after 1, 5, 10 and 20 passes, never 100 (each new token reruns k passes)."""
+    if decode_passes is None:
+        return sorted({k for k in PAPER_DECODE_PASSES if k <= passes} | {passes})
+    too_many = [k for k in decode_passes if k > passes]
+    if too_many:
+        raise bad_argument("decode_passes", ",".join(map(str, decode_passes)), f"loop counts up to passes ({passes})",
+                           f"Drop {','.join(map(str, too_many))}, or raise passes.")
+    return list(decode_passes)
+
+
+def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int] = PAPER_DECODE_PASSES,
                   new_tokens: int = 20, ffn: bool = True, tokenizer: Any = None) -> DecodeResult:
     """Greedy continuation of ``prompt_ids`` by ``model`` (with an LM head) looped ``k`` times for
     each ``k`` in ``passes``; after one pass this is the model's own greedy decoding."""

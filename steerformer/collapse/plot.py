@@ -1,5 +1,5 @@
-"""The paper's collapse figure (Figs. 7–10): E against the layer index on a log scale, the mean
-over prompts with a band between quantiles; several runs on one axes."""
+"""The paper's collapse figure (Figs. 7–10): E against the number of blocks run on a log scale, the
+mean over prompts with a band between quantiles; several runs on one axes."""
 
 from __future__ import annotations
 
@@ -22,17 +22,18 @@ def collapse_figure(runs: Sequence, *, labels: Sequence[str] | None = None, stat
         s = run.quantiles(stat)
         x = np.arange(len(s["mean"]))
         label = labels[i] if labels is not None else run.label()
-        line, = ax.plot(x, np.maximum(s["mean"], _FLOOR), lw=1.2, label=label)
+        line, = ax.plot(x, np.maximum(s["mean"], _FLOOR), lw=1.2, label=f"{label}: mean")
         ax.fill_between(x, np.maximum(s[band[0]], _FLOOR), np.maximum(s[band[1]], _FLOOR),
-                        color=line.get_color(), alpha=0.2, lw=0)
+                        color=line.get_color(), alpha=0.2, lw=0, label=f"{label}: {band[0]}–{band[1]} band")
         if len(runs) == 1 and run.n_passes <= 20:
             for p in range(1, run.n_passes):
-                ax.axvline(p * run.n_blocks, color="0.8", lw=0.6, zorder=0)
+                ax.axvline(p * run.n_blocks, color="0.8", lw=0.6, zorder=0, label="end of a pass" if p == 1 else None)
     if stat == "e":
         ax.set_yscale("log")
     names = {"e": "E (eq. 9)", "pairwise": "mean pairwise cosine", "centroid": "mean distance to centroid"}
-    ax.set_xlabel("layer index (blocks run; 0 = embedded prompts)")
-    ax.set_ylabel(f"{names.get(stat, stat)}: mean over prompts, band {band[0]}–{band[1]}")
+    # a count of blocks run, not a layer id: block 0 of pass 1 gives x = 1
+    ax.set_xlabel("blocks run (0 = embedded prompts)")
+    ax.set_ylabel(f"{names.get(stat, stat)} over prompts")
     ax.set_title("Looped-model collapse")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)

@@ -76,7 +76,7 @@ class CollapseResult:
                 f"{self.n_prompts} prompts ({o.get('weights')} weights, {'with' if o.get('ffn') else 'without'} FFN)")
         ks = sorted({0, *[p * self.n_blocks for p in (1, 10, 100, 1000) if p <= self.n_passes],
                      self.n_passes * self.n_blocks})
-        return "\n".join([head] + [f"  after {k // self.n_blocks:>4} passes (layer {k:>6}): E mean {s['mean'][k]:.3e}  "
+        return "\n".join([head] + [f"  after {k // self.n_blocks:>4} passes ({k:>6} blocks): E mean {s['mean'][k]:.3e}  "
                                     f"[q05 {s['q05'][k]:.2e}, q95 {s['q95'][k]:.2e}]" for k in ks])
 
     # ---- persistence -------------------------------------------------------------------------

@@ -21,15 +21,21 @@ def _save(fig, path: pathlib.Path) -> pathlib.Path:
     return save_figure(fig, path, tight=False)
 
 
+def _one_entry(label: str, y: np.ndarray) -> list:
+    """Labels for ``ax.plot(x, y)`` with y (T, m): one legend entry for the m lines."""
+    return [label] + [None] * (y.shape[1] - 1)
+
+
 def _sphere(ax, tokens: np.ndarray, title: str) -> None:
     """Trajectories (T, n, 3) on the unit sphere: blue paths, white start, grey end (as the papers)."""
     u, v = np.mgrid[0:2 * np.pi:40j, 0:np.pi:20j]
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.3)
     for i in range(tokens.shape[1]):
-        ax.plot(*tokens[:, i, :].T, color="tab:blue", lw=1)
-    ax.scatter(*tokens[0].T, facecolor="white", edgecolor="k", s=25, depthshade=False)
-    ax.scatter(*tokens[-1].T, color="0.5", edgecolor="k", s=35, depthshade=False)
-    ax.set_title(title)
+        ax.plot(*tokens[:, i, :].T, color="tab:blue", lw=1, label="token paths" if i == 0 else None)
+    ax.scatter(*tokens[0].T, facecolor="white", edgecolor="k", s=25, depthshade=False, label="start")
+    ax.scatter(*tokens[-1].T, color="0.5", edgecolor="k", s=35, depthshade=False, label="end")
+    ax.set(xlabel="x₁", ylabel="x₂", zlabel="x₃", title=title)
+    ax.legend(fontsize=7, loc="upper left")
     ax.set_box_aspect((1, 1, 1))
 
 
@@ -40,6 +46,8 @@ def _fig_3d(tokens: np.ndarray, title: str, path: pathlib.Path) -> pathlib.Path:
 
 
 def _lines(x, ys: dict[str, np.ndarray], xlabel: str, ylabel: str, title: str, path, log=False):
+    """One line per 1-D series; a 2-D series (T, runs) draws one thin line per run under one
+    legend entry."""
     fig = _figure((6, 4))
     ax = fig.add_subplot(1, 1, 1)
     for label, y in ys.items():
@@ -47,14 +55,18 @@ def _lines(x, ys: dict[str, np.ndarray], xlabel: str, ylabel: str, title: str, p
         if y.ndim == 1:
             ax.plot(x, y, label=label)
         else:
-            ax.plot(x, y.reshape(len(x), -1), lw=0.7, alpha=0.7)
-    if any(np.asarray(y).ndim == 1 for y in ys.values()):
-        ax.legend()
+            y = y.reshape(len(x), -1)
+            ax.plot(x, y, lw=0.7, alpha=0.7, label=_one_entry(f"{label} (one line per run)", y))
+    ax.legend()
     if log:
         ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+#: The x axis of the discrete maps: how many times the map (one layer) has been applied.
+STEPS = "step k (applications of the map; 0 = start)"
 
 
 def plot_5_1_1(r, out):
@@ -90,9 +102,9 @@ def plot_fig13a(r, out):
         _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0], label)
         ax = fig.add_subplot(2, 2, 2 * row + 2)
         rho = r.series[f"rho_{key}"][:, 0]  # (T, n)
-        ax.plot(r.times, rho, lw=0.8)
+        ax.plot(r.times, rho, lw=0.8, label=_one_entry("tokens (one line each)", rho))
         ax.plot(r.times, rho.mean(-1), "k:", lw=2, label="mean")
-        ax.set(xlabel="layer k", ylabel="ρ(x_i, v1)", title=label, ylim=(0, 1.02))
+        ax.set(xlabel=STEPS, ylabel="ρ(x_i, v1)", title=label, ylim=(0, 1.02))
         ax.legend()
     return [_save(fig, out / "fig13a.png")]
 
@@ -104,16 +116,18 @@ def plot_fig13b(r, out):
         _sphere(fig.add_subplot(2, 2, 2 * row + 1, projection="3d"), r.trajectory[f"tokens_{key}"][:, 0],
                 f"perturbation {eps} ({key})")
         ax = fig.add_subplot(2, 2, 2 * row + 2)
-        ax.plot(r.times, r.series[f"v1_component_{key}"][:, 0], lw=0.8)
-        ax.set(xlabel="layer k", ylabel="v1ᵀx_i", title=f"{key}: tokens' v1 component", ylim=(-1.05, 1.05))
+        comp = r.series[f"v1_component_{key}"][:, 0]  # (T, n)
+        ax.plot(r.times, comp, lw=0.8, label=_one_entry("tokens (one line each)", comp))
+        ax.set(xlabel=STEPS, ylabel="v1ᵀx_i", title=f"{key}: tokens' v1 component", ylim=(-1.05, 1.05))
+        ax.legend()
     return [_save(fig, out / "fig13b.png")]
 
 
 def plot_bridge(r, out):
     return [
-        _lines(r.times, {"mean E": r.series["E"].mean(1)}, "layer", "E", "bridge: E (mean over runs)",
+        _lines(r.times, {"mean E": r.series["E"].mean(1)}, STEPS, "E", "bridge: E (mean over runs)",
                out / "E.png"),
-        _lines(r.times, {"mean ρ(x, v1)": r.series["rho_v1"].mean(1)}, "layer", "ρ",
+        _lines(r.times, {"mean ρ(x, v1)": r.series["rho_v1"].mean(1)}, STEPS, "ρ",
                "bridge: alignment with v1(F)", out / "alignment.png"),
     ]
 

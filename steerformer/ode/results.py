@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 from dataclasses import dataclass, field
 
@@ -12,6 +13,24 @@ from ..results import VERSION_KEY, json_text, read_json, to_jsonable
 
 #: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).
 _SERIES = "series__"
+
+
+#: Significant digits of the floats that :meth:`SetupResult.summary` prints: a time of 121 steps
+#: of 0.05 reads 6.05, not 6.050000000000001.
+SUMMARY_DIGITS = 6
+
+
+def _short(value: object) -> str:
+    """JSON-like text of plain data with every float rounded to :data:`SUMMARY_DIGITS` digits."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return f"{value:.{SUMMARY_DIGITS}g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_short(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 @dataclass
@@ -36,11 +55,10 @@ class SetupResult:
     extra: dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """The setup and its description, then one ``key: value`` line per finding."""
-        import json
-
+        """The setup and its description, then one ``key: value`` line per finding, floats to
+        :data:`SUMMARY_DIGITS` significant digits (the JSON keeps them whole)."""
         lines = [f"{self.setup}: {self.description}"]
-        lines += [f"  {k}: {json.dumps(to_jsonable(v), ensure_ascii=False)}" for k, v in self.findings.items()]
+        lines += [f"  {k}: {_short(to_jsonable(v))}" for k, v in self.findings.items()]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

@@ -44,9 +44,10 @@ class Checkpoint:
 
     @property
     def key(self) -> str:
-        """A folder name unique to this checkpoint."""
+        """A folder name unique to this checkpoint, never hidden: ``./ckpt`` gives ``ckpt``, not
+        ``._ckpt``."""
         raw = f"{self.model}@{self.revision}" if self.revision is not None else self.model
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_") or "checkpoint"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-") or "checkpoint"
 
 
 def checkpoints_from(model: str | None = None, revisions: Sequence[str] | str | None = None,
@@ -190,7 +191,7 @@ class SweepResult:
                 ax.plot(range(len(labels)), [float("nan") if y is None else y for y in ys], marker="o",
                         lw=1, ms=3, label=f"layer {k}")
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
-            ax.set_title(name)
+            ax.set(title=name, xlabel="checkpoint", ylabel=name)
         if len(layers) <= 12:
             fig.axes[0].legend(fontsize=6)
         fig.tight_layout()
