@@ -5,7 +5,7 @@ them and configures logging, so that adding a command never touches the others.
 
 Start-up is kept fast (``steerformer --help`` must not load torch, transformers, matplotlib or
 scipy): command modules import the library inside their command functions, and ``import
-steerformer`` itself is lazy. tests/test_cli_startup.py checks it.
+steerformer`` itself is lazy. tests/cli/test_startup.py checks it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Public names are ``steerformer.__all__`` and the ``__all__`` of each subpackage 
     python scripts/gen_api_docs.py            # (re)write docs/api.md
     python scripts/gen_api_docs.py --check    # exit 1 when docs/api.md is out of date
 
-tests/test_api_docs.py fails when a public name has no docstring (and when docs/api.md is stale).
+tests/docs/test_api_reference.py fails when a public name has no docstring (and when docs/api.md is stale).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Test-wide settings: never touch the network, deterministic seeds, headless plots."""
+"""Test-wide settings (never touch the network, deterministic seeds, headless plots) and the helpers
+every test folder shares (``from tests.conftest import unit_vector``). Tiny models: ``tests/models.py``."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ def _one_thread():
 def _seed() -> None:
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+def random_vector(d: int = 64, seed: int = 0) -> torch.Tensor:
+    """A seeded standard-normal float64 vector of length ``d`` (a direction before normalizing)."""
+    return torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def unit_vector(d: int, seed: int) -> torch.Tensor:
+    """:func:`random_vector` scaled to unit length."""
+    v = random_vector(d, seed)
+    return v / v.norm()

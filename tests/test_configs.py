@@ -1,5 +1,5 @@
-"""Issue 12 item 2: options as configs — dataclasses with help and checks, the CLI options generated
-from them, results storing them, resume comparing them; item 3: renamed options keep a deprecated alias."""
+"""Options as configs — dataclasses with help and checks, the CLI options generated
+from them, results storing them, resume comparing them; renamed options keep a deprecated alias."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from steerformer.configs import CollapseConfig, StatsConfig, SteerConfig
 from steerformer.errors import InvalidArgumentError
 from steerformer_cli.main import app
-from tests.tiny_models import make_model
+from tests.models import make_model
 
 COMMANDS = {"analyze": StatsConfig, "collapse": CollapseConfig, "steer": SteerConfig}
 

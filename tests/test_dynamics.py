@@ -11,7 +11,7 @@ from steerformer.errors import InvalidArgumentError
 from steerformer.loading import open_source
 from steerformer.matrices import read_attention_weights
 
-from .tiny_models import make_model
+from tests.models import make_model
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neo", "bert", "albert-2groups-inner2"])

@@ -12,7 +12,7 @@ from steerformer import layer_matrices
 from steerformer.errors import CheckpointError, InvalidArgumentError, ModelNotFoundError, UnsupportedModelError
 from steerformer.loading import SafetensorsReader
 
-from .tiny_models import make_model
+from tests.models import make_model
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gpt2-base", "gpt_neo", "bert-mlm", "albert-2groups-inner2"])

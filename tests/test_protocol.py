@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from steerformer.results import PROTOCOL_METHODS, json_text, missing_methods, to_jsonable, version_of
-from tests.tiny_models import make_model
+from tests.models import make_model
 
 
 def _result_types():

@@ -2,8 +2,8 @@
 
 The facts are read from each adapter built on the family's default config (transformers'
 ``CONFIG_MAPPING[model_type]()``), so this table cannot drift from the declarations. Feature
-notes record what the test suite checks per family (tests/test_families.py, test_adapters.py,
-test_collapse.py, test_steering_*.py).
+notes record what the test suite checks per family (tests/adapters/, tests/collapse/,
+tests/steering/).
 """
 
 from __future__ import annotations

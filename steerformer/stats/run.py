@@ -128,7 +128,7 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
     last states, so only one pass's states (L + 1 of them) are ever held — memory does not grow
     with ``passes``. The steps are the same operations on the same states as one
     ``run_dynamics(..., repeat=passes)``, so the result is identical to the statistics of that
-    whole trajectory (``tests/test_polish_lazy.py`` compares them)."""
+    whole trajectory (``tests/stats/test_prolonged_streaming.py`` compares them)."""
     parts: list[AlignmentStats] = []
     x = tokens
     for p in range(passes):
