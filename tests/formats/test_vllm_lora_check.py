@@ -14,7 +14,7 @@ from steerformer.errors import InvalidArgumentError
 from steerformer.formats.vllm_lora import check_vllm_lora, vllm_lora_problems
 from steerformer.steering import save_steered, steer
 
-from ..tiny_models import make_model
+from ..models import make_model
 from .gguf_sources import tiny_llama
 
 pytest.importorskip("peft")
