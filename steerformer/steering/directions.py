@@ -203,6 +203,10 @@ class ContrastiveDirection:
     explained: float | None = None  # pca: share of Σσ² in the first component
     pairs_file: str | None = None
 
+    def __repr__(self) -> str:  # the vector stays out: one line
+        return (f"ContrastiveDirection({self.method} at layer {self.layer}, token={self.token}, "
+                f"{self.n_positive}+/{self.n_negative}- prompts, raw_norm={self.raw_norm:.4g}, d={self.vector.numel()})")
+
     @property
     def direction_source(self) -> DirectionSource:
         detail = {k: v for k, v in dataclasses.asdict(self).items() if k != "vector"}

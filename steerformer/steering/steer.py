@@ -41,10 +41,9 @@ from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
 from . import algebra
 from .chain import Steering, retie, steering_of, unsteer, untie
-from .common import CountedCurve, is_path_like, progress_bar, stores_transposed
+from .common import CountedCurve, is_path_like, progress_bar, stores_transposed, transformer_of
 from .directions import DirectionSource, check_vector, resolve_direction
 from .edit import Edit, check_layer_materialized, edited_stored
-from .export import as_sentence_transformer, inner_model
 from .measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
 from .record import SteeringRecord, build_record
 
@@ -144,8 +143,7 @@ def _model_object(model: Any, verb: str) -> Any:
     if is_path_like(model):
         raise bad_argument("model", model, f"a model object ({verb} edits it in place)",
                            "Load it first: model = steerformer.steering.load_for_steering(path).")
-    st = as_sentence_transformer(model)
-    return inner_model(st) if st is not None else load_model(model)
+    return load_model(transformer_of(model))
 
 
 def _searching(cfg: SteerConfig) -> bool:
