@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from ..configs import progress_bar
 from ..errors import CheckpointError, SteerformerError, bad_argument
 from ..loading import read_safetensors_file_header
 
@@ -97,16 +98,6 @@ def non_finite(where: str, what: str) -> SteerformerError:
 
 
 # ---- progress ------------------------------------------------------------------------------------
-def progress_bar(desc: str, total: int | None, enabled: bool):
-    """A tqdm bar on stderr (a silent one when not ``enabled``)."""
-    import sys
-
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="eval" if total is None else "step", file=sys.stderr,
-                disable=not enabled, leave=False, dynamic_ncols=True)
-
-
 class CountedCurve:
     """A curve γ ↦ alignment that advances a progress bar per evaluation; ``close`` ends the bar."""
 
@@ -115,7 +106,7 @@ class CountedCurve:
 
     def __call__(self, g: float) -> float:
         if self.bar is None:
-            self.bar = progress_bar(self.desc, None, self.enabled)
+            self.bar = progress_bar(self.enabled, self.desc, unit="eval")
         val = self.f(g)
         self.bar.update(1)
         self.bar.set_postfix(gain=f"{float(g):.3g}", alignment=f"{val:.3f}")
