@@ -141,9 +141,9 @@ def test_no_private_name_crosses_modules() -> None:
 
 
 def test_the_source_layer_imports_no_feature() -> None:
-    """adapters/ and loading.py (the source layer) and the math core sit below every feature."""
+    """adapters/, loading.py (the source layer), the math core and formats/ sit below every feature."""
     modules = _modules()
-    lower = [m for m in modules if m.startswith("steerformer.adapters") or m in (
+    lower = [m for m in modules if m.startswith(("steerformer.adapters", "steerformer.formats")) or m in (
         "steerformer.loading", "steerformer.matrices", "steerformer.attention", "steerformer.spectra",
         "steerformer.discrete", "steerformer.dynamics", "steerformer.consensus", "steerformer.prompts")]
     features = tuple(f"steerformer.{f}" for f in FEATURES)

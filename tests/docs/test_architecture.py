@@ -63,3 +63,12 @@ def test_every_dotted_name_resolves() -> None:
             break
         else:
             raise AssertionError(q)
+
+
+def test_every_top_level_module_and_subpackage_is_on_the_page() -> None:
+    """A new module or subpackage gets its line on the page."""
+    text = DOC.read_text(encoding="utf-8")
+    units = [f"{p.name}" for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py",)]
+    units += [f"{p.parent.name}/" for p in PACKAGE.glob("*/__init__.py")]
+    missing = [u for u in units if f"`{u}`" not in text and f"`steerformer/{u}`" not in text]
+    assert not missing, missing
