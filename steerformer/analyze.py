@@ -21,7 +21,6 @@ from .spectra import Spectra, spectra
 from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
-
 #: Columns of the per-layer table / CSV, in order.
 TABLE_COLUMNS = ("layer", "slot", "lambda1", "lambda2", "gap", "relative_gap", "case", "v1v2_overlap", "spectral_radius")
 

@@ -25,7 +25,6 @@ from .weights import ffn_modules, pass_seed, reinitialize
 log = logging.getLogger(__name__)
 
 
-
 def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
     """The model to loop, in eval mode. A model object is copied before anything would change it
     (dtype, device, or weights when ``own``), so the caller's model is left as it was."""

@@ -61,14 +61,11 @@ from . import algebra
 from .chain import Steering, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
-    inner_model, model_files,
-    rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
+    inner_model, model_files, rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
 )
 from .directions import check_vector, resolve_direction
 from .edit import Edit
-from .export import (
-    MODULES_FILE, copy_module_stack, model_card, save_peft_adapter, source_folder,
-)
+from .export import MODULES_FILE, copy_module_stack, model_card, save_peft_adapter, source_folder
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
