@@ -54,9 +54,8 @@ def collapse_cmd(
     Example: steerformer collapse sentence-transformers/all-MiniLM-L6-v2 --passes 20 --n-prompts 8 --length 32
     """
     with user_errors():
-        from steerformer.collapse import (
-            collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer, parse_dtype,
-        )
+        from steerformer.collapse import collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer
+        from steerformer.configs import torch_dtype
         from steerformer.loading import load_model
 
         if old_prompts is not None:
@@ -65,7 +64,7 @@ def collapse_cmd(
             options["n_prompts"] = old_prompts
         cfg = CollapseConfig(**options)
         out = out or default_out("collapse", model)
-        dt = parse_dtype(cfg.dtype)
+        dt = torch_dtype(cfg.dtype)
         check_cheap_options(out=out, kind="collapse", inputs=[model], device=device, incremental=True)
         decode_loops = decode_loop_counts(cfg.passes, None if decode_passes is None else
                                           _int_list(decode_passes, "--decode-passes")) if decode else None

@@ -113,9 +113,9 @@ def steer_cmd(
 
 def _device_dtype(device: Optional[str], dtype: Optional[str]):
     """(device, torch dtype) from --device / --dtype (the device is checked by check_cheap_options)."""
-    from steerformer.collapse import parse_dtype
+    from steerformer.configs import torch_dtype
 
-    return device, parse_dtype(dtype)
+    return device, torch_dtype(dtype)
 
 
 @app.command("unsteer")

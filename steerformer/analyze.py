@@ -13,15 +13,13 @@ import torch
 from . import __version__, plotting
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
-from .configs import renamed_parameters
+from .configs import EIG_DTYPES, renamed_parameters, torch_dtype
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, spectra
 from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 #: Columns of the per-layer table / CSV, in order.
 TABLE_COLUMNS = ("layer", "slot", "lambda1", "lambda2", "gap", "relative_gap", "case", "v1v2_overlap", "spectral_radius")
@@ -182,12 +180,7 @@ def analyze(
     elif stats_options:
         raise bad_argument("stats", False, "True or a StatsConfig when statistics options are given "
                            f"({', '.join(sorted(stats_options))})")
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise bad_argument("dtype", dtype, f"one of {sorted(DTYPES)}")
-        tdtype = DTYPES[dtype]
-    else:
-        tdtype = dtype
+    tdtype = torch_dtype(dtype, choices=EIG_DTYPES)
     from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
     from .spectra import default_workers
 

@@ -22,11 +22,35 @@ from .errors import bad_argument
 #: The seed of every random draw unless a function says otherwise (collapse: 42, the paper's).
 SEED = 0
 
+#: The one dtype table: every precision name steerformer accepts → the torch dtype it means (by
+#: its attribute name: this module imports no torch). :func:`torch_dtype` reads it.
+DTYPES = {
+    "fp16": "float16", "float16": "float16", "half": "float16",
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "fp32": "float32", "float32": "float32", "float": "float32",
+    "fp64": "float64", "float64": "float64", "double": "float64",
+}
+
 #: Run precisions (``--dtype`` everywhere): the names the CLI offers.
 RUN_DTYPES = ("fp32", "fp16", "bf16", "fp64")
 
 #: Eigen-decomposition precisions (``analyze --eig-dtype``).
 EIG_DTYPES = ("float64", "float32")
+
+
+def torch_dtype(value: Any, *, choices: Sequence[str] | None = None, name: str = "dtype") -> Any:
+    """The torch dtype ``value`` names: a name of :data:`DTYPES` (or of ``choices`` when given), any
+    case, an optional ``torch.`` prefix, or a ``torch.dtype`` itself; ``None`` stays ``None``."""
+    import torch
+
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    key = str(value).lower().removeprefix("torch.")
+    allowed = DTYPES if choices is None else choices
+    if key not in allowed:
+        raise bad_argument(name, value, f"one of {', '.join(sorted(allowed))}"
+                           + (" or a torch.dtype" if choices is None else ""))
+    return getattr(torch, DTYPES[key])
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
@@ -276,19 +300,20 @@ def renamed_parameters(**old_to_new: str):
     return deco
 
 
-def progress_bar(progress: Any, desc: str, *, leave: bool = True):
-    """``progress`` as an iterable wrapper or None: True (or a label, which names the bar) draws a
-    tqdm bar on stderr; False/None: none. A callable (the old interface) is used as it is, with a
-    DeprecationWarning — ``progress`` is a bool everywhere."""
-    if progress is None or progress is False:
-        return None
+def progress_bar(progress: Any, desc: str, iterable: Any = None, *, total: float | None = None, unit: str = "it",
+                 leave: bool = False):
+    """The one progress bar of the package: a tqdm bar on stderr over ``iterable`` (or counting up
+    to ``total`` by ``update``) when ``progress`` is true — a string names the bar instead of
+    ``desc`` — and a silent one otherwise: the same object either way (iterate it, ``update``,
+    ``set_postfix``, ``close``, ``with``). A callable ``progress`` (the old interface) wraps
+    ``iterable`` itself, with a DeprecationWarning — ``progress`` is a bool everywhere."""
+    from tqdm.auto import tqdm
+
     if callable(progress) and not isinstance(progress, (bool, str)):
         import warnings
 
         warnings.warn("progress=<callable> is deprecated; pass progress=True (a tqdm bar) or False",
                       DeprecationWarning, stacklevel=3)
-        return progress
-    from tqdm.auto import tqdm
-
+        return progress(iterable) if iterable is not None else tqdm(total=total, disable=True)
     label = progress if isinstance(progress, str) else desc
-    return lambda it: tqdm(it, desc=label, unit="layer", leave=leave)
+    return tqdm(iterable, total=total, desc=label, unit=unit, leave=leave, disable=not progress, dynamic_ncols=True)

@@ -292,7 +292,6 @@ def spectra(
     the distinct layers in a process pool, each worker's BLAS single-threaded. ``progress``: a
     tqdm bar over the matrices (a string labels it).
     """
-    wrap = progress_bar(progress, "eig per layer")
     if isinstance(matrices, (str, bytes)) or hasattr(matrices, "__fspath__"):
         raise bad_argument("matrices", str(matrices), "layer matrices (a LayerMatrices, a tensor or an array), "
                            "not a model name", "Use steerformer.analyze(model) for a model id or folder, or "
@@ -338,12 +337,10 @@ def spectra(
         with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn")) as pool:
             futs = {s: pool.submit(_layer_task, (None if fac(k) is not None else A[k], fac(k), top_k, dtype))
                     for s, k in todo}
-            it = wrap(todo) if wrap is not None else todo
-            for s, _ in it:
+            for s, _ in progress_bar(progress, "eig per layer", todo, unit="layer", leave=True):
                 results[s] = futs[s].result()
     else:
-        it = wrap(todo) if wrap is not None else todo
-        for s, k in it:
+        for s, k in progress_bar(progress, "eig per layer", todo, unit="layer", leave=True):
             results[s] = layer_spectrum(None if fac(k) is not None else A[k], factors=fac(k), top_k=top_k,
                                         dtype=dtype, device=device)
     widths = {r[0].shape[0] for r in results.values()}

@@ -79,6 +79,12 @@ def make_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64, *, 
     return model
 
 
+def saved_model(folder, name: str, dtype: torch.dtype = torch.float32, **kw):
+    """``make_model(name, dtype=dtype, **kw)`` saved as a checkpoint in ``folder``; returns it."""
+    make_model(name, dtype=dtype, **kw).save_pretrained(folder)
+    return folder
+
+
 # ---- the declared families ----------------------------------------------------------------------
 
 

@@ -141,9 +141,9 @@ def test_no_private_name_crosses_modules() -> None:
 
 
 def test_the_source_layer_imports_no_feature() -> None:
-    """adapters/ and loading.py (the source layer) and the math core sit below every feature."""
+    """adapters/, loading.py (the source layer), the math core and formats/ sit below every feature."""
     modules = _modules()
-    lower = [m for m in modules if m.startswith("steerformer.adapters") or m in (
+    lower = [m for m in modules if m.startswith(("steerformer.adapters", "steerformer.formats")) or m in (
         "steerformer.loading", "steerformer.matrices", "steerformer.attention", "steerformer.spectra",
         "steerformer.discrete", "steerformer.dynamics", "steerformer.consensus", "steerformer.prompts")]
     features = tuple(f"steerformer.{f}" for f in FEATURES)
@@ -173,4 +173,34 @@ def test_the_cli_uses_only_the_public_api() -> None:
                     bad.append(f"{where} ({sorted(set(names) - public)} not in its __all__)")
             elif any(n.startswith("_") for n in names) or parts[1].startswith("_"):
                 bad.append(f"{where} (private)")
+    assert not bad, "\n".join(bad)
+
+
+def test_one_progress_bar_and_one_dtype_table() -> None:
+    """tqdm is imported in one place (``configs.progress_bar``) and precision names are mapped to
+    torch dtypes in one table (``configs.DTYPES``); the safetensors reader's table of file-format
+    codes (``loading``) is the file format's, not a name users type."""
+    tqdm_users, dtype_tables = [], []
+    for mod, (path, _) in _modules().items():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(n.split(".")[0] == "tqdm" for n in names):
+                    tqdm_users.append(mod)
+            if isinstance(node, ast.Dict) and any(
+                    isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "torch"
+                    and v.attr.startswith(("float", "bfloat", "half", "double")) for v in node.values):
+                dtype_tables.append(f"{mod}:{node.lineno}")
+    assert sorted(set(tqdm_users)) == ["steerformer.configs"], tqdm_users
+    assert [t.split(":")[0] for t in dtype_tables] == ["steerformer.loading"], dtype_tables
+
+
+def test_a_feature_imports_no_other_feature() -> None:
+    """Features stand side by side; only ``analyze`` and ``sweep`` compose ``stats``."""
+    allowed = {("analyze", "stats"), ("sweep", "stats")}
+    bad = []
+    for mod, target, _, line in _imports(_modules()):
+        a, b = (m.split(".")[1] if m.count(".") else "" for m in (mod, target))
+        if a in FEATURES and b in FEATURES and a != b and (a, b) not in allowed:
+            bad.append(f"{mod}:{line} imports {target}")
     assert not bad, "\n".join(bad)

@@ -20,16 +20,14 @@ from steerformer import layer_matrices
 from steerformer.errors import CheckpointError, InvalidArgumentError
 from steerformer.loading import load_model
 
-from tests.models import make_model
+from tests.models import make_model, saved_model
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("ckpt") / "model"
-    make_model("gpt2-base", dtype=torch.float32).save_pretrained(d)
-    return d
+    return saved_model(tmp_path_factory.mktemp("ckpt") / "model", "gpt2-base")
 
 
 def _cli(args) -> object:

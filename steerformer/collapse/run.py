@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..configs import WEIGHTS, CollapseConfig, renamed, with_options  # noqa: F401  (WEIGHTS re-exported)
+from ..configs import WEIGHTS, CollapseConfig, progress_bar, renamed, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from ..loading import load_tokenizer
 from .loop import LoopedModel
@@ -23,24 +23,6 @@ from .store import RunStore
 from .weights import ffn_modules, pass_seed, reinitialize
 
 log = logging.getLogger(__name__)
-
-DTYPES = {
-    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
-}
-
-
-def parse_dtype(dtype: Any) -> torch.dtype | None:
-    """A run precision as a torch dtype: ``fp16``/``bf16``/``fp32``/``fp64`` (or their long names, or a
-    torch.dtype); ``None`` keeps the checkpoint's."""
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in DTYPES:
-        raise bad_argument("dtype", dtype, f"one of {', '.join(sorted(DTYPES))} or a torch.dtype")
-    return DTYPES[key]
 
 
 def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
@@ -109,11 +91,11 @@ def collapse(
         raise InvalidArgumentError("pass token_ids= or texts=, not both")
     if resume and out is None:
         raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
-    torch_dtype = parse_dtype(dtype)
+    run_precision = torch_dtype(dtype)
     inputs = [model_or_path] if isinstance(model_or_path, (str, os.PathLike)) else []
     store = RunStore.open(out, resume=resume, inputs=inputs) if out is not None else None  # fail before loading
 
-    model = _prepare_model(model_or_path, torch_dtype, device, own=weights != "pretrained")
+    model = _prepare_model(model_or_path, run_precision, device, own=weights != "pretrained")
     looped = LoopedModel(model, ffn=ffn)
     adapter = looped.adapter
     param = next(model.parameters())
@@ -186,10 +168,7 @@ def collapse(
                          device=dev)
     done = min(start, passes)
     stopped_early = False
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=(passes - start) * looped.n_blocks * len(slices), unit="block", desc="collapse",
-               disable=not progress, leave=False)
+    bar = progress_bar(progress, "collapse", total=(passes - start) * looped.n_blocks * len(slices), unit="block")
     try:
         for p in range(start, passes):
             t0 = time.perf_counter()

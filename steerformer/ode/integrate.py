@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from scipy.integrate import DOP853, RK45
 
+from ..configs import progress_bar
 from ..errors import bad_argument
 from .geometry import (
     DTYPE,
@@ -278,7 +279,7 @@ def solve(
 
     proj = project if project is not None else (lambda y: y)
     state = _State(fun, proj, drift, saves, t0, y0)
-    bar = _progress(progress, t0, t1)
+    bar = progress_bar(progress, "integrating", total=t1 - t0, unit="t")
     try:
         with threads_for(y0.numel()):
             if dt is not None:
@@ -286,8 +287,7 @@ def solve(
             else:
                 _adaptive(state, solver, t0, t1, rtol, atol, batched, first_step, max_steps, bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return state.solution(solver.name)
 
 
@@ -344,14 +344,6 @@ class _State:
         )
 
 
-def _progress(enabled: bool, t0: float, t1: float):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=t1 - t0, unit="t", desc="integrating", leave=False)
-
-
 def _fixed(state: _State, solver: RungeKutta, t0: float, t1: float, dt: float, bar) -> None:
     """Fixed step ≤ dt, with the grid broken at every save time so saves are exact."""
     marks = np.unique(np.concatenate([[t0], state.saves, [t1]]))
@@ -367,8 +359,7 @@ def _fixed(state: _State, solver: RungeKutta, t0: float, t1: float, dt: float, b
             K = solver.stages(state, t, state.y, f0, h)
             y_new = state.proj(state.y + _combine(K, solver.tableau.B, h))
             state.accept(float(t_new), y_new)
-            if bar is not None:
-                bar.update(h)
+            bar.update(h)
 
 
 def _adaptive(state, solver: RungeKutta, t0, t1, rtol, atol, batched, first_step, max_steps, bar) -> None:
@@ -411,8 +402,7 @@ def _adaptive(state, solver: RungeKutta, t0, t1, rtol, atol, batched, first_step
         if state.next_save < len(state.saves) and state.saves[state.next_save] < t_new:
             dense = solver.interpolant(state, t, h, y, f, y_new, f_new, K)
         state.accept(t_new, y_new, dense)
-        if bar is not None:
-            bar.update(h)
+        bar.update(h)
         t, y, f = t_new, y_new, f_new
 
 

@@ -183,8 +183,7 @@ def alignment_stats(
     records, tokens = [], {name: [] for name in PER_TOKEN}
     dist0 = intertoken_distance(X[0].double(), lengths)
     steps = range(len(step_layers))
-    wrap = progress_bar(progress, "statistics", leave=False)
-    for k in (wrap(steps) if wrap is not None else steps):
+    for k in progress_bar(progress, "statistics", steps, unit="layer"):
         i = pos[step_layers[k]]
         if i not in cache:
             vals, vecs = spectra.eigenvalues[i], spectra.eigenvectors[i]

@@ -41,6 +41,7 @@ from typing import Any, Iterator
 import torch
 
 from ..errors import SteerformerError, bad_argument
+from .common import transformer_of
 from .edit import Edit, check_materialized
 
 STATE_ATTR = "_steerformer"
@@ -135,8 +136,9 @@ class Steering:
 
 
 def steering_of(model: Any) -> Steering | None:
-    """The :class:`Steering` of ``model`` (None when it is not steered)."""
-    s = getattr(model, STATE_ATTR, None)
+    """The :class:`Steering` of ``model`` (None when it is not steered); a ``SentenceTransformer``'s
+    is its transformer's."""
+    s = getattr(transformer_of(model), STATE_ATTR, None)
     return s if isinstance(s, Steering) else None
 
 
@@ -186,7 +188,9 @@ def replay(model: Any, steering: Steering) -> None:
 
 def unsteer(model: Any, *, last: int | None = None) -> Any:
     """Undo steering bit for bit; returns ``model``. ``last=None``: every edit (the true original
-    weights, and ALBERT's shared groups, come back); ``last=k``: only the last k ``steer`` calls."""
+    weights, and ALBERT's shared groups, come back); ``last=k``: only the last k ``steer`` calls.
+    A ``SentenceTransformer`` is unsteered through its transformer."""
+    returned, model = model, transformer_of(model)
     steering = steering_of(model)
     if steering is None:
         raise SteerformerError(f"{type(model).__name__} has not been steered by steerformer "
@@ -197,7 +201,7 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
         raise bad_argument("last", last, f"a whole number >= 1 (the model has {n} steering call(s))")
     if last is not None and last < n:
         steering.pop(model, last)
-        return model
+        return returned
     base = model.base_model
     with torch.no_grad():
         for name, original in steering.originals.items():
@@ -207,7 +211,7 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
     if steering.untie:
         retie(model, steering.untie)
     delattr(model, STATE_ATTR)
-    return model
+    return returned
 
 
 # ---- ALBERT: untie the last layer ----------------------------------------------------------------

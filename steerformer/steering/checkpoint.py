@@ -60,15 +60,12 @@ from ..outputs import STEERED, UNSTEERED, write_atomically
 from . import algebra
 from .chain import Steering, replay, steering_of, unsteer
 from .common import (
-    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, chain_payload, model_files,
-    rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
+    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
+    inner_model, model_files, rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
 )
 from .directions import check_vector, resolve_direction
 from .edit import Edit
-from .export import (
-    MODULES_FILE, as_sentence_transformer, copy_module_stack, inner_model, model_card, save_peft_adapter,
-    source_folder,
-)
+from .export import MODULES_FILE, copy_module_stack, model_card, save_peft_adapter, source_folder
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
@@ -306,6 +303,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
+        copy_module_stack(model, tmp)  # a sentence-transformers model keeps its Pooling/Normalize stack
         if tok is not None:
             tok.save_pretrained(str(tmp))
 

@@ -1,6 +1,7 @@
 """What the steering modules share, below all of them (so none imports another for it): the names
 and formats of a steered folder, the identities (hashes) of tensors and directions, the device
-float64 work runs on, the non-finite error, progress, and streamed safetensors files.
+float64 work runs on, the transformer inside a SentenceTransformer, the non-finite error,
+progress, and streamed safetensors files.
 
 Nothing here knows an edit, a record or a chain; the saved chain's JSON (``chain_payload``) is
 built here from plain dictionaries, once, for every writer (``save_steered`` and the lazy edit).
@@ -12,13 +13,15 @@ import hashlib
 import json
 import os
 import struct
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, SteerformerError
+from ..configs import progress_bar
+from ..errors import CheckpointError, SteerformerError, bad_argument
 from ..loading import read_safetensors_file_header
 
 #: the provenance folder inside a steered checkpoint or adapter folder
@@ -61,6 +64,29 @@ def stores_transposed(adapter: Any) -> bool:
     return tuple(adapter.output_weight_to_stored(torch.zeros(2, 3, dtype=torch.float64)).shape) == (3, 2)
 
 
+def as_sentence_transformer(obj: Any):
+    """``obj`` when it is a ``SentenceTransformer`` (never imports the package), else None."""
+    st = sys.modules.get("sentence_transformers")
+    cls = getattr(st, "SentenceTransformer", None) if st is not None else None
+    return obj if cls is not None and isinstance(obj, cls) else None
+
+
+def inner_model(st_model) -> Any:
+    """The transformers model of module 0 (where ``steer`` edits and keeps its state)."""
+    first = st_model[0]
+    model = getattr(first, "auto_model", None)
+    if model is None:
+        raise bad_argument("model", type(first).__name__, "a SentenceTransformer whose first module is a Transformer")
+    return model
+
+
+def transformer_of(model: Any) -> Any:
+    """The transformers model a steering call works on: module 0 of a ``SentenceTransformer``
+    (where ``steer`` edits and the chain lives), else ``model`` itself."""
+    st = as_sentence_transformer(model)
+    return inner_model(st) if st is not None else model
+
+
 def is_path_like(value: Any) -> bool:
     return isinstance(value, (str, bytes)) or hasattr(value, "__fspath__")
 
@@ -72,16 +98,6 @@ def non_finite(where: str, what: str) -> SteerformerError:
 
 
 # ---- progress ------------------------------------------------------------------------------------
-def progress_bar(desc: str, total: int | None, enabled: bool):
-    """A tqdm bar on stderr (a silent one when not ``enabled``)."""
-    import sys
-
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="eval" if total is None else "step", file=sys.stderr,
-                disable=not enabled, leave=False, dynamic_ncols=True)
-
-
 class CountedCurve:
     """A curve γ ↦ alignment that advances a progress bar per evaluation; ``close`` ends the bar."""
 
@@ -90,7 +106,7 @@ class CountedCurve:
 
     def __call__(self, g: float) -> float:
         if self.bar is None:
-            self.bar = progress_bar(self.desc, None, self.enabled)
+            self.bar = progress_bar(self.enabled, self.desc, unit="eval")
         val = self.f(g)
         self.bar.update(1)
         self.bar.set_postfix(gain=f"{float(g):.3g}", alignment=f"{val:.3f}")

@@ -30,10 +30,11 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import torch
 
+from ..configs import progress_bar
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
-from .common import progress_bar, vector_hash
+from .common import vector_hash
 from .measure import encode, run_hooked
 
 METHODS = ("mean-diff", "pca")
@@ -203,6 +204,10 @@ class ContrastiveDirection:
     explained: float | None = None  # pca: share of Σσ² in the first component
     pairs_file: str | None = None
 
+    def __repr__(self) -> str:  # the vector stays out: one line
+        return (f"ContrastiveDirection({self.method} at layer {self.layer}, token={self.token}, "
+                f"{self.n_positive}+/{self.n_negative}- prompts, raw_norm={self.raw_norm:.4g}, d={self.vector.numel()})")
+
     @property
     def direction_source(self) -> DirectionSource:
         detail = {k: v for k, v in dataclasses.asdict(self).items() if k != "vector"}
@@ -339,7 +344,7 @@ def contrastive_direction(
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
     red = token_reduction(adapter, L) if token == "auto" else token
-    with progress_bar("contrastive", len(positive) + len(negative), progress) as bar:
+    with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
         hp = layer_states(model, adapter, L, positive, tokenizer, token=red, batch_size=batch_size, name="positive",
                           bar=bar)
         hn = layer_states(model, adapter, L, negative, tokenizer, token=red, batch_size=batch_size, name="negative",

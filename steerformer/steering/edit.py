@@ -119,6 +119,11 @@ class Edit:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Edit) and self.to_dict() == other.to_dict()
 
+    def __repr__(self) -> str:  # the vectors stay out: one line, not thousands of numbers
+        return (f"Edit({self.kind} {self.module} (layer {self.layer}), gain={self.gain:.6g}, "
+                f"d={self.u.numel()}{', bias compensated' if self.compensate_bias else ''}"
+                f"{', applied' if self.is_applied else ''})")
+
     __hash__ = None  # mutable value
 
     # ---- values ----------------------------------------------------------------------------------

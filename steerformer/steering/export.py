@@ -49,7 +49,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -187,22 +186,6 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
 # ---- the sentence-transformers stack -------------------------------------------------------------
 MODULES_FILE = "modules.json"
 CONFIG_FILES = ("sentence_bert_config.json", "config_sentence_transformers.json")
-
-
-def as_sentence_transformer(obj: Any):
-    """``obj`` when it is a ``SentenceTransformer`` (never imports the package), else None."""
-    st = sys.modules.get("sentence_transformers")
-    cls = getattr(st, "SentenceTransformer", None) if st is not None else None
-    return obj if cls is not None and isinstance(obj, cls) else None
-
-
-def inner_model(st_model) -> Any:
-    """The transformers model of module 0 (where ``steer`` edits and keeps its state)."""
-    first = st_model[0]
-    model = getattr(first, "auto_model", None)
-    if model is None:
-        raise bad_argument("model", type(first).__name__, "a SentenceTransformer whose first module is a Transformer")
-    return model
 
 
 def source_folder(model: Any) -> Path | None:

@@ -76,6 +76,13 @@ class SteeringRecord:
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
 
+    def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
+        def f(x):
+            return "n/a" if x is None else f"{x:.4g}"
+        return (f"SteeringRecord({self.solve.get('method')} on {self.model_id} layer {self.layer}, gain={self.gain:.6g}, "
+                f"alignment {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}, kl={f(self.kl)}, "
+                f"{len(self.edits)} edit(s))")
+
     @property
     def edit(self) -> Edit:
         """The record's edit (steer() makes exactly one)."""

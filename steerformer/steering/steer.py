@@ -35,16 +35,15 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from ..configs import SteerConfig, renamed, with_options
+from ..configs import SteerConfig, progress_bar, renamed, with_options
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
 from . import algebra
 from .chain import Steering, retie, steering_of, unsteer, untie
-from .common import CountedCurve, is_path_like, progress_bar, stores_transposed
+from .common import CountedCurve, is_path_like, stores_transposed, transformer_of
 from .directions import DirectionSource, check_vector, resolve_direction
 from .edit import Edit, check_layer_materialized, edited_stored
-from .export import as_sentence_transformer, inner_model
 from .measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
 from .record import SteeringRecord, build_record
 
@@ -144,8 +143,7 @@ def _model_object(model: Any, verb: str) -> Any:
     if is_path_like(model):
         raise bad_argument("model", model, f"a model object ({verb} edits it in place)",
                            "Load it first: model = steerformer.steering.load_for_steering(path).")
-    st = as_sentence_transformer(model)
-    return inner_model(st) if st is not None else load_model(model)
+    return load_model(transformer_of(model))
 
 
 def _searching(cfg: SteerConfig) -> bool:
@@ -232,7 +230,7 @@ def plan_steer(model: Any, source: Any, L: int, slot: int, u_target: torch.Tenso
     u = u_target
     if cfg.through_ffn:
         before_ffn = probe.alignment(u_target, {name: stored(u_target, g)})
-        with progress_bar("through-ffn", 60, cfg.progress) as bar:
+        with progress_bar(cfg.progress, "through-ffn", total=60, unit="step") as bar:
             u, history = compensate(probe, u_target, lambda v: {name: stored(v, g)},
                                     on_step=lambda val: (bar.update(1), bar.set_postfix(alignment=f"{val:.3f}")))
         if searching:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._text import csv_text, json_text
+from ..configs import torch_dtype
 from ..errors import bad_argument
 
 EXECUTORS = ("local", "ray")
@@ -88,8 +89,6 @@ def _single_thread():
 
 def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | None, dtype: str) -> dict:
     """Spectrum of one layer of one checkpoint, reading only that layer's value/output tensors."""
-    import torch
-
     from ..loading import open_source
     from ..matrices import layer_matrices
     from ..spectra import spectra
@@ -98,24 +97,20 @@ def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | Non
         src = open_source(model, revision=revision)
         mats = layer_matrices(src, [layer])
         d = mats.d_model
-        sp = spectra(mats, dtype={"float64": torch.float64, "float32": torch.float32}[dtype],
-                     top_k=top_k if top_k is not None and top_k <= d - 2 else None)
+        sp = spectra(mats, dtype=torch_dtype(dtype), top_k=top_k if top_k is not None and top_k <= d - 2 else None)
         return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
                 "eig_method": sp.method[0], "source": src.meta()}
 
 
 def stats_task(model: str, revision: str | None, options: dict, dtype: str) -> dict:
     """Power-method statistics of one checkpoint: per-step Δρ, P and their baselines."""
-    import torch
-
     from ..loading import open_source
     from ..stats.config import StatsConfig
     from ..stats.run import power_method_stats
 
     with _single_thread():
         src = open_source(model, revision=revision)
-        rep = power_method_stats(src, StatsConfig(**options),
-                                 dtype={"float64": torch.float64, "float32": torch.float32}[dtype])
+        rep = power_method_stats(src, StatsConfig(**options), dtype=torch_dtype(dtype))
         keep = ("step", "layer") + STATS_COLUMNS
         return {"summary": rep.summary(),
                 "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}

@@ -6,12 +6,11 @@ import csv
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from steerformer_cli.main import app
 
-from tests.models import make_model
+from tests.models import make_model, saved_model
 
 runner = CliRunner()
 
@@ -20,9 +19,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def albert_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("albert")
-    make_model("albert", dtype=torch.float32).save_pretrained(d)
-    return d
+    return saved_model(tmp_path_factory.mktemp("albert"), "albert")
 
 
 def test_shared_weight_model_gets_prolonged_run_and_every_plotted_number(albert_dir, tmp_path) -> None:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
-from tests.models import make_model
+from tests.models import saved_model
 
 runner = CliRunner()
 
@@ -25,9 +24,7 @@ def _cli(args):
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("cli") / "model"
-    make_model("gpt2", dtype=torch.float32).save_pretrained(d)
-    return d
+    return saved_model(tmp_path_factory.mktemp("cli") / "model", "gpt2")
 
 
 @pytest.mark.parametrize("spec, words", [

@@ -6,19 +6,16 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from steerformer_cli.main import app
 
-from tests.models import make_model
+from tests.models import saved_model
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny_gpt2_lm")
-    make_model("gpt2", dtype=torch.float32).save_pretrained(path)
-    return path
+    return saved_model(tmp_path_factory.mktemp("tiny_gpt2_lm"), "gpt2")
 
 
 def test_collapse_writes_results_figure_and_decoding(checkpoint, tmp_path) -> None:

@@ -76,3 +76,50 @@ def test_cli_path_model_keeps_the_stack(tmp_path) -> None:
     ref = ((h * m).sum(1) / m.sum(1))
     ref = torch.nn.functional.normalize(ref, dim=-1).numpy()
     np.testing.assert_allclose(st.encode(SENTENCES), ref, atol=1e-5, rtol=0)
+
+
+def test_a_sentence_transformer_is_steered_and_unsteered_through_its_transformer(st_model) -> None:
+    """sf.steer(<SentenceTransformer>) edits module 0 in place (it used to fail with "File name too
+    long"); steering_of and unsteer take the SentenceTransformer too, and undo is bit-exact."""
+    import steerformer as sf
+
+    bert = st_model[0].auto_model
+    before = {k: v.detach().clone() for k, v in bert.state_dict().items()}
+    original = st_model.encode(SENTENCES)
+    rec = sf.steer(st_model, random_vector(384, 3), strength=5.0, solve="exact")
+    try:
+        assert sf.steering_of(st_model) is sf.steering_of(bert) and sf.steering_of(bert).records == [rec]
+        assert rec.alignment_model_after is not None  # measured with the checkpoint's own tokenizer
+        # the edit is the recorded rank-1 change of the stored weight (nn.Linear stores W_O itself)
+        weight = bert.get_parameter(rec.module).detach()
+        torch.testing.assert_close(weight.double() - before[rec.module].double(), rec.edit.delta(),
+                                   rtol=0, atol=1e-6)
+        assert np.abs(st_model.encode(SENTENCES) - original).max() > 1e-2
+    finally:
+        assert sf.unsteer(st_model) is st_model
+    assert sf.steering_of(st_model) is None
+    assert all(torch.equal(v, before[k]) for k, v in bert.state_dict().items())
+    np.testing.assert_array_equal(st_model.encode(SENTENCES), original)
+
+
+def test_unsteer_checkpoint_keeps_the_stack_and_the_normalized_embeddings(st_model, tmp_path) -> None:
+    """`steerformer unsteer --out` of a steered sentence-transformers folder writes modules.json,
+    1_Pooling and 2_Normalize too: the restored model encodes like the original, unit norm."""
+    from sentence_transformers import SentenceTransformer
+    from steerformer_cli.main import app
+    from typer.testing import CliRunner
+
+    original = st_model.encode(SENTENCES)
+    steer(st_model, random_vector(384, 3), strength=5.0, solve="exact", report=False)
+    try:
+        steered_dir = save_steered(st_model, tmp_path / "steered")
+    finally:
+        unsteer(st_model)
+    res = CliRunner().invoke(app, ["unsteer", str(steered_dir), "--out", str(tmp_path / "back")])
+    assert res.exit_code == 0, res.output
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):  # copied as saved
+        assert (tmp_path / "back" / name).read_bytes() == (steered_dir / name).read_bytes(), name
+    back = SentenceTransformer(str(tmp_path / "back"), device="cpu")
+    assert _module_types(back) == ["Transformer", "Pooling", "Normalize"]
+    np.testing.assert_allclose(back.encode(SENTENCES), original, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(back.encode(SENTENCES), axis=1), 1.0, atol=1e-6)

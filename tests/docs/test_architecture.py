@@ -1,0 +1,74 @@
+"""docs/architecture.md names only what exists: every file or folder it quotes (`loading.py`,
+`steering/chain.py`, `cli/_common.py`, `tests/models.py`), every dotted name (`ode.integrate.SOLVERS`)
+and every `file.py:NAME`."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGE = ROOT / "steerformer"
+
+
+def _quoted() -> list[str]:
+    return re.findall(r"`([^`\s]+)`", DOC.read_text(encoding="utf-8"))
+
+
+def _path(name: str) -> Path | None:
+    for base in (PACKAGE, ROOT):
+        if (base / name).exists():
+            return base / name
+    return None
+
+
+def test_every_quoted_file_and_folder_exists() -> None:
+    names = [q for q in _quoted() if re.fullmatch(r"[\w./-]+(\.py|\.md|/)(:\w+)?", q)]
+    assert len(names) > 40  # the page really names its modules
+    missing = []
+    for q in names:
+        name, _, attr = q.partition(":")
+        path = _path(name)
+        if path is None:
+            missing.append(q)
+        elif attr and not re.search(rf"^{attr}\b", path.read_text(encoding="utf-8"), re.M):
+            missing.append(q)
+    assert not missing, missing
+
+
+def test_every_module_of_steering_is_on_the_page() -> None:
+    quoted = set(_quoted())
+    modules = {f"steering/{p.name}" for p in (PACKAGE / "steering").glob("*.py") if p.name != "__init__.py"}
+    assert not modules - quoted, sorted(modules - quoted)
+    assert not {q for q in quoted if q.startswith("steering/") and q.endswith(".py")} - modules
+
+
+def test_every_dotted_name_resolves() -> None:
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} | {p.stem for p in PACKAGE.glob("*.py")}
+    dotted = [q for q in _quoted() if re.fullmatch(r"[a-z_]+(\.[A-Za-z_]+)+", q) and q.split(".")[0] in subpackages
+              and not q.endswith((".py", ".md"))]
+    assert dotted  # ode.integrate.SOLVERS, outputs.write_atomically, ...
+    for q in dotted:
+        parts = q.split(".")
+        for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                obj = importlib.import_module("steerformer." + ".".join(parts[:i]))
+            except ModuleNotFoundError:
+                continue
+            for attr in parts[i:]:
+                assert hasattr(obj, attr), q
+                obj = getattr(obj, attr)
+            break
+        else:
+            raise AssertionError(q)
+
+
+def test_every_top_level_module_and_subpackage_is_on_the_page() -> None:
+    """A new module or subpackage gets its line on the page."""
+    text = DOC.read_text(encoding="utf-8")
+    units = [f"{p.name}" for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py",)]
+    units += [f"{p.parent.name}/" for p in PACKAGE.glob("*/__init__.py")]
+    missing = [u for u in units if f"`{u}`" not in text and f"`steerformer/{u}`" not in text]
+    assert not missing, missing
