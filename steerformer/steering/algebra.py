@@ -122,8 +122,16 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
 
 
 def delta_output(u: torch.Tensor, a: torch.Tensor, gain: float) -> torch.Tensor:
-    """ΔW_O = γ u a, (d, d) in the canonical column convention (float64)."""
-    return float(gain) * torch.outer(u.to(torch.float64), a.to(torch.float64))
+    """ΔW = γ u a, (out, in) in the canonical column convention (float64); for u (out, k) and
+    a (k, in), γ Σ_k u_k a_k, the k outer products added in order (elementwise: the same bytes on
+    every device, unlike a matrix product)."""
+    u, a = u.to(torch.float64), a.to(torch.float64)
+    if u.ndim == 1:
+        return float(gain) * torch.outer(u, a)
+    D = float(gain) * torch.outer(u[:, 0], a[0])
+    for k in range(1, u.shape[1]):
+        D = D + float(gain) * torch.outer(u[:, k], a[k])
+    return D
 
 
 # ---- the top of the spectrum --------------------------------------------------------------------

@@ -161,7 +161,7 @@ def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
     named: dict[str, str] = {}
     for e in (e for r in records for e in r.edits):
         named.setdefault(e.module, e.before_sha256)
-        if e.compensate_bias and e.bias_module:
+        if e.changes_bias and e.bias_module:
             named.setdefault(e.bias_module, e.bias_before_sha256 or "")
     return named
 
