@@ -9,7 +9,8 @@ Modules, each one noun (lower ones never import higher ones):
     measure     prompts, probes (dynamics, real model), price (KL), FFN compensation, ``HeldOut``
     record      ``SteeringRecord`` and ``build_record``, the one place a record is filled
     chain       ``Steering``: the ordered records of a model, push/pop/undo/replay, ALBERT untie
-    export      PEFT LoRA adapter, the sentence-transformers stack, the model card
+    export      the sentence-transformers stack, the model card
+    lora        the PEFT LoRA adapter (exact or truncated), vLLM's route, the rank under a cost budget
     upload      the Hub upload every published artefact shares (timeouts, one-line failures)
     direction   ``Direction``: directions per layer as a shareable artefact (folder, Hub, control vector)
     directions  where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
@@ -24,9 +25,10 @@ from .chain import Steering, is_steered, steering_of, steering_records, unsteer
 from .checkpoint import (
     load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
 )
-from .directions import ContrastiveDirection, contrastive_direction
+from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
 from .edit import Edit
 from .hub import HubError, push_to_hub
+from .lora import choose_lora_rank
 from .record import SteeringRecord
 from .ablation import ablate
 from .direction import Direction
@@ -35,7 +37,7 @@ from .verify import verify_checkpoint
 
 __all__ = [
     "ContrastiveDirection", "Direction", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
-    "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
+    "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint",
 ]

@@ -49,7 +49,7 @@ of width {d} at layer(s) {layers} (layer N = the output of block N, transformers
 `hidden_states[N + 1]`, llama.cpp's `direction.N`).
 
     import steerformer as sf
-    direction = sf.Direction.load("THIS_REPO")
+    direction = sf.Direction.load("{repo}")
     sf.ablate(model, direction, writers="attention,mlp")        # remove it from every writer
     sf.steer(model, direction, layer=N)                          # steer toward it at layer N
 
@@ -123,12 +123,13 @@ class Direction:
 
     # ---- conversions ---------------------------------------------------------------------------
     @classmethod
-    def from_control_vector(cls, control: Any, *, model_id: str | None = None) -> "Direction":
+    def from_control_vector(cls, control: Any, *, model_id: str | None = None, name: str = "path") -> "Direction":
         """A llama.cpp / repeng control vector (``formats.ControlVector`` or a GGUF path) as one
-        vector per layer: ``direction.N`` becomes layer N (the same state, docs/ecosystem.md)."""
+        vector per layer: ``direction.N`` becomes layer N (the same state, docs/ecosystem.md).
+        ``name``: the argument a bad file's one-line error names."""
         from ..formats import ControlVector, read_control_vector
 
-        cv = control if isinstance(control, ControlVector) else read_control_vector(control)
+        cv = control if isinstance(control, ControlVector) else read_control_vector(control, name=name)
         return cls({n: v.to(torch.float64)[None] for n, v in cv.directions.items()}, model_id=model_id,
                    method="control vector", metadata={"model_hint": cv.model_hint})
 
@@ -156,9 +157,11 @@ class Direction:
                 "prompts_sha256": self.prompts_sha256, "sha256": self.sha256, "metadata": self.metadata,
                 "steerformer_version": __version__}
 
-    def save(self, directory: str | os.PathLike, *, overwrite: bool = False, card: bool = True) -> Path:
+    def save(self, directory: str | os.PathLike, *, overwrite: bool = False, card: bool = True,
+             repo_id: str | None = None) -> Path:
         """Write the folder of the module doc atomically; returns it. A non-empty ``directory`` is
-        replaced only with ``overwrite`` and only when it holds an earlier direction."""
+        replaced only with ``overwrite`` and only when it holds an earlier direction. ``repo_id``:
+        the Hub id the card's example loads (default the folder's name)."""
         from safetensors.torch import save_file
 
         def fill(tmp: Path) -> None:
@@ -166,11 +169,11 @@ class Direction:
                       str(tmp / VECTORS_FILE), metadata={"format": DIRECTION_FORMAT})
             (tmp / META_FILE).write_text(json.dumps(self.to_dict(), indent=1))
             if card:
-                (tmp / "README.md").write_text(self.card())
+                (tmp / "README.md").write_text(self.card(repo_id or Path(directory).name))
 
         return write_atomically(directory, fill, overwrite=overwrite, kind=DIRECTION)
 
-    def card(self) -> str:
+    def card(self, repo_id: str = "THIS_REPO") -> str:
         """The README.md of the folder (Hub model card with YAML metadata)."""
         from huggingface_hub import ModelCardData
 
@@ -184,18 +187,20 @@ class Direction:
                 *((f"sha256 of {key}", f"`{h}`") for key, h in self.sha256.items())]
         k = "/".join(str(n) for n in sorted({int(v.shape[0]) for v in self.vectors.values()}))
         name = display_name(self.model_id) if self.model_id else "a model"
-        return CARD.format(yaml=data.to_yaml(), title=f"{self.method or 'Direction'} — {name}",
+        return CARD.format(yaml=data.to_yaml(), title=f"{self.method or 'Direction'} — {name}", repo=repo_id,
                            what=f"A {self.method or 'steering'} direction", base=name, k=k, d=self.d_model,
                            layers=_span(self.layers),
                            rows="\n".join(f"| {a} | {b} |" for a, b in rows if b is not None))
 
     @classmethod
-    def load(cls, source: str | os.PathLike, *, revision: str | None = None) -> "Direction":
+    def load(cls, source: str | os.PathLike, *, revision: str | None = None,
+             endpoint: str | None = None) -> "Direction":
         """A direction from a folder written by :meth:`save`, or from a Hub repo id (read from the
-        Hugging Face cache, or downloaded); the vectors are checked against their recorded sha256."""
+        Hugging Face cache, or downloaded from ``endpoint``, default ``HF_ENDPOINT``); the vectors are
+        checked against their recorded sha256."""
         folder = Path(source).expanduser()
         if not folder.is_dir():
-            folder = _download(str(source), revision)
+            folder = _download(str(source), revision, endpoint)
         return read_direction(folder)
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
@@ -206,7 +211,7 @@ class Direction:
         target = hub_target(repo_id, private=private, token=token, endpoint=endpoint, commit_message=commit_message,
                             revision=revision, create_pr=create_pr, timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="steerformer-direction-") as tmp:
-            folder = self.save(Path(tmp) / "direction")
+            folder = self.save(Path(tmp) / "direction", repo_id=repo_id)
             return upload_folder(target, folder, default_message="Upload direction (steerformer)")
 
 
@@ -241,7 +246,7 @@ def read_direction(folder: str | os.PathLike) -> Direction:
     return d
 
 
-def _download(repo_id: str, revision: str | None) -> Path:
+def _download(repo_id: str, revision: str | None, endpoint: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
     from ..loading import name_looks_like_path
@@ -250,7 +255,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
         raise bad_argument("direction", repo_id, "a direction folder (direction.json + direction.safetensors) or a "
                            "Hub repo id 'namespace/name'", "Check the path.")
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=[META_FILE, VECTORS_FILE, "README.md"]))
+        return Path(snapshot_download(repo_id, revision=revision, endpoint=endpoint,
+                                      allow_patterns=[META_FILE, VECTORS_FILE, "README.md"]))
     except Exception as exc:  # offline, unknown repo, network: one line
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
         why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \

@@ -141,7 +141,7 @@ def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction,
     if p.suffix.lower() == ".gguf":
         if not p.is_file():
             raise bad_argument(name, text, "an existing control-vector .gguf file")
-        return Direction.from_control_vector(p), text
+        return Direction.from_control_vector(p, name=name), text
     if p.is_dir():
         return Direction.load(p), text
     if not p.exists() and not name_looks_like_path(text) and text.count("/") == 1:
@@ -494,6 +494,27 @@ def contrastive_direction(
                                 n_negative=len(negative), positive_sha256=prompts_sha256(positive),
                                 negative_sha256=prompts_sha256(negative), raw_norm=raw_norm, explained=explained,
                                 pairs_file=pairs_file, model_id=source.model_id, model_commit=source.commit)
+
+
+def contrastive_directions(model: Any, positive: Any = None, negative: Any = None, *, layers: Sequence[int],
+                           pairs: Any = None, method: Literal["mean-diff", "pca"] = "mean-diff",
+                           token: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
+                           batch_size: int = 16, progress: bool = False) -> Direction:
+    """:func:`contrastive_direction` at each of ``layers``, as one shareable :class:`Direction`
+    (a unit vector per layer; the prompts' sha256, the reduction, and each layer's raw norm and
+    explained share as metadata)."""
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        model = load_model(model)
+    n_layers = open_source(model).adapter.n_layers
+    found = [contrastive_direction(model, positive, negative, pairs=pairs, layer=L, method=method, token=token,
+                                   tokenizer=tokenizer, batch_size=batch_size, progress=progress)
+             for L in select_layers(list(layers), n_layers, name="layers")]
+    first = found[0].to_direction()
+    return Direction({c.layer: c.vector[None] for c in found}, model_id=first.model_id, revision=first.revision,
+                     method=first.method, prompts_sha256=first.prompts_sha256,
+                     metadata={**{k: v for k, v in first.metadata.items() if k not in ("raw_norm", "explained")},
+                               "raw_norm": {str(c.layer): c.raw_norm for c in found},
+                               "explained": {str(c.layer): c.explained for c in found}})
 
 
 def _prompt_list(value: Any, name: str) -> list[str]:
