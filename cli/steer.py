@@ -29,7 +29,9 @@ class OutFormat(str, Enum):
 @config_options(SteerConfig)
 def steer_cmd(
     model: str = typer.Argument(..., help="Checkpoint folder, Hub id, or 'minilm' (the bundled MiniLM)."),
-    direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries."),
+    direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries (or k "
+                                             "vectors (k, d) for --mode ablate), a direction folder or Hub id "
+                                             "(Direction.save), or a llama.cpp control-vector .gguf."),
     token: Optional[str] = typer.Option(None, "--token", help="Steer toward this token's (un)embedding row."),
     eigvec: Optional[int] = typer.Option(None, "--eigvec", help="Steer toward eigenvector K of F_layer (by real part)."),
     text: Optional[str] = typer.Option(None, "--text", help="Steer toward the mean final hidden state of this text."),
@@ -45,6 +47,8 @@ def steer_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Save the steered checkpoint here."),
     out_format: OutFormat = typer.Option(OutFormat.checkpoint, "--format", help="What --out holds: checkpoint (the steered model) "
                                    "| peft (the edits as a LoRA adapter)."),
+    lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="--format peft: the rank of a truncated adapter for "
+                                            "edits that are not low-rank (--norm-preserving); its error is reported."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Upload the saved folder to this repo id."),
     private: bool = typer.Option(False, "--private", help="Create the Hub repo as private."),
@@ -55,7 +59,8 @@ def steer_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
-    """Edit one attention layer's output weight so tokens align with a direction; print the cost.
+    """Edit one attention layer's output weight so tokens align with a direction (or, with --mode
+    ablate, remove directions from every writer's weights); print the cost.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
@@ -68,6 +73,14 @@ def steer_cmd(
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
         check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model],
                             device=device)
+        if lora_rank is not None and (out is None or out_format != OutFormat.peft):
+            raise bad_argument("--lora-rank", lora_rank, "a rank only with --format peft --out DIR",
+                               "Drop --lora-rank, or export a LoRA adapter.")
+        if lora_rank is not None and lora_rank < 1:
+            raise bad_argument("--lora-rank", lora_rank, "a whole number >= 1")
+        if out is not None and out_format == OutFormat.peft and cfg.norm_preserving and lora_rank is None:
+            raise bad_argument("--lora-rank", None, "a rank for the LoRA adapter of a norm-preserving ablation (not "
+                               "low-rank: it is truncated, and the error reported)", "Pass e.g. --lora-rank 3.")
         if lazy:
             if out is None:
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
@@ -103,8 +116,13 @@ def steer_cmd(
         if record_json is not None:
             rec.to_json(record_json)
         if out is not None:
-            path = save_steered(m, out, overwrite=overwrite, format=out_format.value)
+            path = save_steered(m, out, overwrite=overwrite, format=out_format.value, lora_rank=lora_rank)
             typer.echo(f"saved to {path}")
+            if out_format == OutFormat.peft:
+                lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
+                worst = max((v["relative_error"] for v in lora.values()), default=0.0)
+                typer.echo(f"LoRA: {len(lora)} module(s), rank {'/'.join(sorted({str(v['rank']) for v in lora.values()}))}"
+                           + (f", truncation error up to {worst:.3g}" if worst > 0 else ", exact"))
             if push_to_hub is not None:
                 url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,
                            timeout=hub_timeout)

@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     # steering edits as values (issue 11): the Edit / Steering API and the context manager
     "Edit": ".steering", "Steering": ".steering", "steered": ".steering", "steering_of": ".steering",
     "ContrastiveDirection": ".steering", "contrastive_direction": ".steering",
+    # ablation of every residual-stream writer, directions as shareable artefacts (issue 20)
+    "ablate": ".steering", "Direction": ".steering",
     # the result protocol
     "ResultProtocol": ".results",
     # options as configs, prompts as model inputs (issue 12)
@@ -116,7 +118,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
-        ContrastiveDirection, Edit, Steering, SteeringRecord, contrastive_direction, is_steered, load_for_steering, load_model, push_to_hub, save_steered, steer, steered,
+        ContrastiveDirection, Direction, Edit, Steering, SteeringRecord, ablate, contrastive_direction, is_steered,
+        load_for_steering, load_model, push_to_hub, save_steered, steer, steered,
         steering_of, steering_records, unsteer, unsteer_checkpoint, verify_checkpoint,
     )
     from .stats import (

@@ -201,6 +201,35 @@ class CollapseConfig(Config):
 SOLVES = ("exact", "min-norm")
 MEASURES = ("dynamics", "model")
 MODES = ("steer", "ablate")
+#: the writers ablation may edit (``adapters.base.Writer`` kinds; "embedding" covers every embedding
+#: writer: token, learned positions, token type)
+ABLATION_WRITERS = ("attention", "mlp", "embedding")
+#: norm-preserving ablation (steering.algebra.NORM_PRESERVING; this module imports no torch)
+NORM_PRESERVING = ("rows", "columns")
+
+
+def ablation_writers(value: Any) -> tuple[str, ...]:
+    """The writer kinds of ``writers=`` ("attention,mlp" or a sequence), checked, in their order."""
+    items = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value or [])
+    bad = [p for p in items if p not in ABLATION_WRITERS]
+    if not items or bad or len(set(items)) != len(items):
+        raise bad_argument("writers", value, f"a comma list of distinct writers from {', '.join(ABLATION_WRITERS)}",
+                           "e.g. 'attention,mlp' (what abliteration tools edit) or 'attention,mlp,embedding'.")
+    return tuple(k for k in ABLATION_WRITERS if k in items)
+
+
+def check_ablation_scale(scale: Any) -> None:
+    """s in (0, 1], or {layer: s} (an int layer, or "embedding") with each s in (0, 1]."""
+    items = scale.items() if isinstance(scale, dict) else [(None, scale)]
+    if isinstance(scale, dict) and not scale:
+        raise bad_argument("scale", scale, "a number in (0, 1] or a non-empty {layer: s} mapping")
+    for layer, s in items:
+        if layer is not None and layer != "embedding" and not str(layer).lstrip("-").isdigit():
+            raise bad_argument("scale", scale, "{layer: s} with integer layers (and optionally 'embedding')")
+        if isinstance(s, bool) or not _finite(s) or not 0 < float(s) <= 1:
+            raise bad_argument("scale", s if layer is None else scale,
+                               "a number in (0, 1]: 1 removes u entirely, less removes part of it"
+                               + ("" if layer is None else f" (layer {layer}: {s!r})"))
 
 
 @dataclasses.dataclass
@@ -218,7 +247,13 @@ class SteerConfig(Config):
     layer: int = option(-1, "Execution layer to edit (negative counts from the end).")
     mode: str = option("steer", "steer (toward u; a negative --gain/--strength steers away) | ablate (remove u "
                                 "from the writes of --ablate-layers).", choices=MODES)
-    scale: float = option(1.0, "--mode ablate: W_O' = (I - s uu^T) W_O, s in (0, 1].", flag="--ablate-scale")
+    scale: float = option(1.0, "--mode ablate: W' = (I - s UU^T) W, s in (0, 1] (Python: also {layer: s}).",
+                          flag="--ablate-scale")
+    writers: str = option("attention", "--mode ablate: the writers that lose the direction(s), a comma list of "
+                                       "attention, mlp, embedding.", flag="--ablate-writers")
+    ablate_bias: bool = option(False, "--mode ablate: also b' = (I - s UU^T) b (a LoRA adapter cannot carry it).")
+    norm_preserving: str | None = option(None, "--mode ablate: keep each row's norm (Heretic) or each column's.",
+                                         choices=NORM_PRESERVING)
     through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
     untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
     compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
@@ -231,13 +266,22 @@ class SteerConfig(Config):
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
-        if self.mode != "steer":  # ablation: W_O' = (I − s uuᵀ) W_O on the layers given by ``layers=``
+        if self.mode != "steer":  # ablation: W' = (I − s UUᵀ) W on the layers given by ``layers=``
             for name, default in (("layer", -1), ("gain", None), ("strength", None)):
                 if getattr(self, name) != default:
                     raise bad_argument(name, getattr(self, name), f"the default ({default}) with mode='ablate'",
                                        "Ablation takes layers=[...] (CLI --ablate-layers; default all) and "
                                        "scale= (--ablate-scale), not a layer or a gain.")
+            check_ablation_scale(self.scale)
+            self.writers = ",".join(ablation_writers(self.writers))
+            if self.norm_preserving is not None and self.norm_preserving not in NORM_PRESERVING:
+                raise bad_argument("norm_preserving", self.norm_preserving, f"None or one of {NORM_PRESERVING}")
             return
+        for name in ("scale", "writers", "ablate_bias", "norm_preserving"):
+            default = next(f.default for f in dataclasses.fields(self) if f.name == name)
+            if getattr(self, name) != default:
+                raise bad_argument(name, getattr(self, name), f"the default ({default!r}) unless mode='ablate'",
+                                   "It is an option of ablation: pass mode='ablate' (CLI --mode ablate).")
         if self.solve not in SOLVES:
             raise bad_argument("solve", self.solve, f"one of {SOLVES}")
         if self.measure not in MEASURES:

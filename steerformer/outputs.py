@@ -49,7 +49,9 @@ SIMULATE = OutputKind("simulate", ("result.json",))
 COLLAPSE = OutputKind("collapse", ("run.json", "collapse.npz", "collapse.json"))
 #: a sweep in progress is marked by its plan, written before the first task runs
 SWEEP = OutputKind("sweep", ("sweep.json", "tasks/plan.json"))
-KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE, SWEEP)}
+#: a shareable direction (``steering.Direction.save``)
+DIRECTION = OutputKind("direction", ("direction.json",))
+KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE, SWEEP, DIRECTION)}
 
 _TMP, _OLD = ".tmp-", ".old-"
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import Adapter, first_output
+from .base import Adapter, first_output, Writer
 
 
 class PreLNDecoderAdapter(Adapter):
     base_model_prefix = "transformer"
+    embedding_writer_specs = (Writer("embedding", "wte", layout="in_out"), Writer("positions", "wpe", layout="in_out"))
 
     def pre_attention_norm(self, layer: int) -> str | None:
         return f"h.{self.layer_sequence()[layer]}.ln_1"

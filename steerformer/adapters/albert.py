@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._linear_qkv import LinearQKVEncoderAdapter
+from .base import Writer
 
 
 class AlbertAdapter(LinearQKVEncoderAdapter):
@@ -12,6 +13,9 @@ class AlbertAdapter(LinearQKVEncoderAdapter):
     base_model_prefix = "albert"
     residual = "post"
     can_untie = True
+    block_writer_specs = (Writer("attention", "attention.dense", bias=True), Writer("mlp", "ffn_output", bias=True))
+    # the embeddings live in embedding_size; this projection writes them into the residual stream
+    embedding_writer_specs = (Writer("embedding", "encoder.embedding_hidden_mapping_in", bias=True),)
 
     @property
     def hidden_states_per_layer(self) -> bool:

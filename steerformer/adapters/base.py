@@ -182,6 +182,73 @@ class AttentionWeights:
         return dataclasses.replace(self, **changes)
 
 
+#: what a residual-stream writer is: the attention output, the MLP's output projection, the token
+#: embedding, the learned position and token-type embeddings
+WRITER_KINDS = ("attention", "mlp", "embedding", "positions", "token_type")
+#: how a writer's weight is stored: "out_in" (``nn.Linear``: (out, in)); "in_out" (GPT-2's ``Conv1D``,
+#: and ``nn.Embedding``, whose row t is token t's output vector); "experts" ((E, out, in): one
+#: ``nn.Linear``-like matrix per expert of a mixture-of-experts block)
+WRITER_LAYOUTS = ("out_in", "in_out", "experts")
+
+
+@dataclasses.dataclass(frozen=True)
+class Writer:
+    """One module that writes into the residual stream, as a family declares it (MATH.md §5e).
+
+    Canonically the write is y = W z + b with W of shape (d_model, in): column j of W is what input
+    coordinate j writes (for an embedding, token j's vector). ``module`` holds the weight
+    ``parameter`` (and the bias ``bias`` when it has one); ``output`` is the module whose forward
+    output is the write itself (default ``module``; a mixture-of-experts block for stacked
+    experts); ``norm`` is a norm applied to this write before it is added to the residual stream
+    (Gemma-2/3's and OLMo-2's post-sublayer RMS norms, the LayerNorm after BERT's embeddings), of
+    ``norm_kind`` "rmsnorm" (x/rms(x)·w), "rmsnorm+1" (·(1+w)) or "layernorm". Paths are relative
+    to the block (``Adapter.layer_block(slot)``) as declared, and to the base model once resolved
+    (:meth:`at`); ``slot`` is the block's weight slot (None for embeddings)."""
+
+    kind: str
+    module: str
+    layout: str = "out_in"
+    bias: bool = False
+    parameter: str = "weight"
+    output: str | None = None
+    norm: str | None = None
+    norm_kind: str | None = None
+    slot: int | None = None
+
+    @property
+    def weight(self) -> str:
+        """The stored weight's name, relative to the base model once resolved."""
+        return f"{self.module}.{self.parameter}"
+
+    @property
+    def bias_name(self) -> str | None:
+        return f"{self.module}.bias" if self.bias else None
+
+    @property
+    def output_module(self) -> str:
+        return self.output or self.module
+
+    @property
+    def transposed(self) -> bool:
+        """Whether the stored matrix is Wᵀ (one row per input coordinate)."""
+        return self.layout == "in_out"
+
+    def at(self, prefix: str | None, slot: int | None = None) -> "Writer":
+        """This declaration with its paths under ``prefix`` (a block's path) and its slot set."""
+        def under(path: str | None) -> str | None:
+            return None if path is None or not prefix else f"{prefix}.{path}"
+
+        return dataclasses.replace(self, module=under(self.module), output=under(self.output), norm=under(self.norm),
+                                   slot=slot)
+
+    def canonical(self, stored: torch.Tensor) -> torch.Tensor:
+        """The stored weight (one expert's slice for "experts") as W, (d_model, in)."""
+        return stored.T if self.transposed else stored
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def first_output(out):
     """A module's main output: transformers 4.x blocks return tuples, 5.x ones a bare tensor."""
     return out[0] if isinstance(out, (tuple, list)) else out
@@ -340,6 +407,28 @@ class Adapter(abc.ABC):
         """Module whose forward output is the attention sublayer's output before the residual
         (used by tests and verification hooks)."""
         raise NotImplementedError
+
+    # ---- residual-stream writers (MATH.md §5e) -------------------------------------------------
+    #: declared: the writers of one block, paths relative to ``layer_block(slot)``
+    block_writer_specs: ClassVar[tuple[Writer, ...]] = ()
+    #: declared: the embedding writers, paths relative to the base model
+    embedding_writer_specs: ClassVar[tuple[Writer, ...]] = ()
+
+    def block_writers(self, slot: int) -> list[Writer]:
+        """The writers of weight slot ``slot`` (attention output first, then the MLP's output),
+        paths relative to the base model."""
+        return [w.at(self.layer_block(slot), slot) for w in self.block_writer_specs]
+
+    def embedding_writers(self) -> list[Writer]:
+        """What writes the first block's input: token (and learned position / token type) embeddings."""
+        return list(self.embedding_writer_specs)
+
+    def writers(self, kinds: Sequence[str] = WRITER_KINDS) -> list[Writer]:
+        """Every declared writer whose kind is in ``kinds``: the embeddings, then each slot's."""
+        out = [w for w in self.embedding_writers() if w.kind in kinds]
+        for slot in range(len(self.slots())):
+            out += [w for w in self.block_writers(slot) if w.kind in kinds]
+        return out
 
     # ---- running the model block by block (looped-model collapse, MATH.md §6) -----------------
     # ``base`` below is always the base model (``model.base_model``: GPT2Model, BertModel...).

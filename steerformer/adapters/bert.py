@@ -5,12 +5,19 @@ from __future__ import annotations
 import torch
 
 from ._linear_qkv import LinearQKVEncoderAdapter
+from .base import Writer
 
 
 class BertAdapter(LinearQKVEncoderAdapter):
     model_type = "bert"
     base_model_prefix = "bert"
     residual = "post"
+    block_writer_specs = (Writer("attention", "attention.output.dense", bias=True), Writer("mlp", "output.dense", bias=True))
+    # word + position + token-type embeddings, then a LayerNorm, enter the first block
+    embedding_writer_specs = tuple(Writer(kind, f"embeddings.{name}", layout="in_out", norm="embeddings.LayerNorm",
+                                          norm_kind="layernorm")
+                                   for kind, name in (("embedding", "word_embeddings"), ("positions", "position_embeddings"),
+                                                      ("token_type", "token_type_embeddings")))
 
     def slots(self) -> list[str]:
         return [f"encoder.layer.{i}.attention" for i in range(self.config.num_hidden_layers)]

@@ -17,7 +17,10 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import UnsupportedModelError
-from .base import Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
+from .base import (
+    Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, Writer, split_heads_bias, split_heads_out_in,
+    split_output_heads,
+)
 from .positions import Alibi, family_class, PerTensorRotary, Rotary
 
 
@@ -69,6 +72,13 @@ class Family:
     softcap_field: str | None = None
     causal: bool = True
     supported: Callable = _cfg(None, None)  # config -> None, or why this config is refused
+    # residual-stream writers (MATH.md §5e): the MLP's output projection (relative to a block) and
+    # whether it has a bias; the RMS norms applied to the attention and MLP writes before the
+    # residual add (Gemma-2/3 sandwich, OLMo-2); the embeddings (relative to the base model)
+    mlp_writer: Writer = Writer("mlp", "mlp.down_proj")
+    mlp_bias: Callable = _cfg(None, False)
+    output_norms: tuple[str, str] | None = None
+    embeddings: tuple[Writer, ...] = (Writer("embedding", "embed_tokens", layout="in_out"),)
 
 
 def _fact(value, config):
@@ -234,6 +244,17 @@ class DeclaredAdapter(Adapter):
     def output_weight_name(self, slot: int) -> str:
         return f"{self._proj(slot, 'o')}.weight"
 
+    def block_writers(self, slot: int) -> list[Writer]:
+        f, c = self.family, self.config
+        attn_norm, mlp_norm = f.output_norms or (None, None)
+        kind = f.norm_kind if f.output_norms else None
+        attn = Writer("attention", f"{f.attention}.{f.o}", bias="o" in f.biases(c), norm=attn_norm, norm_kind=kind)
+        mlp = dataclasses.replace(f.mlp_writer, bias=bool(f.mlp_bias(c)), norm=mlp_norm, norm_kind=kind)
+        return [w.at(self.layer_block(slot), slot) for w in (attn, mlp)]
+
+    def embedding_writers(self) -> list[Writer]:
+        return list(self.family.embeddings)
+
     def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
         return W_O  # nn.Linear (out, in)
 
@@ -382,6 +403,19 @@ def _qkvo_if(field: str) -> Callable:
     return lambda c: "qkvo" if getattr(c, field, False) else ""
 
 
+def _flag(field: str) -> Callable:
+    return lambda c: bool(getattr(c, field, False))
+
+
+def _embeddings(*names: tuple[str, str], norm: str | None = None) -> tuple[Writer, ...]:
+    """Embedding writers (kind, path); ``norm``: a LayerNorm their sum passes first."""
+    return tuple(Writer(kind, path, layout="in_out", norm=norm, norm_kind="layernorm" if norm else None)
+                 for kind, path in names)
+
+
+_SANDWICH = ("post_attention_layernorm", "post_feedforward_layernorm")
+
+
 def _falcon_kv_heads(c) -> int:
     if c.new_decoder_architecture:
         return int(c.num_kv_heads)
@@ -394,44 +428,51 @@ def _falcon_two_norms(c) -> bool:
 
 
 # ---- the families ----------------------------------------------------------------------------
-LLAMA = Family("llama", biases=_qkvo_if("attention_bias"))
+LLAMA = Family("llama", biases=_qkvo_if("attention_bias"), mlp_bias=_flag("mlp_bias"))
 FAMILIES: tuple[Family, ...] = (
     LLAMA,
     dataclasses.replace(LLAMA, model_type="mistral", biases=_cfg(None, "")),
-    dataclasses.replace(LLAMA, model_type="mixtral", biases=_cfg(None, "")),
+    dataclasses.replace(LLAMA, model_type="mixtral", biases=_cfg(None, ""),
+                        mlp_writer=Writer("mlp", "mlp.experts", layout="experts", parameter="down_proj", output="mlp")),
     dataclasses.replace(LLAMA, model_type="qwen2", biases=_cfg(None, "qkv")),
     dataclasses.replace(LLAMA, model_type="qwen3", q_norm="q_norm", k_norm="k_norm"),
     dataclasses.replace(LLAMA, model_type="gemma", norm_kind="rmsnorm+1"),
     dataclasses.replace(LLAMA, model_type="gemma2", norm_kind="rmsnorm+1", residual=_cfg(None, "sandwich"),
-                        scale_field="query_pre_attn_scalar", softcap_field="attn_logit_softcapping"),
+                        scale_field="query_pre_attn_scalar", softcap_field="attn_logit_softcapping",
+                        output_norms=_SANDWICH),
     dataclasses.replace(LLAMA, model_type="gemma3_text", norm_kind="rmsnorm+1", residual=_cfg(None, "sandwich"),
                         scale_field="query_pre_attn_scalar", softcap_field="attn_logit_softcapping",
-                        q_norm="q_norm", k_norm="k_norm"),
+                        q_norm="q_norm", k_norm="k_norm", output_norms=_SANDWICH),
     dataclasses.replace(LLAMA, model_type="phi3", qkv="qkv_proj", qkv_layout="fused", biases=_cfg(None, "")),
     Family("gpt_neox", base_model_prefix="gpt_neox", n_kv_heads=None, attention="attention", qkv="query_key_value",
            qkv_layout="interleaved", o="dense", final_norm=_cfg(None, "final_layer_norm"),
            norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_eps",
            residual=lambda c: "parallel" if getattr(c, "use_parallel_residual", True) else "pre",
-           biases=_qkvo_if("attention_bias")),
+           biases=_qkvo_if("attention_bias"), mlp_writer=Writer("mlp", "mlp.dense_4h_to_h"), mlp_bias=_cfg(None, True),
+           embeddings=_embeddings(("embedding", "embed_in"))),
     dataclasses.replace(LLAMA, model_type="olmo2", pre_attention_norm=_cfg(None), residual=_cfg(None, "norm-after"),
-                        q_norm="q_norm", k_norm="k_norm", qk_norm_across_heads=True),
+                        q_norm="q_norm", k_norm="k_norm", qk_norm_across_heads=True, output_norms=_SANDWICH),
     dataclasses.replace(LLAMA, model_type="starcoder2", norm_kind="layernorm", norm_class=None, norm_eps="norm_epsilon",
-                        biases=_qkvo_if("use_bias")),
+                        biases=_qkvo_if("use_bias"), mlp_writer=Writer("mlp", "mlp.c_proj"), mlp_bias=_flag("use_bias")),
     dataclasses.replace(LLAMA, model_type="phi", o="dense", final_norm=_cfg(None, "final_layernorm"),
                         norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_eps", residual=_cfg(None, "parallel"),
                         biases=_cfg(None, "qkvo"), q_norm=lambda c: "q_layernorm" if c.qk_layernorm else None,
-                        k_norm=lambda c: "k_layernorm" if c.qk_layernorm else None),
+                        k_norm=lambda c: "k_layernorm" if c.qk_layernorm else None,
+                        mlp_writer=Writer("mlp", "mlp.fc2"), mlp_bias=_cfg(None, True)),
     Family("gpt_bigcode", base_model_prefix="transformer", d_model="n_embd", n_heads="n_head",
            n_kv_heads=lambda c: 1 if c.multi_query else c.n_head, n_layers="n_layer", layers="h", attention="attn",
            qkv="c_attn", qkv_layout=lambda c: "fused" if c.multi_query else "interleaved", o="c_proj",
            pre_attention_norm=_cfg(None, "ln_1"), final_norm=_cfg(None, "ln_f"), norm_kind="layernorm",
            norm_class=None, norm_eps="layer_norm_epsilon", position_kind="learned", biases=_cfg(None, "qkvo"),
-           supported=lambda c: None if c.scale_attn_weights else "scale_attn_weights=False is not supported"),
+           supported=lambda c: None if c.scale_attn_weights else "scale_attn_weights=False is not supported",
+           mlp_writer=Writer("mlp", "mlp.c_proj"), mlp_bias=_cfg(None, True),
+           embeddings=_embeddings(("embedding", "wte"), ("positions", "wpe"))),
     Family("gptj", base_model_prefix="transformer", d_model="n_embd", n_heads="n_head", n_kv_heads=None,
            n_layers="n_layer", layers="h", attention="attn", o="out_proj", pre_attention_norm=_cfg(None, "ln_1"),
            final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
            rotary=PerTensorRotary, residual=_cfg(None, "parallel"),
-           supported=lambda c: None if c.rotary_dim else "rotary_dim=None is not supported"),
+           supported=lambda c: None if c.rotary_dim else "rotary_dim=None is not supported",
+           mlp_writer=Writer("mlp", "mlp.fc_out"), mlp_bias=_cfg(None, True), embeddings=_embeddings(("embedding", "wte"))),
     Family("falcon", base_model_prefix="transformer", n_kv_heads=_falcon_kv_heads, layers="h",
            attention="self_attention", qkv="query_key_value", o="dense",
            qkv_layout=lambda c: "grouped" if c.new_decoder_architecture else "fused" if c.multi_query else "interleaved",
@@ -439,14 +480,17 @@ FAMILIES: tuple[Family, ...] = (
            final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
            residual=lambda c: "parallel" if c.parallel_attn or c.new_decoder_architecture else "pre",
            biases=_qkvo_if("bias"), supported=lambda c: "alibi=True is not supported (rotary Falcons are)" if c.alibi
-           else None),
+           else None, mlp_writer=Writer("mlp", "mlp.dense_4h_to_h"), mlp_bias=_flag("bias"),
+           embeddings=_embeddings(("embedding", "word_embeddings"))),
     Family("bloom", base_model_prefix="transformer", n_heads="n_head", n_kv_heads=None, n_layers="n_layer", layers="h",
            attention="self_attention", qkv="query_key_value", qkv_layout="interleaved", o="dense",
            final_norm=_cfg(None, "ln_f"), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_epsilon",
            position_kind="alibi", rotary=Alibi, biases=_cfg(None, "qkvo"), ffn_adds_residual=True,
            kwargs_per_batch=True,
            supported=lambda c: "apply_residual_connection_post_layernorm=True is not supported"
-           if c.apply_residual_connection_post_layernorm else None),
+           if c.apply_residual_connection_post_layernorm else None,
+           mlp_writer=Writer("mlp", "mlp.dense_4h_to_h"), mlp_bias=_cfg(None, True),
+           embeddings=_embeddings(("embedding", "word_embeddings"), norm="word_embeddings_layernorm")),
     Family("opt", n_kv_heads=None, layers="decoder.layers", o="out_proj", ffn="fc2",
            pre_attention_norm=lambda c: "self_attn_layer_norm" if c.do_layer_norm_before else None,
            ffn_norm_after=lambda c: None if c.do_layer_norm_before else "final_layer_norm",
@@ -455,12 +499,17 @@ FAMILIES: tuple[Family, ...] = (
            residual=lambda c: "pre" if c.do_layer_norm_before else "post", biases=_qkvo_if("enable_bias"),
            supported=lambda c: None if getattr(c, "word_embed_proj_dim", c.hidden_size) == c.hidden_size else
            f"word_embed_proj_dim={c.word_embed_proj_dim} != hidden_size={c.hidden_size} (OPT-350m's "
-           "project_in/project_out) is not supported; every other OPT size is"),
+           "project_in/project_out) is not supported; every other OPT size is",
+           mlp_writer=Writer("mlp", "fc2"), mlp_bias=_flag("enable_bias"),
+           embeddings=_embeddings(("embedding", "decoder.embed_tokens"), ("positions", "decoder.embed_positions"))),
     Family("distilbert", base_model_prefix="distilbert", d_model="dim", n_heads="n_heads", n_kv_heads=None,
            n_layers="n_layers", layers="transformer.layer", attention="attention", q="q_lin", k="k_lin", v="v_lin",
            o="out_lin", pre_attention_norm=_cfg(None), ffn="ffn", ffn_norm_after=_cfg(None, "output_layer_norm"),
            final_norm=_cfg(None), norm_kind="layernorm", norm_class=None, norm_eps="layer_norm_eps",
-           position_kind="learned", residual=_cfg(None, "post"), biases=_cfg(None, "qkvo"), causal=False),
+           position_kind="learned", residual=_cfg(None, "post"), biases=_cfg(None, "qkvo"), causal=False,
+           mlp_writer=Writer("mlp", "ffn.lin2"), mlp_bias=_cfg(None, True),
+           embeddings=_embeddings(("embedding", "embeddings.word_embeddings"),
+                                  ("positions", "embeddings.position_embeddings"), norm="embeddings.LayerNorm")),
 )
 
 DECLARED: tuple[type[DeclaredAdapter], ...] = tuple(declare(f) for f in FAMILIES)

@@ -8,12 +8,16 @@ from typing import Sequence
 import torch
 
 from ._decoder import PreLNDecoderAdapter
-from .base import AttentionWeights, MaskSpec, Part, TensorGetter, split_heads_bias, split_heads_out_in, split_output_heads
+from .base import (
+    AttentionWeights, MaskSpec, Part, TensorGetter, Writer, split_heads_bias, split_heads_out_in, split_output_heads,
+)
 
 
 class GPT2Adapter(PreLNDecoderAdapter):
     model_type = "gpt2"
     qkv_layout = "fused"  # c_attn holds [Q|K|V] column blocks (Conv1D, (in, out))
+    block_writer_specs = (Writer("attention", "attn.c_proj", layout="in_out", bias=True),
+                          Writer("mlp", "mlp.c_proj", layout="in_out", bias=True))
 
     @property
     def d_model(self) -> int:

@@ -7,11 +7,12 @@ from typing import Sequence
 import torch
 
 from ._decoder import PreLNDecoderAdapter
-from .base import AttentionWeights, MaskSpec, Part, TensorGetter, split_heads_out_in, split_output_heads
+from .base import AttentionWeights, MaskSpec, Part, TensorGetter, Writer, split_heads_out_in, split_output_heads
 
 
 class GPTNeoAdapter(PreLNDecoderAdapter):
     model_type = "gpt_neo"
+    block_writer_specs = (Writer("attention", "attn.attention.out_proj", bias=True), Writer("mlp", "mlp.c_proj", bias=True))
 
     @property
     def d_model(self) -> int:

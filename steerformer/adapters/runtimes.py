@@ -46,6 +46,10 @@ class VllmLora:
 
     modules: tuple[str, ...] = ()
     why: str = ""
+    #: how vLLM's model class names the decoder's modules: an adapter's module paths must start
+    #: with it (an adapter saved from the bare ``LlamaModel`` says ``layers.0...`` and vLLM, which
+    #: serves ``LlamaForCausalLM``'s ``model.layers.0...``, would apply none of it)
+    prefix: str = "model."
 
 
 #: model_type -> what vLLM's LoRA loader accepts (module doc). Families absent here are unchecked.

@@ -112,9 +112,9 @@ class ControlVector:
         return write_control_vector(path, self, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ControlVector":
+    def load(cls, path: str | os.PathLike, *, name: str = "path") -> "ControlVector":
         """Read a llama.cpp or repeng control-vector GGUF (:func:`read_control_vector`)."""
-        return read_control_vector(path)
+        return read_control_vector(path, name=name)
 
 
 def _span(layers: list[int]) -> str:
@@ -180,39 +180,40 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
     return write_file_atomically(target, write)
 
 
-def read_control_vector(path: str | os.PathLike) -> ControlVector:
+def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> ControlVector:
     """Read a llama.cpp or repeng control-vector GGUF as per-layer vectors (module doc); one-line
-    errors for a file that is not a control vector, ``direction.0``, or a missing layer."""
+    errors for a file that is not a control vector, ``direction.0``, or a missing layer; ``name``:
+    the argument the errors name (``direction`` when the file is given as a direction)."""
     from gguf import GGMLQuantizationType
 
-    reader = open_gguf(path, what="a control-vector GGUF")
+    reader = open_gguf(path, name=name, what="a control-vector GGUF")
     arch = field_value(reader, "general.architecture")
     if arch != ARCH:
-        raise bad_argument("path", str(path), f"a control vector (general.architecture = '{ARCH}'), but this GGUF "
+        raise bad_argument(name, str(path), f"a control vector (general.architecture = '{ARCH}'), but this GGUF "
                            f"is {arch!r}", "A model GGUF is not a control vector; pass the control-vector file.")
     directions: dict[int, np.ndarray] = {}
     for tensor in reader.tensors:
         m = _NAME.match(tensor.name)
         if m is None:
-            raise bad_argument("path", str(path), f"tensors named direction.N, not {tensor.name!r}", None)
+            raise bad_argument(name, str(path), f"tensors named direction.N, not {tensor.name!r}", None)
         n = int(m.group(1))
         if n == 0:
-            raise bad_argument("path", str(path), "direction.N with N >= 1 (llama.cpp refuses direction.0: block 0's "
+            raise bad_argument(name, str(path), "direction.N with N >= 1 (llama.cpp refuses direction.0: block 0's "
                                "output cannot be steered)", "Renumber or drop direction.0.")
         if tensor.tensor_type != GGMLQuantizationType.F32 or len(tensor.shape) != 1:
-            raise bad_argument("path", str(path), f"1-D float32 direction tensors; {tensor.name} is "
+            raise bad_argument(name, str(path), f"1-D float32 direction tensors; {tensor.name} is "
                                f"{tensor.tensor_type.name} of shape {tuple(int(s) for s in tensor.shape)}", None)
         directions[n] = np.array(tensor.data, dtype=np.float32)
     if not directions:
-        raise bad_argument("path", str(path), "at least one direction.N tensor", None)
+        raise bad_argument(name, str(path), "at least one direction.N tensor", None)
     count = field_value(reader, LAYER_COUNT)
     if count is not None and int(count) != len(directions):
         layers = sorted(directions)
-        raise bad_argument("path", str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
+        raise bad_argument(name, str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
                            f"holds {len(directions)} (layers {_span(layers)}): a layer is missing", None)
     widths = {v.shape[0] for v in directions.values()}
     if len(widths) > 1:
-        raise bad_argument("path", str(path), f"direction tensors of one width, not {sorted(widths)}", None)
+        raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
     hint = field_value(reader, MODEL_HINT)
     return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint))
 

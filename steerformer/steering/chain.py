@@ -8,10 +8,10 @@ Stable API:
     edits: list[Edit]              all edits, in application order (flattened records)
     originals: dict[str, Tensor]   the TRUE original stored tensor of every touched weight
     untie: dict | None             ALBERT untie info (``retie`` needs it)
-    modules() -> list[str]         touched weights (b_O of compensated edits excluded), in order
+    modules() -> list[str]         touched weights (the biases edits change excluded), in order
     edits_of(module) -> list[Edit]
-    factors(module) -> (B, A)      B = [γ₁u₁ … γ_k u_k] (out × k), A = [a₁; …; a_k] (k × in), float64,
-                                   canonical layout: Σ ΔW_O = B @ A (a rank-k LoRA, MATH.md §5c)
+    factors(module) -> (B, A)      B = [γ₁U₁ … γ_k U_k] (out × k), A = [A₁; …; A_k] (k × in), float64,
+                                   canonical layout: Σ ΔW = B @ A (a rank-k LoRA, MATH.md §5c)
     applying(model, edits)         context manager: apply the edits; if the block raises, remove
                                    them bit for bit (the one rollback of every steering call)
     push(model, record)            apply a record's edits (undone if any fails), append it and
@@ -71,23 +71,24 @@ class Steering:
         return [e for e in self.edits if e.module == module]
 
     def factors(self, module: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, A), float64, with B @ A = Σ_i γ_i u_i a_i over the edits of ``module`` (rank k)."""
+        """(B, A), float64, with B @ A = Σ_i γ_i U_i A_i over the edits of ``module`` (rank = the
+        sum of the edits' ranks). W' − W when every edit :attr:`~.edit.Edit.is_low_rank`."""
         es = self.edits_of(module)
         if not es:
             raise KeyError(f"no edit of {module!r}")
-        B = torch.stack([float(e.gain) * e.u.to(torch.float64) for e in es], dim=1)
-        A = torch.stack([e.a.to(torch.float64) for e in es], dim=0)
+        B = torch.cat([float(e.gain) * e.u.to(torch.float64).reshape(e.u.shape[0], -1) for e in es], dim=1)
+        A = torch.cat([e.a.to(torch.float64).reshape(-1, e.a.shape[-1]) for e in es], dim=0)
         return B, A
 
     def _remember_originals(self, model: Any, edits: list[Edit]) -> None:
         base = model.base_model
         for e in edits:
-            for name in (e.module, e.bias_module if e.compensate_bias else None):
+            for name in (e.module, e.bias_module if e.changes_bias else None):
                 if name is not None and name not in self.originals:
                     self.originals[name] = base.get_parameter(name).detach().clone()
 
     def _forget_unused(self) -> None:
-        used = {e.module for e in self.edits} | {e.bias_module for e in self.edits if e.compensate_bias}
+        used = {e.module for e in self.edits} | {e.bias_module for e in self.edits if e.changes_bias}
         for name in list(self.originals):
             if name not in used:
                 del self.originals[name]

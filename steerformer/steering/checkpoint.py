@@ -65,7 +65,8 @@ from .common import (
 )
 from .directions import check_vector, resolve_direction
 from .edit import Edit
-from .export import MODULES_FILE, copy_module_stack, model_card, save_peft_adapter, source_folder
+from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
+from .lora import save_peft_adapter
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
@@ -73,17 +74,22 @@ log = logging.getLogger(__name__)
 
 # ---- write ---------------------------------------------------------------------------------------
 def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
-                 card: bool = True, format: str = "checkpoint") -> Path:
+                 card: bool = True, format: str = "checkpoint", lora_rank: int | None = None) -> Path:
     """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
     provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
-    ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``export.py``)."""
+    ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``lora.py``);
+    ``lora_rank``: the rank of a truncated adapter for edits that are not low-rank (norm-preserving
+    ablation), its error reported in the adapter's ``steerformer/record.json`` and card."""
     st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
     if st_model is not None:
         model = inner_model(st_model)
     if format == "peft":  # the edits alone, as a LoRA adapter (MATH.md §5c)
-        return save_peft_adapter(model, directory, overwrite=overwrite, card=card)
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank)
     if format != "checkpoint":
         raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
+    if lora_rank is not None:
+        raise bad_argument("lora_rank", lora_rank, "no rank with format='checkpoint' (the checkpoint holds the exact "
+                           "weights)", "Pass format='peft' for a LoRA adapter, or drop lora_rank.")
     steering = steering_of(model)
     if steering is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
@@ -161,7 +167,7 @@ def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
     named: dict[str, str] = {}
     for e in (e for r in records for e in r.edits):
         named.setdefault(e.module, e.before_sha256)
-        if e.compensate_bias and e.bias_module:
+        if e.changes_bias and e.bias_module:
             named.setdefault(e.bias_module, e.bias_before_sha256 or "")
     return named
 

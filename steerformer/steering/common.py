@@ -22,7 +22,7 @@ import torch
 
 from ..configs import progress_bar
 from ..errors import CheckpointError, SteerformerError, bad_argument
-from ..loading import read_safetensors_file_header
+from ..loading import load_model, read_safetensors_file_header
 
 #: the provenance folder inside a steered checkpoint or adapter folder
 SIDE_DIR = "steerformer"
@@ -89,6 +89,15 @@ def transformer_of(model: Any) -> Any:
 
 def is_path_like(value: Any) -> bool:
     return isinstance(value, (str, bytes)) or hasattr(value, "__fspath__")
+
+
+def model_object(model: Any, verb: str) -> Any:
+    """The transformers model a call edits in place (a SentenceTransformer's module 0); a path is
+    refused (``verb`` edits a model object)."""
+    if is_path_like(model):
+        raise bad_argument("model", model, f"a model object ({verb} edits it in place)",
+                           "Load it first: model = steerformer.steering.load_for_steering(path).")
+    return load_model(transformer_of(model))
 
 
 def non_finite(where: str, what: str) -> SteerformerError:

@@ -1,7 +1,9 @@
-"""Where the target direction u comes from: an array, a ``.npy`` file, a token, an eigenvector of
-F_L, the mean final hidden state of a text, or contrasting prompts. Every source ends as a finite
-unit float64 vector of the model's width, and says what it was (``DirectionSource``);
-:func:`resolve_direction` picks the one source a call names.
+"""Where the target direction u comes from: an array, a ``.npy`` file, a shared
+:class:`~steerformer.steering.direction.Direction` (the object, its folder or Hub id, or a llama.cpp
+control-vector ``.gguf``), a token, an eigenvector of F_L, the mean final hidden state of a text, or
+contrasting prompts. Every source ends as a finite unit float64 vector of the model's width, and
+says what it was (``DirectionSource``); :func:`resolve_direction` picks the one source a call
+names, :func:`ablation_directions` the k directions per layer an ablation removes.
 
 Contrastive directions (activation addition / representation engineering, MATH.md §5b): from
 positive and negative prompts p_i⁺, p_i⁻, with h(p) the hidden state *after* execution layer ℓ
@@ -32,9 +34,10 @@ import torch
 
 from ..configs import progress_bar
 from ..errors import bad_argument
-from ..loading import load_model, load_tokenizer, open_source
+from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
 from ..matrices import read_attention_weights, select_layers
-from .common import vector_hash
+from .common import is_path_like, vector_hash
+from .direction import Direction
 from .measure import encode, run_hooked
 
 METHODS = ("mean-diff", "pca")
@@ -81,7 +84,22 @@ def check_vector(value: Any, d: int, *, name: str = "direction", model_name: str
     return torch.from_numpy(arr / n)
 
 
-def load_npy(path: str | os.PathLike, d: int, *, name: str = "direction", model_name: str = "the model") -> torch.Tensor:
+def check_vectors(value: Any, d: int, *, name: str = "direction", model_name: str = "the model") -> torch.Tensor:
+    """(k, d) unit rows from one vector (d,) or k vectors (k, d), each checked as :func:`check_vector`."""
+    arr = value.detach().cpu().to(torch.float64).numpy() if isinstance(value, torch.Tensor) else value
+    try:
+        arr = np.asarray(arr)
+    except Exception:  # ragged nested lists
+        raise bad_argument(name, value, f"a vector of {d} entries or k vectors (k, {d})") from None
+    if arr.ndim == 2 and arr.shape[0] > 1 and arr.shape[1] == d:
+        return torch.stack([check_vector(row, d, name=f"{name}[{i}]", model_name=model_name)
+                            for i, row in enumerate(arr)])
+    return check_vector(arr, d, name=name, model_name=model_name)[None]
+
+
+def read_npy(path: str | os.PathLike, *, name: str = "direction") -> np.ndarray:
+    """The array of a ``.npy`` file, refused in one line when it is missing, an archive, not a
+    ``.npy`` or an object array."""
     p = Path(path)
     if not p.is_file():
         raise bad_argument(name, str(path), "an existing .npy file or an array")
@@ -97,11 +115,52 @@ def load_npy(path: str | os.PathLike, d: int, *, name: str = "direction", model_
     try:
         arr = np.load(p, allow_pickle=False)
     except ValueError as exc:  # object arrays (ragged lists) need pickle: refused
-        raise bad_argument(name, str(path), f"a numeric .npy vector of {d} entries ({exc})",
+        raise bad_argument(name, str(path), f"a numeric .npy array ({exc})",
                            "Save a float array with np.save(path, np.asarray(v, dtype=float)).") from None
     except Exception as exc:
         raise bad_argument(name, str(path), f"a readable .npy file ({type(exc).__name__}: {exc})") from None
-    return check_vector(arr, d, name=f"{name} ({p.name})", model_name=model_name)
+    return arr
+
+
+def load_npy(path: str | os.PathLike, d: int, *, name: str = "direction", model_name: str = "the model") -> torch.Tensor:
+    return check_vector(read_npy(path, name=name), d, name=f"{name} ({Path(path).name})", model_name=model_name)
+
+
+def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction, str] | None:
+    """(Direction, where it came from) when ``value`` names a shared direction: a
+    :class:`Direction`, a folder written by ``Direction.save``, a llama.cpp control-vector
+    ``.gguf``, or a Hub repo id ('namespace/name'); None for arrays and ``.npy`` files."""
+    if isinstance(value, Direction):
+        return value, "object"
+    if not is_path_like(value):
+        return None
+    text = os.fsdecode(value)
+    p = Path(text).expanduser()
+    if p.suffix.lower() == ".npy":
+        return None
+    if p.suffix.lower() == ".gguf":
+        if not p.is_file():
+            raise bad_argument(name, text, "an existing control-vector .gguf file")
+        return Direction.from_control_vector(p, name=name), text
+    if p.is_dir():
+        return Direction.load(p), text
+    if not p.exists() and not name_looks_like_path(text) and text.count("/") == 1:
+        return Direction.load(text), text  # a Hub repo id
+    return None
+
+
+def _shared_source(direction: Direction, where: str, layers: list[int]) -> DirectionSource:
+    return DirectionSource("direction", {"from": where, "model_id": direction.model_id, "revision": direction.revision,
+                                         "method": direction.method, "layers": layers,
+                                         "prompts_sha256": direction.prompts_sha256, "sha256": direction.sha256})
+
+
+def _check_width(direction: Direction, where: str, d: int, model_name: str, name: str) -> None:
+    if direction.d_model != d:
+        what = "a control vector" if direction.method == "control vector" else "a direction"
+        raise bad_argument(name, f"{where} (width {direction.d_model})",
+                           f"{what} of the model's width: {model_name} has d_model={d}",
+                           "Use one made for this model.")
 
 
 def token_direction(model: Any, tokenizer: Any, token: str, d: int) -> tuple[torch.Tensor, dict]:
@@ -172,6 +231,11 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
     if direction is not None:
         if isinstance(getattr(direction, "direction_source", None), DirectionSource):  # e.g. contrastive
             return check_vector(direction.vector, d, model_name=name), direction.direction_source
+        shared = shared_direction(direction)
+        if shared is not None:
+            _check_width(shared[0], shared[1], d, name, "direction")
+            return (check_vector(shared[0].vector(layer), d, model_name=name),
+                    _shared_source(shared[0], shared[1], [layer]))
         if isinstance(direction, (str, bytes)) or hasattr(direction, "__fspath__"):
             path = str(direction)
             return load_npy(path, d, model_name=name), DirectionSource("npy", {"path": path})
@@ -185,6 +249,54 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         return u, DirectionSource("eigvec", {**info, "layer": layer})
     u, info = text_direction(model, tokenizer, text, d)
     return u, DirectionSource("text", info)
+
+
+@dataclasses.dataclass
+class LayerDirections:
+    """The directions an ablation removes: the same (k, d) unit rows at every layer (``every``), or
+    one set per layer (``per_layer``, from a shared direction made at several layers)."""
+
+    source: DirectionSource
+    every: torch.Tensor | None = None
+    per_layer: dict = dataclasses.field(default_factory=dict)
+
+    def at(self, layer: int | None) -> torch.Tensor:
+        """The (k, d) rows for execution layer ``layer`` (None: the embeddings, before any layer)."""
+        if self.every is not None:
+            return self.every
+        if layer is None:
+            raise bad_argument("writers", "embedding", "one set of directions for every layer to ablate the "
+                               "embeddings (this direction has one per layer, and none for the embeddings' output)",
+                               "Drop 'embedding' from writers, or pass a direction made at one layer.")
+        return self.per_layer[layer]
+
+
+def ablation_directions(model, source, layers, *, direction=None, token=None, eigvec=None, text=None,
+                        tokenizer=None) -> LayerDirections:
+    """The directions to remove at each of ``layers`` (unit rows, not yet orthonormalized).
+    ``direction``: one vector (d,) or k vectors (k, d) (array, tensor or ``.npy``), or a shared
+    :class:`Direction` (per layer: a layer it lacks is refused); ``eigvec`` refers to the last of
+    ``layers``."""
+    d, name = source.adapter.d_model, source.model_id
+    shared = shared_direction(direction) if direction is not None else None
+    if shared is not None:
+        found, where = shared
+        _check_width(found, where, d, name, "direction")
+        per_layer = {layer: check_vectors(found.at(layer), d, name=f"direction (layer {layer})", model_name=name)
+                     for layer in layers}  # a missing layer is refused here, before anything is planned
+        src = _shared_source(found, where, list(layers))
+        if len(found.layers) == 1:
+            return LayerDirections(src, every=next(iter(per_layer.values())))
+        return LayerDirections(src, per_layer=per_layer)
+    if direction is not None and getattr(direction, "direction_source", None) is None:
+        rows = check_vectors(read_npy(direction) if is_path_like(direction) else direction, d, model_name=name)
+        if rows.shape[0] > 1:
+            kind = "npy" if is_path_like(direction) else "array"
+            detail = {"path": os.fsdecode(direction)} if kind == "npy" else {}
+            return LayerDirections(DirectionSource(kind, {**detail, "k": int(rows.shape[0])}), every=rows)
+    u, src = resolve_direction(model, source, layers[-1], direction=direction, token=token, eigvec=eigvec, text=text,
+                               tokenizer=tokenizer)
+    return LayerDirections(src, every=u[None])
 
 
 # ---- contrastive directions ----------------------------------------------------------------------
@@ -203,6 +315,8 @@ class ContrastiveDirection:
     raw_norm: float  # ‖mean difference‖ (mean-diff) or the top singular value / √n (pca), before normalizing
     explained: float | None = None  # pca: share of Σσ² in the first component
     pairs_file: str | None = None
+    model_id: str | None = None
+    model_commit: str | None = None
 
     def __repr__(self) -> str:  # the vector stays out: one line
         return (f"ContrastiveDirection({self.method} at layer {self.layer}, token={self.token}, "
@@ -220,6 +334,17 @@ class ContrastiveDirection:
 
     def to_dict(self) -> dict:
         return {"vector": self.vector.tolist(), **self.direction_source.to_dict()}
+
+    def to_direction(self) -> Direction:
+        """This direction as a shareable :class:`Direction` at its layer (the unit vector; method,
+        prompt hashes, token reduction and counts as metadata)."""
+        meta = {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("vector", "method", "layer", "positive_sha256", "negative_sha256", "model_id",
+                             "model_commit")}
+        return Direction({self.layer: self.vector[None]}, model_id=self.model_id, revision=self.model_commit,
+                         method=f"contrastive {self.method}",
+                         prompts_sha256={"positive": self.positive_sha256, "negative": self.negative_sha256},
+                         metadata=meta)
 
 
 def prompts_sha256(prompts: Sequence[str]) -> str:
@@ -368,7 +493,28 @@ def contrastive_direction(
     return ContrastiveDirection(vector=u, method=method, layer=L, token=red, n_positive=len(positive),
                                 n_negative=len(negative), positive_sha256=prompts_sha256(positive),
                                 negative_sha256=prompts_sha256(negative), raw_norm=raw_norm, explained=explained,
-                                pairs_file=pairs_file)
+                                pairs_file=pairs_file, model_id=source.model_id, model_commit=source.commit)
+
+
+def contrastive_directions(model: Any, positive: Any = None, negative: Any = None, *, layers: Sequence[int],
+                           pairs: Any = None, method: Literal["mean-diff", "pca"] = "mean-diff",
+                           token: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
+                           batch_size: int = 16, progress: bool = False) -> Direction:
+    """:func:`contrastive_direction` at each of ``layers``, as one shareable :class:`Direction`
+    (a unit vector per layer; the prompts' sha256, the reduction, and each layer's raw norm and
+    explained share as metadata)."""
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        model = load_model(model)
+    n_layers = open_source(model).adapter.n_layers
+    found = [contrastive_direction(model, positive, negative, pairs=pairs, layer=L, method=method, token=token,
+                                   tokenizer=tokenizer, batch_size=batch_size, progress=progress)
+             for L in select_layers(list(layers), n_layers, name="layers")]
+    first = found[0].to_direction()
+    return Direction({c.layer: c.vector[None] for c in found}, model_id=first.model_id, revision=first.revision,
+                     method=first.method, prompts_sha256=first.prompts_sha256,
+                     metadata={**{k: v for k, v in first.metadata.items() if k not in ("raw_norm", "explained")},
+                               "raw_norm": {str(c.layer): c.raw_norm for c in found},
+                               "explained": {str(c.layer): c.explained for c in found}})
 
 
 def _prompt_list(value: Any, name: str) -> list[str]:

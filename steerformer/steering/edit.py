@@ -1,31 +1,43 @@
-"""The steering edit as a value: :class:`Edit`, one rank-1 change of one stored output weight.
-The ordered edits of one model, with its true original weights, are a
-:class:`~steerformer.steering.chain.Steering` (``chain.py``).
+"""The steering edit as a value: :class:`Edit`, one low-rank change of one stored weight of a
+residual-stream writer (the attention output, the MLP's output projection, an embedding —
+``adapters.base.Writer``), and optionally of its bias. The ordered edits of one model, with its
+true original weights, are a :class:`~steerformer.steering.chain.Steering` (``chain.py``).
 
-Stable API (other modules — LoRA export, ablation — build on it):
+Stable API (other modules — LoRA export, ablation, activation addition — build on it):
 
-``Edit``  one rank-1 edit ΔW_O = γ u a of one attention layer's output weight (MATH.md §5, §5b)
-    module: str            stored output weight, relative to ``model.base_model``
-    layer, slot: int       execution layer / weight slot (ALBERT: one slot runs several layers)
-    u: Tensor (out,)       float64, the written direction
-    a: Tensor (in,)        float64, the row vector (a = wᵀV⁺ for steering, uᵀW_O for ablation)
+``Edit``  W' = diag(r) W diag(c) + γ Σ_k u_k a_k  (and b' = b + δ), on one writer's weight W
+          in the canonical layout (d_model × in, MATH.md §5, §5b, §5e); r, c and δ optional
+    module: str            stored weight, relative to ``model.base_model``
+    layer, slot: int       execution layer / weight slot (ALBERT: one slot runs several layers;
+                           -1 for an embedding)
+    u: Tensor (out,) | (out, k)   float64, the written direction(s), one column per rank
+    a: Tensor (in,) | (k, in)     float64, the row vector(s) (a = wᵀV⁺ for steering, uᵀW for ablation)
     gain: float            γ (any sign; negative steers away)
     kind: str              "steer" | "ablate"
-    solve: dict            how a was obtained (method, cond_V, alpha, fit_error) — may be {}
+    writer: str            which writer: "attention" | "mlp" | "embedding" | "positions" | "token_type"
+    index: int | None      the expert, for a stacked (experts, out, in) weight (mixture of experts)
+    row_scale: Tensor|None (out,) r: each output row of W scaled (norm-preserving ablation, rows)
+    col_scale: Tensor|None (in,)  c: each input column of W scaled (norm-preserving ablation, columns)
+    bias_delta: Tensor|None (out,) δ added to ``bias_module`` with the weight (and undone with it)
+    solve: dict            how a was obtained (method, cond_V, alpha, fit_error; ablation details) — may be {}
     w: Tensor | None       the intended left vector (steering)
     w_eff: Tensor | None   the left vector actually applied, Vᵀaᵀ (F' = F + γ u w_effᵀ)
     bias_coef: float|None  a·b_V: the edit adds γ (a·b_V) u to every token's attention output
-    bias_module: str|None  the output bias b_O, when ``compensate_bias`` is on
+    bias_module: str|None  the writer's bias, when the edit changes it (compensate_bias, bias_delta)
     compensate_bias: bool  b_O −= γ (a·b_V) u is applied with the weight (and undone with it)
-    transposed: bool       the stored tensor is W_Oᵀ (GPT-2 ``Conv1D``)
+    transposed: bool       the stored tensor is Wᵀ (GPT-2 ``Conv1D``, ``nn.Embedding``)
     dtype, device: str     the stored weight's dtype / device when applied
     shape: list[int]       stored shape
     before_sha256, after_sha256            stored bytes of the weight before / after this edit
-    bias_before_sha256, bias_after_sha256  same for b_O (compensation only)
+    bias_before_sha256, bias_after_sha256  same for the bias (when the edit changes it)
 
-    delta() -> Tensor               γ u a, (out, in), float64, canonical column convention
+    rank: int                       k
+    is_low_rank: bool               no row/column scale: W' − W = γ U A exactly (an exact LoRA)
+    changes_bias: bool              the edit changes ``bias_module``
+    delta() -> Tensor               γ Σ_k u_k a_k, (out, in), float64, canonical layout
     stored_delta() -> Tensor        the same in the stored layout (transposed for Conv1D)
     bias_shift() -> Tensor | None   γ (a·b_V) u, (out,)
+    bias_change() -> Tensor | None  what is added to the bias (−bias_shift() when compensating)
     apply(model) / remove(model)    exact inverses: apply keeps the stored tensor it replaced
                                     and remove copies it back (bit for bit, hash-checked)
     release()                       forget the kept tensor (the weights were restored another way)
@@ -33,9 +45,11 @@ Stable API (other modules — LoRA export, ablation — build on it):
     to_dict() / Edit.from_dict(d)   JSON-safe (floats round-trip exactly through JSON)
 
 All arithmetic is float64 on the stored weight's device (CPU when that device has no float64,
-e.g. MPS, then moved once), cast back to the stored dtype. Elementwise float64 products and sums
-are IEEE-exact, so an edit replayed from its record gives the same bytes on any device: that is how
-a chain loaded from disk is re-attached and verified (``replay``).
+e.g. MPS, then moved once), cast back to the stored dtype, and elementwise: each entry is
+r_i·W_ij·c_j plus the k outer-product terms added in order, never a matrix product whose summation
+order a backend may choose. Elementwise float64 products and sums are IEEE-exact, so an edit
+replayed from its record gives the same bytes on any device: that is how a chain loaded from disk
+is re-attached and verified (``replay``).
 """
 
 from __future__ import annotations
@@ -49,7 +63,8 @@ from ..errors import SteerformerError
 from . import algebra
 from .common import non_finite, tensor_sha256, work_device
 
-EDIT_FORMAT = "steerformer.edit/1"
+#: /2 added writer, index, row_scale, col_scale, bias_delta and rank-k u/a; /1 records read as before
+EDIT_FORMAT = "steerformer.edit/2"
 
 
 def check_materialized(model: Any, module: str, layer: int) -> torch.nn.Parameter:
@@ -78,18 +93,36 @@ def check_layer_materialized(model: Any, adapter: Any, layer: int, slot: int) ->
 
 
 def edited_stored(stored: torch.Tensor, u: torch.Tensor, a: torch.Tensor, gain: float, *, transposed: bool,
-                  dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The stored weight after W_O += γ u a: float64 on the weight's device, cast to ``dtype``
-    (default the stored dtype). Differentiable in ``u`` (the FFN pre-compensation uses that)."""
+                  dtype: torch.dtype | None = None, row_scale: torch.Tensor | None = None,
+                  col_scale: torch.Tensor | None = None, index: int | None = None) -> torch.Tensor:
+    """The stored weight after W' = diag(r) W diag(c) + γ u a (``index``: only that expert's slice of
+    a stacked weight): float64 on the weight's device, cast to ``dtype`` (default the stored dtype).
+    Differentiable in ``u`` (the FFN pre-compensation uses that)."""
     work = work_device(stored.device)
-    W = stored.detach().to(device=work, dtype=torch.float64)
-    D = algebra.delta_output(u.to(work), a.to(work), gain)
-    return (W + (D.T if transposed else D)).to(dtype or stored.dtype)
+    full = stored.detach().to(device=work, dtype=torch.float64)
+    W = full if index is None else full[index]
+    W = W.T if transposed else W  # canonical (out, in): a view
+    if row_scale is not None:
+        W = W * row_scale.to(device=work, dtype=torch.float64)[:, None]
+    if col_scale is not None:
+        W = W * col_scale.to(device=work, dtype=torch.float64)[None, :]
+    new = W + algebra.delta_output(u.to(work), a.to(work), gain)
+    new = new.T if transposed else new
+    if index is not None:
+        full = full.clone()
+        full[index] = new
+        new = full
+    return new.to(dtype or stored.dtype).contiguous()
+
+
+def _vec(t: torch.Tensor | None):
+    """A tensor as nested lists of floats (float64), for JSON; None stays None."""
+    return None if t is None else t.detach().to(torch.float64).cpu().tolist()
 
 
 @dataclasses.dataclass(eq=False)
 class Edit:
-    """One rank-1 edit of one stored output weight (see the module docstring for the fields).
+    """One low-rank edit of one stored writer weight (see the module docstring for the fields).
     Two edits are equal when their :meth:`to_dict` are (tensors compared by value)."""
 
     module: str
@@ -113,6 +146,11 @@ class Edit:
     after_sha256: str = ""
     bias_before_sha256: str | None = None
     bias_after_sha256: str | None = None
+    writer: str = "attention"
+    index: int | None = None
+    row_scale: torch.Tensor | None = None
+    col_scale: torch.Tensor | None = None
+    bias_delta: torch.Tensor | None = None
     _before: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
     _bias_before: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -120,15 +158,35 @@ class Edit:
         return isinstance(other, Edit) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:  # the vectors stay out: one line, not thousands of numbers
-        return (f"Edit({self.kind} {self.module} (layer {self.layer}), gain={self.gain:.6g}, "
-                f"d={self.u.numel()}{', bias compensated' if self.compensate_bias else ''}"
+        where = f"layer {self.layer}" if self.layer >= 0 else self.writer
+        expert = "" if self.index is None else f" expert {self.index}"
+        return (f"Edit({self.kind} {self.module}{expert} ({where}), gain={self.gain:.6g}, "
+                f"d={self.u.shape[0]}{f', rank {self.rank}' if self.rank > 1 else ''}"
+                f"{', norm-preserving' if not self.is_low_rank else ''}"
+                f"{', bias compensated' if self.compensate_bias else ''}"
+                f"{', bias changed' if self.bias_delta is not None else ''}"
                 f"{', applied' if self.is_applied else ''})")
 
     __hash__ = None  # mutable value
 
     # ---- values ----------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """k: the number of (u, a) pairs."""
+        return 1 if self.u.ndim == 1 else int(self.u.shape[1])
+
+    @property
+    def is_low_rank(self) -> bool:
+        """W' − W = γ U A exactly (no row or column scale): an exact rank-k LoRA."""
+        return self.row_scale is None and self.col_scale is None
+
+    @property
+    def changes_bias(self) -> bool:
+        return self.compensate_bias or self.bias_delta is not None
+
     def delta(self) -> torch.Tensor:
-        """ΔW_O = γ u a, (out, in), float64, canonical column convention."""
+        """γ Σ_k u_k a_k, (out, in), float64, canonical column convention: W' − W when
+        :attr:`is_low_rank`."""
         return algebra.delta_output(self.u, self.a, self.gain)
 
     def stored_delta(self) -> torch.Tensor:
@@ -146,6 +204,12 @@ class Edit:
         s = self.bias_shift()
         return None if s is None else float(torch.linalg.vector_norm(s))
 
+    def bias_change(self) -> torch.Tensor | None:
+        """What the edit adds to its bias: δ, or −γ (a·b_V) u when compensating; None if it changes none."""
+        if self.bias_delta is not None:
+            return self.bias_delta.to(torch.float64)
+        return -self.bias_shift() if self.compensate_bias else None
+
     @property
     def is_applied(self) -> bool:
         return self._before is not None
@@ -153,11 +217,14 @@ class Edit:
     # ---- apply / remove --------------------------------------------------------------------------
     def applied_weight(self, current: torch.Tensor) -> torch.Tensor:
         """The stored weight this edit turns ``current`` into (no model touched)."""
-        return edited_stored(current, self.u, self.a, self.gain, transposed=self.transposed)
+        return edited_stored(current, self.u, self.a, self.gain, transposed=self.transposed, row_scale=self.row_scale,
+                             col_scale=self.col_scale, index=self.index)
 
     def applied_bias(self, current: torch.Tensor) -> torch.Tensor:
         work = work_device(current.device)
         b = current.detach().to(device=work, dtype=torch.float64)
+        if self.bias_delta is not None:
+            return (b + self.bias_delta.to(device=work, dtype=torch.float64)).to(current.dtype)
         return (b - self.bias_shift().to(work)).to(current.dtype)
 
     def apply(self, model: Any, *, check: bool = True) -> "Edit":
@@ -173,9 +240,10 @@ class Edit:
         before = p.detach().clone()
         new = self.applied_weight(before).to(p.device)
         bias_before = bias_new = None
-        if self.compensate_bias:
-            if self.bias_module is None or self.bias_coef is None:
-                raise SteerformerError(f"compensate_bias on {self.module} needs an output bias and a value bias")
+        if self.changes_bias:
+            if self.bias_module is None or (self.compensate_bias and self.bias_coef is None):
+                raise SteerformerError(f"the edit of {self.module} changes a bias but names none "
+                                       "(compensate_bias needs an output bias and a value bias)")
             bp = check_materialized(model, self.bias_module, self.layer)
             bias_before = bp.detach().clone()
             bias_new = self.applied_bias(bias_before).to(bp.device)
@@ -227,27 +295,29 @@ class Edit:
         return self
 
     def check_finite(self, model: Any) -> None:
-        """The edited weight (and b_O when compensated) holds no NaN/inf, else the non-finite error."""
+        """The edited weight (and the bias when changed) holds no NaN/inf, else the non-finite error."""
         base = model.base_model
-        for n in (self.module, self.bias_module if self.compensate_bias else None):
+        for n in (self.module, self.bias_module if self.changes_bias else None):
             if n is not None and not bool(torch.isfinite(base.get_parameter(n)).all()):
                 raise non_finite(f"gain {self.gain:.6g}", f"weights in {n}")
 
     # ---- serialization ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        def vec(t):
-            return None if t is None else [float(x) for x in t.detach().to(torch.float64).cpu().tolist()]
-
-        return {
+        d = {
             "format": EDIT_FORMAT, "module": self.module, "layer": int(self.layer), "slot": int(self.slot),
-            "kind": self.kind, "gain": float(self.gain), "u": vec(self.u), "a": vec(self.a), "w": vec(self.w),
-            "w_eff": vec(self.w_eff), "solve": dict(self.solve),
+            "kind": self.kind, "gain": float(self.gain), "u": _vec(self.u), "a": _vec(self.a), "w": _vec(self.w),
+            "w_eff": _vec(self.w_eff), "solve": dict(self.solve),
             "bias_coef": None if self.bias_coef is None else float(self.bias_coef),
             "bias_module": self.bias_module, "compensate_bias": bool(self.compensate_bias),
             "transposed": bool(self.transposed), "dtype": self.dtype, "device": self.device, "shape": list(self.shape),
             "before_sha256": self.before_sha256, "after_sha256": self.after_sha256,
             "bias_before_sha256": self.bias_before_sha256, "bias_after_sha256": self.bias_after_sha256,
+            "writer": self.writer, "index": self.index,
         }
+        for name in ("row_scale", "col_scale", "bias_delta"):  # only when set: /1 readers see the /1 keys
+            if getattr(self, name) is not None:
+                d[name] = _vec(getattr(self, name))
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Edit":
@@ -266,4 +336,6 @@ class Edit:
             device=str(d.get("device", "")), shape=list(d.get("shape") or []),
             before_sha256=str(d.get("before_sha256", "")), after_sha256=str(d.get("after_sha256", "")),
             bias_before_sha256=d.get("bias_before_sha256"), bias_after_sha256=d.get("bias_after_sha256"),
+            writer=str(d.get("writer", "attention")), index=None if d.get("index") is None else int(d["index"]),
+            row_scale=vec(d.get("row_scale")), col_scale=vec(d.get("col_scale")), bias_delta=vec(d.get("bias_delta")),
         )

@@ -1,41 +1,19 @@
-"""Publishing a steered checkpoint with huggingface_hub (create the repo, upload the folder).
-
-Every request has a timeout (``timeout``, default 30 s): an endpoint that accepts the connection
-but never answers, or one that refuses it, ends the push with one :class:`HubError` line. The
-timeout is set on huggingface_hub's shared HTTP client for the duration of the push only.
-"""
+"""Publishing a steered checkpoint or adapter folder with huggingface_hub (the upload itself, with
+its timeouts and one-line failures, is ``upload.py``)."""
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..configs import renamed_parameters
-from ..errors import InvalidArgumentError, SteerformerError, bad_argument
+from ..errors import bad_argument
 from .checkpoint import save_steered
+from .upload import DEFAULT_TIMEOUT, HubError, hub_target, upload_folder
 
-DEFAULT_TIMEOUT = 30.0
-
-
-class HubError(SteerformerError, RuntimeError):
-    """The Hub endpoint did not answer in time, refused the connection, or refused the request."""
-
-
-def check_repo_id(repo_id: str) -> str:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1:
-        raise bad_argument("repo_id", repo_id, "'namespace/name' (e.g. 'alice/minilm-steered')")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as exc:
-        raise bad_argument("repo_id", repo_id, f"a valid Hub repo id ({exc})") from None
-    return repo_id
+__all__ = ["HubError", "push_to_hub"]
 
 
 @renamed_parameters(dir_or_model="model")
@@ -50,96 +28,14 @@ def push_to_hub(model: Any, repo_id: str, *, private: bool = False, token: str |
     ``create_pr``: open a pull request instead of committing to the branch. ``timeout``: seconds
     each request may wait for the endpoint. Returns the commit URL (the pull request's with
     ``create_pr``)."""
-    from huggingface_hub import HfApi, constants, get_token
-
-    check_repo_id(repo_id)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise bad_argument("timeout", timeout, "a number of seconds > 0", "The default is 30.")
-    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
-        raise bad_argument("revision", revision, "a branch name such as 'steered-v2'")
-    token = token or get_token()
-    if not token:
-        raise InvalidArgumentError("push_to_hub needs a Hugging Face token: pass token=..., set HF_TOKEN, or run "
-                                   "`hf auth login` (no request was sent).")
-    # huggingface_hub < 1.0 (what transformers 4.x pins) has no is_offline_mode(): read the flag.
-    offline = getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)
-    if offline():
-        raise InvalidArgumentError("push_to_hub cannot upload while HF_HUB_OFFLINE is set: unset it to publish.")
-    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
-    api = HfApi(endpoint=endpoint, token=token)
-    where = endpoint or constants.ENDPOINT
-    opts = dict(private=private, message=commit_message, revision=revision, create_pr=create_pr)
+    target = hub_target(repo_id, private=private, token=token, endpoint=endpoint, commit_message=commit_message,
+                        revision=revision, create_pr=create_pr, timeout=timeout)
+    message = "Upload steered model (steerformer)"
     if isinstance(model, (str, os.PathLike)):
         folder = Path(model)
         if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
             raise bad_argument("model", str(folder), "a checkpoint or adapter folder written by save_steered")
-        with _timeout(timeout), _one_line(where, timeout, folder):
-            return _upload(api, folder, repo_id, **opts)
+        return upload_folder(target, folder, default_message=message, saved=folder)
     with tempfile.TemporaryDirectory(prefix="steerformer-push-") as tmp:
         folder = save_steered(model, Path(tmp) / "model")
-        with _timeout(timeout), _one_line(where, timeout, None):
-            return _upload(api, folder, repo_id, **opts)
-
-
-def _upload(api, folder: Path, repo_id: str, *, private: bool, message: str | None, revision: str | None,
-            create_pr: bool) -> str:
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    if revision is not None and not create_pr:
-        api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-    info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", revision=revision,
-                             create_pr=create_pr, commit_message=message or "Upload steered model (steerformer)")
-    if create_pr and getattr(info, "pr_url", None):
-        return str(info.pr_url)
-    return str(getattr(info, "commit_url", info))
-
-
-@contextlib.contextmanager
-def _timeout(seconds: float) -> Iterator[None]:
-    """Give huggingface_hub's shared HTTP client a timeout for the duration of the block:
-    httpx clients (huggingface_hub >= 1.0) carry it as an attribute; requests sessions (older
-    versions) get it as the default of each request."""
-    from huggingface_hub.utils import get_session
-
-    session = get_session()
-    if hasattr(session, "timeout"):  # httpx
-        old = session.timeout
-        session.timeout = seconds
-        try:
-            yield
-        finally:
-            session.timeout = old
-        return
-    request = session.request
-
-    def with_timeout(method, url, *args, **kwargs):
-        kwargs["timeout"] = kwargs.get("timeout") or seconds
-        return request(method, url, *args, **kwargs)
-
-    session.request = with_timeout
-    try:
-        yield
-    finally:
-        del session.request  # back to the class's method
-
-
-@contextlib.contextmanager
-def _one_line(endpoint: str, timeout: float, folder: Path | None) -> Iterator[None]:
-    """Network failures as one HubError line naming the endpoint, the wait and what to do."""
-    saved = f" The checkpoint is saved in {folder}." if folder is not None else ""
-    try:
-        yield
-    except SteerformerError:
-        raise
-    except Exception as exc:
-        names = {c.__name__ for c in type(exc).__mro__}
-        first = (str(exc).splitlines() or [""])[0][:200]
-        if any("Timeout" in n for n in names):
-            raise HubError(f"the Hub endpoint {endpoint} did not answer within {timeout:g} s "
-                           f"({type(exc).__name__}).{saved} Retry later, or allow more time with timeout= "
-                           "(CLI: --hub-timeout).") from None
-        if any(n in ("ConnectError", "ConnectionError", "NewConnectionError") for n in names):
-            raise HubError(f"cannot connect to the Hub endpoint {endpoint} ({first}).{saved} Check the network "
-                           "and HF_ENDPOINT.") from None
-        if "HfHubHTTPError" in names:
-            raise HubError(f"the Hub endpoint {endpoint} refused the upload: {first}.{saved}") from None
-        raise
+        return upload_folder(target, folder, default_message=message)

@@ -140,10 +140,14 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
 
 
 def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """mean over tokens of ρ(x, u) = |⟨x, u⟩| / (‖x‖‖u‖) (MATH.md §4); ``mask`` selects tokens."""
+    """mean over tokens of ρ(x, u) = |⟨x, u⟩| / (‖x‖‖u‖) (MATH.md §4); ``mask`` selects tokens. For
+    k orthonormal directions u (k, d): ρ = ‖U x‖ / ‖x‖, the share of x in their span."""
     x = x.to(torch.float64)
     u = u.to(device=x.device, dtype=torch.float64)
-    rho = (x @ u).abs() / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
+    if u.ndim == 2:
+        rho = torch.linalg.vector_norm(x @ u.T, dim=-1) / torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-300)
+    else:
+        rho = (x @ u).abs() / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
     if mask is None:
         return rho.mean()
     m = mask.to(device=rho.device, dtype=torch.bool)
@@ -408,13 +412,15 @@ class HeldOut:
         batch = encode(model, prompts, tokenizer, held_out=True, name="heldout_prompts")
         return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer), tokenizer)
 
-    def after(self, model: Any, target: torch.Tensor, gain: float) -> dict:
+    def after(self, model: Any, target: torch.Tensor, gain: float, *, full: bool = False) -> dict:
         """Record fields of the edited model: ``alignment_model_before``/``_after`` (mean |cos| of the
         final states with ``target``), ``kl``, ``kl_kind``, ``state_cosine``. Non-finite outputs
         are the non-finite error (log-probabilities may be -inf, a probability that underflowed,
-        never NaN)."""
+        never NaN). ``full``: the edit changed what enters the first block (an embedding), so the
+        alignment after comes from a full forward pass, not from the probe's cached block inputs."""
         out = outputs(model, self.batch, self.tokenizer)
         if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
             raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
+        after = float(mean_abs_cos(out.states, target)) if full else self.probe.alignment(target)
         return {"alignment_model_before": float(mean_abs_cos(self.probe.final_before, target, self.probe.mask)),
-                "alignment_model_after": self.probe.alignment(target), **price(self.outputs_before, out)}
+                "alignment_model_after": after, **price(self.outputs_before, out)}

@@ -132,12 +132,16 @@ class SteeringRecord:
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
         if self.solve.get("method") == "ablate":  # one edit per ablated weight (``ablate``)
-            lines = [f"ablated layers {self.layers_changed} ({len(self.edits)} weight(s)): W_O' = (I - {-self.gain:g} uu^T) W_O",
+            writers = sorted({e.writer for e in self.edits}, key=["embedding", "positions", "token_type", "attention",
+                                                                  "mlp"].index)
+            lines = [f"ablated layers {self.layers_changed} ({len(self.edits)} weight(s): {', '.join(writers)}): "
+                     f"W' = (I - s UU^T) W, s = {-self.gain:g}" + (" (first layer)" if len({e.gain for e in self.edits}) > 1
+                                                                   else ""),
                      f"alignment, real model final states: {f(self.alignment_model_before)} -> "
                      f"{f(self.alignment_model_after)}",
-                     f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
+                     f"weight change |dW|/|W| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
                      f"state cosine = {f(self.state_cosine)}"]
-            return "\n".join(lines)
+            return "\n".join(lines + ([self.message] if self.message else []))
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
             f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
@@ -205,15 +209,18 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
                  untied: bool = False, abs_lambda1: float | None = None, spectrum_before: dict | None = None,
                  choice: Any = None, measure: str | None = None, target_alignment: float | None = None,
                  message: str = "", measured: dict | None = None, through_ffn: dict | None = None,
-                 heldout_prompts: Any = None, config: dict | None = None) -> SteeringRecord:
+                 heldout_prompts: Any = None, config: dict | None = None,
+                 direction: torch.Tensor | None = None) -> SteeringRecord:
     """The record of one call that made ``edits`` (applied, or with their hashes set) on the model
     opened as ``source``. ``originals``: the true original of each edited weight; ``weights``: the
     edited weights as stored now. ``target``: u* the alignment is measured against (default the
     edit's u); ``abs_lambda1``: |λ1(F_layer)| (gives the strength); ``choice``: the gain search's
-    :class:`~steerformer.steering.algebra.StrengthChoice`; ``measured``: fields of ``MEASURED``.
-    Refuses (the non-finite error) a record with a NaN/inf value."""
+    :class:`~steerformer.steering.algebra.StrengthChoice`; ``measured``: fields of ``MEASURED``;
+    ``direction``: what the call was asked to write or remove (default the first edit's u; an
+    ablation's directions, (k, d) for several). Refuses (the non-finite error) a record with a
+    NaN/inf value."""
     first = edits[0]
-    u = first.u.to(torch.float64)
+    u = (first.u if direction is None else direction).to(torch.float64)
     target = u if target is None else target.to(torch.float64)
     w = u if first.w is None else first.w.to(torch.float64)  # ablation writes along u itself
     steer = first.kind == "steer"
@@ -234,7 +241,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         target_reached=choice.reached if choice is not None else None,
         message=choice.message if choice is not None else message,
         curve=[list(p) for p in choice.curve] if choice is not None else [],
-        weight_change=relative_change([(weights[e.module], originals[e.module]) for e in edits]),
+        weight_change=relative_change([(weights[m], originals[m]) for m in dict.fromkeys(e.module for e in edits)]),
         spectrum_before=spectrum_before, through_ffn=through_ffn,
         original_sha256=tensor_sha256(originals[first.module]), steered_sha256=first.after_sha256,
         steerformer_version=__version__,

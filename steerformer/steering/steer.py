@@ -1,7 +1,7 @@
-"""``steer`` and ``ablate``: edit a model in place, each call as plan → apply → measure → record.
+"""``steer``: edit a model in place, each call as plan → apply → measure → record.
 
     steer:    W_O' = W_O + γ u (wᵀV⁺)      (MATH.md §5; the algebra in ``algebra.py``)
-    ablate:   W_O' = (I − s·u uᵀ) W_O     (MATH.md §5b; every selected layer stops writing along u)
+    ablate:   W' = (I − s UUᵀ) W           (``mode="ablate"``: ``ablation.py``, MATH.md §5b, §5e)
 
 * plan (the model is not changed): the direction, the row a, the gain (given, from a strength, or
   searched), FFN pre-compensation — ending in the edits as values (:class:`~.edit.Edit`);
@@ -13,15 +13,6 @@
   (``steering_of(model)``), so ``unsteer`` undoes it bit for bit.
 
 Computed in float64 from the stored weights and cast back to the model's dtype.
-
-Ablation ("abliteration") is the rank-1 edit γ = −s, a = uᵀW_O on each selected layer's output
-weight, so F' = (I − s uuᵀ) F: one edit per edited weight, all in one record, undone, saved,
-verified and exported as a LoRA adapter like any other edit. What is removed is the
-token-dependent write W_O z (which carries the value bias b_V too); the output bias b_O, a
-constant added to every token, is left as it is: changing it would not be a rank-1 change of W_O,
-and a LoRA adapter could not carry it. With s = 1 the attention output of an ablated layer minus
-b_O is orthogonal to u for every input. A weight shared by several layers (ALBERT) is edited once;
-every layer running it is ablated.
 """
 
 from __future__ import annotations
@@ -29,19 +20,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from ..configs import SteerConfig, progress_bar, renamed, with_options
 from ..errors import InvalidArgumentError, bad_argument
-from ..loading import load_model, load_tokenizer, open_source
+from ..loading import load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
 from . import algebra
+from .ablation import run_ablation
 from .chain import Steering, retie, steering_of, unsteer, untie
-from .common import CountedCurve, is_path_like, stores_transposed, transformer_of
+from .common import CountedCurve, model_object, stores_transposed
 from .directions import DirectionSource, check_vector, resolve_direction
 from .edit import Edit, check_layer_materialized, edited_stored
 from .measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
@@ -101,9 +91,9 @@ def steer(
     options = renamed(options, SteerConfig.renamed, "steer")
     cfg = with_options(config, SteerConfig, options, "steer")
     if cfg.mode == "ablate":
-        return _ablate(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
-                       tokenizer=tokenizer, heldout_prompts=heldout_prompts)
-    model = _model_object(model, "steer")
+        return run_ablation(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
+                            tokenizer=tokenizer, heldout_prompts=heldout_prompts)
+    model = model_object(model, "steer")
     source = open_source(model)
     untied = None
     if cfg.untie_last:
@@ -136,14 +126,6 @@ def steer(
     if plan.choice is not None and not plan.choice.reached:
         log.warning("%s", plan.choice.message)
     return record
-
-
-def _model_object(model: Any, verb: str) -> Any:
-    """The transformers model a call edits in place (a SentenceTransformer's module 0)."""
-    if is_path_like(model):
-        raise bad_argument("model", model, f"a model object ({verb} edits it in place)",
-                           "Load it first: model = steerformer.steering.load_for_steering(path).")
-    return load_model(transformer_of(model))
 
 
 def _searching(cfg: SteerConfig) -> bool:
@@ -283,84 +265,6 @@ def _apply_measure_record(model: Any, source: Any, plan: SteerPlan, cfg: SteerCo
     return record
 
 
-# ---- ablate --------------------------------------------------------------------------------------
-def ablate(
-    model: Any,
-    direction: Any = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    layers: Sequence[int] | int | None = None,
-    scale: float = 1.0,
-    tokenizer: Any = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    report: bool = True,
-) -> SteeringRecord:
-    """Remove the direction u from the attention write of every layer in ``layers`` (default all),
-    W_O' = (I − scale·uuᵀ) W_O, in place; returns the record (one record, one edit per weight).
-    Direction sources as for :func:`steer` (``eigvec`` refers to the last selected layer's F).
-    ``report``: measure the mean |cos(h, u)| of the final states and the KL on held-out prompts."""
-    return _ablate(model, direction, SteerConfig(mode="ablate", scale=scale, report=report), token=token,
-                   eigvec=eigvec, text=text, layers=layers, tokenizer=tokenizer, heldout_prompts=heldout_prompts)
-
-
-def _ablate(model: Any, direction: Any, cfg: SteerConfig, *, token: Any, eigvec: Any, text: Any, layers: Any,
-            tokenizer: Any, heldout_prompts: Any) -> SteeringRecord:
-    scale = cfg.scale
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not math.isfinite(float(scale)) \
-            or not 0 < float(scale) <= 1:
-        raise bad_argument("scale", scale, "a number in (0, 1]: 1 removes u entirely, less removes part of it")
-    model = _model_object(model, "ablate")
-    source = open_source(model)
-    adapter = source.adapter
-    steering = steering_of(model)
-    if steering is not None and steering.untie:
-        raise bad_argument("model", type(model).__name__, "a model without untied layers for ablation",
-                           "Unsteer it first.")
-    selected = select_layers(layers, adapter.n_layers, name="layers")  # refuses duplicates itself
-    seq = adapter.layer_sequence()
-    by_slot: dict[int, int] = {}
-    for L in selected:
-        by_slot.setdefault(seq[L], L)  # a shared weight is edited once
-    for slot, L in by_slot.items():
-        check_layer_materialized(model, adapter, L, slot)
-    tokenizer = load_tokenizer(model, tokenizer)
-    u, dsource = resolve_direction(model, source, selected[-1], direction=direction, token=token, eigvec=eigvec,
-                                   text=text, tokenizer=tokenizer)
-    edits = plan_ablation(source, u, by_slot, float(scale))
-    held = HeldOut.before(model, adapter, min(by_slot.values()), heldout_prompts, tokenizer) if cfg.report else None
-    steering = steering or Steering()
-    base = model.base_model
-    with steering.applying(model, edits):
-        measured = held.after(model, u, edits[0].gain) if held is not None else {}
-        record = build_record(
-            source, edits, steering.originals, {e.module: base.get_parameter(e.module).detach() for e in edits},
-            direction_source=dsource.to_dict(), measured=measured, heldout_prompts=heldout_prompts,
-            message=f"ablation of u from {len(edits)} layer(s) (scale {float(scale):g})", config=cfg.to_dict())
-    steering.push(model, record)  # the edits are applied: push only appends
-    return record
-
-
-def plan_ablation(source: Any, u: torch.Tensor, by_slot: dict[int, int], s: float) -> list[Edit]:
-    """One edit per weight slot (``by_slot``: slot → the execution layer named for it), in layer
-    order: γ = −s, a = uᵀW_O, so ΔW_O = −s u uᵀW_O."""
-    adapter = source.adapter
-    transposed = stores_transposed(adapter)
-    edits = []
-    for slot, L in sorted(by_slot.items(), key=lambda kv: kv[1]):
-        weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
-        W_O, V = weights.output_matrix(), weights.value_matrix()
-        a = u @ W_O
-        b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
-        edits.append(Edit(module=adapter.output_weight_name(slot), layer=L, slot=slot, u=u.clone(), a=a, gain=-s,
-                          kind="ablate", solve={"method": "ablate", "cond_V": None, "alpha": None, "fit_error": None},
-                          w=None, w_eff=V.T @ a,
-                          bias_coef=None if b_V is None else float(a @ b_V.to(torch.float64)),
-                          transposed=transposed))
-    return edits
-
-
 # ---- a scoped edit -------------------------------------------------------------------------------
 @contextlib.contextmanager
 def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[SteeringRecord]:
@@ -368,7 +272,7 @@ def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[Steeri
     and on exit, also on an exception, the edit is removed bit for bit (with any edit made after it
     inside the block). Edits made before the block stay."""
     rec = steer(model, direction, **kwargs)
-    target = _model_object(model, "steered")
+    target = model_object(model, "steered")
     try:
         yield rec
     finally:

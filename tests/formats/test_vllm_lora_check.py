@@ -54,7 +54,9 @@ BASE = {"peft_type": "LORA", "r": 1, "lora_alpha": 1, "bias": "none", "use_dora"
 
 @pytest.mark.parametrize("change, words", [
     ({"target_modules": ["model.layers.0.self_attn.out_proj"]}, "out_proj"),
-    ({"rank_pattern": {"model.layers.1.mlp.down_proj": 32}}, "LoRA rank 32 is greater than --max-lora-rank 16"),
+    ({"rank_pattern": {"model.layers.1.mlp.down_proj": 32}, "alpha_pattern": {"model.layers.1.mlp.down_proj": 32}},
+     "LoRA rank 32 is greater than --max-lora-rank 16"),
+    ({"rank_pattern": {"model.layers.1.mlp.down_proj": 2}}, "scales every module by lora_alpha/r = 1"),
     ({"r": 64}, "LoRA rank 64"),
     ({"bias": "lora_only"}, "bias='lora_only'"),
     ({"lora_bias": True}, "lora_bias=True"),

@@ -1,6 +1,7 @@
 """A tiny local stand-in for the Hugging Face Hub HTTP API that records what a client sends.
 
-It answers the calls ``HfApi.create_repo`` + ``HfApi.upload_folder`` make — repo creation, the README YAML validation,
+It answers the calls ``HfApi.create_repo`` + ``HfApi.upload_folder`` make, and serves the files
+committed to it back to ``snapshot_download`` (repo info and ``resolve`` downloads) — repo creation, the README YAML validation,
 the ``preupload`` query (every file is told to go as a *regular* git blob, so no LFS/Xet transfer
 is involved), and the ndjson ``commit`` whose file entries carry base64 contents — and records
 each request. Any other request gets a 404 and is recorded too, so a test sees protocol drift.
@@ -9,10 +10,15 @@ each request. Any other request gets a 404 and is recorded too, so a test sees p
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+#: the commit every answer names
+COMMIT = "0" * 40
 
 
 class RecordingHub:
@@ -33,9 +39,42 @@ class RecordingHub:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _file(self, head: bool) -> bool:
+                """Serve a file committed earlier (``/{repo}/resolve/{revision}/{path}``), as the Hub
+                does for ``hf_hub_download``; False when the path is no such request."""
+                path = self.path.split("?")[0]
+                if "/resolve/" not in path:
+                    return False
+                name = path.split("/resolve/", 1)[1].split("/", 1)[1]
+                data = hub.files.get(name)
+                if data is None:
+                    self._reply(404, {"error": "not found"})
+                    return True
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+                return True
+
+            def do_HEAD(self) -> None:
+                hub.requests.append({"method": "HEAD", "path": self.path, "auth": self.headers.get("authorization")})
+                if not self._file(head=True):
+                    self._reply(404, {"error": "not found"})
+
             def do_GET(self) -> None:
                 hub.requests.append({"method": "GET", "path": self.path, "auth": self.headers.get("authorization")})
+                if self._file(head=False):
+                    return
                 path = self.path.split("?")[0]
+                if "/tree/" in path:  # list_repo_tree: the committed files
+                    return self._reply(200, [{"type": "file", "path": f, "size": len(data),
+                                              "oid": hashlib.sha1(data).hexdigest()} for f, data in hub.files.items()])
+                if "/revision/" in path:  # repo_info, as snapshot_download asks it: the committed files
+                    repo = path.split("/api/models/")[1].split("/revision/")[0]
+                    return self._reply(200, {"id": repo, "sha": COMMIT, "siblings": [{"rfilename": f} for f in hub.files]})
                 if "/discussions/" in path:  # the pull request opened by create_pr=True
                     repo = path.split("/api/models/")[1].split("/discussions/")[0]
                     num = int(path.rsplit("/", 1)[1])
