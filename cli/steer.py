@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer.errors import bad_argument
-from steerformer_cli._common import check_cheap_options, config_options, user_errors
+from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
@@ -59,6 +59,7 @@ def steer_cmd(
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
+    from steerformer.outputs import RECORD, write_output_file
     from steerformer.steering import contrastive_direction, load_for_steering, save_steered, steer, steer_checkpoint
     from steerformer.steering import push_to_hub as push
 
@@ -66,8 +67,20 @@ def steer_cmd(
         cfg = SteerConfig(**options)
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
-        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model],
+        inputs = [model, direction, positive, negative, pairs]
+        check_input_files(direction=direction, positive=positive, negative=negative, pairs=pairs)
+        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=inputs,
                             device=device)
+        if ablate_layers is not None and cfg.mode != "ablate":
+            raise bad_argument("--ablate-layers", ablate_layers, "--mode ablate (a steering edit changes one layer: "
+                               "--layer)", "Add --mode ablate, or drop --ablate-layers.")
+        layers = parse_layers(ablate_layers, name="--ablate-layers") if cfg.mode == "ablate" else None
+
+        def write_record(rec) -> None:  # after the checkpoint: a failed save leaves no record behind
+            if record_json is not None:
+                write_output_file(record_json, rec.to_json, RECORD, overwrite=overwrite, inputs=inputs,
+                                  outputs=[out], name="--record")
+
         if lazy:
             if out is None:
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
@@ -81,8 +94,7 @@ def steer_cmd(
             rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
                                    token=token, text=text, overwrite=overwrite)
             typer.echo(rec.summary())
-            if record_json is not None:
-                rec.to_json(record_json)
+            write_record(rec)
             typer.echo(f"saved to {out}")
             if push_to_hub is not None:
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
@@ -95,20 +107,18 @@ def steer_cmd(
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.layer,
                                                   method=contrastive_method, progress=cfg.progress)
-        from steerformer_cli._common import parse_layers
-
-        layers = parse_layers(ablate_layers) if cfg.mode == "ablate" else None
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         typer.echo(rec.summary())
-        if record_json is not None:
-            rec.to_json(record_json)
         if out is not None:
             path = save_steered(m, out, overwrite=overwrite, format=out_format.value)
+            write_record(rec)
             typer.echo(f"saved to {path}")
             if push_to_hub is not None:
                 url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,
                            timeout=hub_timeout)
                 typer.echo(f"pushed: {url}")
+        else:
+            write_record(rec)
 
 
 def _device_dtype(device: Optional[str], dtype: Optional[str]):
