@@ -529,7 +529,7 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
         try:
             header = parse_json(f.read(n), file)
         except FileFormatError as exc:
-            raise bad(f"its JSON header {exc.reason}") from None
+            raise bad(f"its JSON header is {exc.reason}") from None
     if not isinstance(header, dict):
         raise bad(f"its header is a JSON {type(header).__name__}, not an object")
     meta = header.pop("__metadata__", None)

@@ -109,18 +109,18 @@ def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
     from .errors import FileFormatError
 
     def bad(reason: str) -> FileFormatError:
-        err = FileFormatError(f"{where}: {reason}. Replace the file.")
+        err = FileFormatError(f"{where} is {reason}. Replace the file.")
         err.reason = reason
         return err
 
-    too_deep = bad(f"is JSON nested more than {MAX_JSON_DEPTH} levels deep, like no file steerformer or transformers "
-                   "writes (corrupt or hostile)")
+    too_deep = bad(f"nested more than {MAX_JSON_DEPTH} levels deep (no file steerformer or transformers writes "
+                   "that: corrupt or hostile)")
     try:
         value = json.loads(text)
     except RecursionError:
         raise too_deep from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"is not valid JSON ({str(exc).splitlines()[0][:160]})") from None
+        raise bad(f"not valid JSON ({str(exc).splitlines()[0][:160]})") from None
     stack = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:  # the depth of what parsed (iteratively: a recursive walk could overflow itself)
         node, depth = stack.pop()

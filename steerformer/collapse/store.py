@@ -148,8 +148,8 @@ class RunStore:
         try:
             info = read_json(self.path / RUN_FILE)
         except (OSError, FileFormatError) as exc:
-            reason = getattr(exc, "reason", "") or type(exc).__name__
-            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({reason})") from None
+            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
+                from None
         if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
             raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
         return info
