@@ -382,6 +382,7 @@ def steer_checkpoint(
     # plan: float64 copies of V and W_O only
     weights = read_attention_weights(source, [L], parts=("vo",))[L]
     V = weights.value_matrix()
+    algebra.check_value_map(V, L, source.model_id)
     row = algebra.exact_row(V, w)
     if row.method == "lstsq":
         log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
