@@ -57,6 +57,7 @@ from ..loading import (
 from ..loading import load_model as load_weights
 from ..matrices import read_attention_weights, select_layers
 from ..outputs import STEERED, UNSTEERED, write_atomically
+from ..results import parse_json
 from . import algebra
 from .chain import Steering, replay, steering_of, unsteer
 from .common import (
@@ -130,9 +131,9 @@ def read_payload(directory: str | os.PathLike) -> dict:
         raise CheckpointError(f"{d} is not a steered checkpoint: {SIDE_DIR}/{RECORD_FILE} is missing "
                               "(it was not written by steerformer's save_steered).")
     try:
-        payload = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: broken provenance, not JSON ({exc})") from None
+        payload = parse_json(path.read_bytes(), path)
+    except ValueError as exc:  # not JSON, or nested deeper than any record
+        raise CheckpointError(f"{path}: broken provenance, it is {getattr(exc, 'reason', exc)}") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
         raise CheckpointError(f"{path}: broken provenance, no 'records' list")
     if not payload["records"]:

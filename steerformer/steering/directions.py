@@ -33,6 +33,7 @@ import torch
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, open_source
 from ..matrices import read_attention_weights, select_layers
+from ..results import parse_json
 from .common import progress_bar, vector_hash
 from .measure import encode, run_hooked
 
@@ -232,8 +233,8 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except ValueError:
+            item = parse_json(line, f"{p.name} line {k}")
+        except ValueError:  # not JSON, or nested past any pair's depth
             item = None
         if not (isinstance(item, dict) and isinstance(item.get("positive"), str) and isinstance(item.get("negative"), str)):
             raise bad_argument("pairs", f"{p.name} line {k}: {line[:60]}",

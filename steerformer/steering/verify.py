@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import torch
 from ..adapters import get_adapter
 from ..errors import CheckpointError, SteerformerError
 from ..loading import load_tokenizer
+from ..results import parse_json
 from .chain import Steering, replay
 from .checkpoint import (
     auto_class, check_modules, check_originals, load_originals, load_plain, named_originals, read_payload, records_of,
@@ -74,8 +74,8 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
             check("metadata copy", False, f"{fname}: no '{METADATA_KEY}' metadata")
             continue
         try:
-            diff = _diff_fields(json.loads(meta), payload)
-        except ValueError:
+            diff = _diff_fields(parse_json(meta, f"{fname} metadata"), payload)
+        except ValueError:  # not JSON, or nested past any record's depth
             diff = ["(metadata is not JSON)"]
         check("metadata copy", not diff, f"{fname}: identical to record.json" if not diff else
               f"{fname}: differs from record.json in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''}")
