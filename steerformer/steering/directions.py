@@ -370,8 +370,8 @@ def contrastive_direction(
 def _prompt_list(value: Any, name: str) -> list[str]:
     if isinstance(value, (str, os.PathLike)) and Path(value).is_file():
         return read_prompt_lines(value, name)
-    if isinstance(value, str):
-        raise bad_argument(name, value, "a list of prompts or an existing text file (one prompt per line)")
+    if isinstance(value, (str, os.PathLike)):  # a path that is no file (a missing one, a folder)
+        raise bad_argument(name, str(value), "a list of prompts or an existing text file (one prompt per line)")
     items = list(value)
     if not items or not all(isinstance(p, str) and p.strip() for p in items):
         raise bad_argument(name, items[:3], "a non-empty list of non-empty strings")
