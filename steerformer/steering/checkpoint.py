@@ -59,7 +59,7 @@ from ..matrices import read_attention_weights, select_layers
 from ..outputs import STEERED, UNSTEERED, write_atomically
 from ..results import parse_json
 from . import algebra
-from .chain import Steering, replay, steering_of, unsteer
+from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, chain_payload, model_files,
     rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
@@ -298,7 +298,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
     ``out``; ``last=k`` removes only the last k steering calls (``out`` is then still steered).
     The originals are checked (exactly the tensors the records name, each hash) before anything
     is written."""
-    read_chain(directory)  # provenance + originals, before loading anything
+    check_last(last, len(read_chain(directory).records))  # provenance + originals, before loading anything
     model = load_for_steering(directory)
     unsteer(model, last=last)
     if steering_of(model) is not None:
