@@ -56,7 +56,7 @@ from ..loading import (
 )
 from ..loading import load_model as load_weights
 from ..matrices import read_attention_weights, select_layers
-from ..outputs import STEERED, UNSTEERED, write_atomically
+from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
 from ..results import parse_json
 from . import algebra
 from .chain import Steering, check_last, replay, steering_of, unsteer
@@ -127,6 +127,8 @@ def read_payload(directory: str | os.PathLike) -> dict:
     """The JSON of ``steerformer/record.json`` (a :class:`CheckpointError` when it is missing or
     has no records)."""
     d = Path(directory)
+    if not d.exists():
+        clean_stale(d)  # a kill during an overwrite may have left this very folder aside: put it back
     path = d / SIDE_DIR / RECORD_FILE
     if not path.is_file():
         raise CheckpointError(f"{d} is not a steered checkpoint: {SIDE_DIR}/{RECORD_FILE} is missing "
