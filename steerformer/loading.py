@@ -251,8 +251,10 @@ def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> di
     try:
         doc = read_json(path / index)
         weight_map = doc["weight_map"]
-    except (OSError, FileFormatError, KeyError, TypeError):
-        raise CheckpointError(f"{path / index} is not a valid shard index (JSON with a 'weight_map' object).") from None
+    except (OSError, FileFormatError, KeyError, TypeError) as exc:
+        why = f" (it is {exc.reason})" if isinstance(exc, FileFormatError) else ""
+        raise CheckpointError(f"{path / index} is not a valid shard index (JSON with a 'weight_map' object){why}.") \
+            from None
     if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
         raise CheckpointError(f"{path / index}: 'weight_map' must map tensor names to shard file names.")
     kind = ".safetensors" if index.startswith("model.safetensors") else ".bin"
