@@ -143,6 +143,10 @@ def _public_id(name: str) -> str:
 def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:
     """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id."""
     local = Path(name).expanduser()
+    if not local.exists() and local.parent.is_dir():
+        from .outputs import clean_stale
+
+        clean_stale(local)  # a kill during an overwrite may have left this very folder aside: put it back
     if local.is_dir():
         if revision is not None:
             raise bad_argument("revision", revision, "no revision for a local folder (its files are read as they are)",

@@ -8,8 +8,9 @@ Rules (checked before any model is loaded, and again just before writing):
   (see :data:`KINDS` for what marks each kind) — ``overwrite`` never deletes anything else;
 - it is written into a hidden temporary sibling ``.NAME.tmp-PID-XXXX`` and moved into place, so a
   crash or ``kill -9`` leaves either the old folder or the new one, never a mix. Temporaries
-  of dead writers of the same target are removed on the next write; an old folder that an
-  interrupted overwrite had moved aside (``.NAME.old-PID-XXXX``) is moved back and the user is told;
+  of dead writers of the same target are removed by the next command that checks or reads that
+  path; an old folder that an interrupted overwrite had moved aside (``.NAME.old-PID-XXXX``) is
+  moved back and the user is told;
 - folders and files get the user's umask (like ``save_pretrained``), not ``mkdtemp``'s 0700.
 
 A single output file (``steer --record``, ``plot-collapse --out``) follows the same rules
@@ -85,6 +86,7 @@ def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: 
     folder of its own kind in place (collapse), so such a folder needs no ``overwrite``."""
     target = _resolve(out)
     shown = str(out)
+    clean_stale(target)  # an output an interrupted overwrite left aside is back first: the rules apply to it
     if target.exists() and not target.is_dir():
         raise bad_argument(name, shown, "a folder path (this path is a file)", "Pass a new folder name.")
     cwd = Path.cwd().resolve()
@@ -125,17 +127,21 @@ def _existing(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
 
 
 def _check_writable(target: Path) -> None:
-    """The nearest existing ancestor must be a writable folder (that is where the folder goes)."""
-    p = target if not target.exists() else target.parent
-    while not p.exists():
-        p = p.parent
-    if not p.is_dir():
-        raise NotADirectoryError(20, "a parent is a file", str(p))
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise PermissionError(13, f"no write permission for {p}", str(p))
+    """The output's place must be writable: the folder itself when it exists (a read-only output
+    folder means "do not write here", though replacing it needs only its parent), and the nearest
+    existing ancestor, where a new folder or the temporary sibling goes. Probed by making a folder:
+    root passes ``os.access`` everywhere."""
     import tempfile
 
-    os.rmdir(tempfile.mkdtemp(prefix=".steerformer-write-probe-", dir=p))  # root passes os.access everywhere
+    p = target.parent
+    while not p.exists():
+        p = p.parent
+    for q in ([target] if target.is_dir() else []) + [p]:
+        if not q.is_dir():
+            raise NotADirectoryError(20, "a parent is a file", str(q))
+        if not os.access(q, os.W_OK | os.X_OK):
+            raise PermissionError(13, f"no write permission for {q}", str(q))
+        os.rmdir(tempfile.mkdtemp(prefix=".steerformer-write-probe-", dir=q))
 
 
 def current_umask() -> int:
@@ -224,9 +230,7 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
     error the temporary folder is removed and ``directory`` is left as it was. ``directory`` must
     pass :func:`check_output_folder`; ``overwrite`` replaces an earlier output of ``kind`` only."""
     target = _resolve(directory)
-    check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
-    if clean_stale(target):  # an old output may be back in place: the rules apply to it
-        check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
+    check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)  # also cleans up (clean_stale)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = _sibling(target, _TMP)
@@ -357,6 +361,8 @@ def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: b
         raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
                            f"Create it first (mkdir -p {parent}) or pick another path.")
     if target.exists():
+        if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
+            raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
         if not kind.is_ours(target):
             raise bad_argument(name, shown, f"a new file name: this file exists and is not an earlier {kind.command} "
                                "output, and steerformer never replaces those", "Pick a new name.")
