@@ -365,10 +365,11 @@ def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: b
             raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
         if not kind.is_ours(target):
             raise bad_argument(name, shown, f"a new file name: this file exists and is not an earlier {kind.command} "
-                               "output, and steerformer never replaces those", "Pick a new name.")
+                               "output (it was not written by steerformer), and steerformer never replaces such a file",
+                               "Pick a new name.")
         if not overwrite:
             raise bad_argument(name, shown, f"a new file name (this file holds an earlier {kind.command} output)",
-                               "Pass --overwrite to replace it.")
+                               "Pass overwrite=True (CLI: --overwrite) to replace it.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise bad_argument(name, shown, "a file in a folder you may write (permission denied)", "Pick another path.")
     return target
