@@ -180,7 +180,7 @@ def _run_unprivileged(args) -> tuple[int, str]:
 def shared(tmp_path_factory) -> Path:
     """A folder every user can read and traverse (pytest's own tmp is root-only): a checkpoint, a
     steered one, a direction, a read-only folder ``ro`` (0555), a read-only empty output folder
-    ``ro-out`` and a read-only earlier record ``rw/rec.json``."""
+    ``rw/ro-out`` in a writable folder, and a read-only earlier record ``rw/rec.json``."""
     import shutil
     import tempfile
 
@@ -194,11 +194,11 @@ def shared(tmp_path_factory) -> Path:
     np.save(root / "u.npy", np.ones(64))
     for p in [root, *root.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    for name in ("ro", "ro-out"):
-        (root / name).mkdir()
-        os.chmod(root / name, 0o555)
     (root / "rw").mkdir()
     os.chmod(root / "rw", 0o777)
+    for folder in (root / "ro", root / "rw" / "ro-out"):  # ro-out's parent is writable: replacing it would work
+        folder.mkdir()
+        os.chmod(folder, 0o555)
     (root / "rw" / "rec.json").write_text('{"format": "steerformer.steering/2"}')
     os.chmod(root / "rw" / "rec.json", 0o444)
     # every command once, writable, so that the unprivileged child imports nothing new
@@ -228,9 +228,9 @@ def _commands(root: Path, out, record: Path) -> dict[str, list]:
 @pytest.mark.parametrize("where", ["inside-a-read-only-folder", "the-read-only-folder-itself"])
 @pytest.mark.parametrize("command", ["steer", "steer-record", "unsteer", "analyze", "simulate", "collapse"])
 def test_a_read_only_output_is_one_line_and_stays_as_it_was(shared, command, where) -> None:
-    out = shared / "ro" / "out" if where == "inside-a-read-only-folder" else shared / "ro-out"
+    out = shared / "ro" / "out" if where == "inside-a-read-only-folder" else shared / "rw" / "ro-out"
     record = shared / "ro" / "rec.json" if where == "inside-a-read-only-folder" else shared / "rw" / "rec.json"
-    watched = (shared / "ro", shared / "ro-out", shared / "rw" / "rec.json")
+    watched = (shared / "ro", shared / "rw" / "ro-out", shared / "rw" / "rec.json")
 
     def state():
         return {p: (os.stat(p).st_mode, sorted(os.listdir(p)) if p.is_dir() else p.read_bytes()) for p in watched}
