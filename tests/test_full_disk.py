@@ -15,28 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from typer.testing import CliRunner
 
-from .models import make_model
-
-runner = CliRunner()
-
-
-def _cli(args):
-    from steerformer_cli.main import app
-
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    return res
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("ckpt") / "model"
-    make_model("gpt2", dtype=torch.float32).save_pretrained(d)
-    np.save(d.parent / "u.npy", np.ones(64))
-    return d
+from tests.conftest import run_cli
 
 
 class SafetensorError(Exception):
@@ -50,7 +30,7 @@ def _full(kind: str, path) -> Exception:
 
 
 @pytest.mark.parametrize("kind", ["oserror", "safetensors-rust-error"])
-def test_steer_out_on_a_full_disk_is_one_line_and_writes_nothing(ckpt, tmp_path, monkeypatch, kind) -> None:
+def test_steer_out_on_a_full_disk_is_one_line_and_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, kind) -> None:
     from transformers import PreTrainedModel
 
     def save_until_full(self, path, **kw):
@@ -58,8 +38,8 @@ def test_steer_out_on_a_full_disk_is_one_line_and_writes_nothing(ckpt, tmp_path,
         raise _full(kind, Path(path, "model.safetensors"))
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_until_full)
-    res = _cli(["steer", ckpt, "--direction", ckpt.parent / "u.npy", "--gain", "1", "--solve", "exact",
-                "--out", tmp_path / "out", "--record", tmp_path / "rec.json"])
+    res = run_cli(["steer", tiny_checkpoint, "--direction", tiny_checkpoint.parent / "u.npy", "--gain", "1",
+                   "--solve", "exact", "--out", tmp_path / "out", "--record", tmp_path / "rec.json"])
     assert res.exit_code == 2, res.output
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("error: --out=") and "no space left on the device" in last and "Nothing was written" in last
@@ -82,26 +62,27 @@ def _fail_at_pass(monkeypatch, index: int) -> None:
 COLLAPSE = ["--n-prompts", "2", "--length", "4", "--no-decode"]
 
 
-def test_collapse_out_full_before_the_first_pass_leaves_nothing(ckpt, tmp_path, monkeypatch) -> None:
+def test_collapse_out_full_before_the_first_pass_leaves_nothing(tiny_checkpoint, tmp_path, monkeypatch) -> None:
     _fail_at_pass(monkeypatch, 1)
-    res = _cli(["collapse", ckpt, "--passes", "2", *COLLAPSE, "--out", tmp_path / "run"])
+    res = run_cli(["collapse", tiny_checkpoint, "--passes", "2", *COLLAPSE, "--out", tmp_path / "run"])
     assert res.exit_code == 2, res.output
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("error: --out=") and "no space left" in last and "Nothing was left behind" in last
     assert os.listdir(tmp_path) == []
 
 
-def test_collapse_out_full_later_keeps_the_completed_passes_for_resume(ckpt, tmp_path, monkeypatch) -> None:
+def test_collapse_out_full_later_keeps_the_completed_passes_for_resume(tiny_checkpoint, tmp_path, monkeypatch) -> None:
     from steerformer.collapse import CollapseResult
 
     _fail_at_pass(monkeypatch, 2)
-    res = _cli(["collapse", ckpt, "--passes", "3", *COLLAPSE, "--out", tmp_path / "run"])
+    res = run_cli(["collapse", tiny_checkpoint, "--passes", "3", *COLLAPSE, "--out", tmp_path / "run"])
     assert res.exit_code == 2 and "The 1 completed pass is kept" in res.output and "--resume" in res.output
     leftovers = [p.name for p in (tmp_path / "run").rglob(".*")]
     assert leftovers == [], leftovers  # no temporary file
     monkeypatch.undo()  # space again
-    assert _cli(["collapse", ckpt, "--passes", "3", *COLLAPSE, "--out", tmp_path / "run", "--resume"]).exit_code == 0
-    assert _cli(["collapse", ckpt, "--passes", "3", *COLLAPSE, "--out", tmp_path / "clean"]).exit_code == 0
+    three = ["collapse", tiny_checkpoint, "--passes", "3", *COLLAPSE]
+    assert run_cli([*three, "--out", tmp_path / "run", "--resume"]).exit_code == 0
+    assert run_cli([*three, "--out", tmp_path / "clean"]).exit_code == 0
     resumed, clean = CollapseResult.load(tmp_path / "run"), CollapseResult.load(tmp_path / "clean")
     np.testing.assert_array_equal(resumed.e, clean.e)
 
@@ -121,11 +102,12 @@ def tiny_disk(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["steer", "collapse"])
-def test_a_real_full_disk(ckpt, tiny_disk, command) -> None:
+def test_a_real_full_disk(tiny_checkpoint, tiny_disk, command) -> None:
     if command == "steer":
-        args = ["steer", ckpt, "--direction", ckpt.parent / "u.npy", "--gain", "1", "--solve", "exact"]
+        args = ["steer", tiny_checkpoint, "--direction", tiny_checkpoint.parent / "u.npy", "--gain", "1",
+                "--solve", "exact"]
     else:
-        args = ["collapse", ckpt, "--passes", "50", "--n-prompts", "20", "--length", "16", "--no-decode"]
-    res = _cli([*args, "--out", tiny_disk / "out"])
+        args = ["collapse", tiny_checkpoint, "--passes", "50", "--n-prompts", "20", "--length", "16", "--no-decode"]
+    res = run_cli([*args, "--out", tiny_disk / "out"])
     assert res.exit_code == 2 and "no space left on the device" in res.output, res.output
     assert os.listdir(tiny_disk) == [] or command == "collapse" and "kept" in res.output

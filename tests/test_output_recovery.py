@@ -12,34 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from .models import make_model
-
-runner = CliRunner()
+from tests.conftest import kill_when_ready, run_cli
+from tests.models import make_model
 
 
 def _tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _cli(args):
-    from steerformer_cli.main import app
-
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    return res
 
 
 # ---- kill -9 between the two renames of an overwrite ------------------------------------------
@@ -77,20 +63,8 @@ def killed_once(tmp_path_factory) -> tuple[Path, dict]:
     out = save_steered(model, tmp_path / "out")
     before = _tree(out)
     ready = tmp_path / "ready"
-    script = _KILL_BETWEEN_RENAMES.format(repo=str(Path(__file__).parents[1]), ready=str(ready), out=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    try:
-        deadline = time.monotonic() + 180
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_when_ready(_KILL_BETWEEN_RENAMES.format(repo=str(Path(__file__).parents[1]), ready=str(ready), out=str(out)),
+                    ready)
     ready.unlink()
     return out, before
 
@@ -113,7 +87,7 @@ def killed_overwrite(killed_once, tmp_path) -> tuple[Path, dict, Path]:
 def test_the_next_write_puts_the_old_output_back_then_obeys_the_rules(killed_overwrite, caplog) -> None:
     out, before, aside = killed_overwrite
     with caplog.at_level("WARNING"):
-        res = _cli(["unsteer", out.parent / "elsewhere", "--out", out])  # a write to the same path, refused
+        res = run_cli(["unsteer", out.parent / "elsewhere", "--out", out])  # a write to the same path, refused
     assert res.exit_code == 2
     assert _tree(out) == before and not aside.exists()
     assert str(aside) in caplog.text and "back in" in caplog.text
@@ -127,7 +101,7 @@ def test_the_next_read_puts_the_old_output_back(killed_overwrite, caplog, comman
     args = {"verify": ["verify", out],
             "analyze": ["analyze", out, "--spectra-only", "--no-plots", "--out", out.parent / "report"]}[command]
     with caplog.at_level("WARNING"):
-        res = _cli(args)
+        res = run_cli(args)
     assert res.exit_code == 0, res.output
     assert _tree(out) == before and not aside.exists() and "back in" in caplog.text
 
@@ -148,7 +122,7 @@ def _run_unprivileged(args) -> tuple[int, str]:
     """The CLI on ``args``, as a user without write permission where the test says so: as root
     (who may write anywhere) in a forked child that drops to nobody; else directly."""
     if os.geteuid() != 0:
-        res = _cli(args)
+        res = run_cli(args)
         return res.exit_code, res.output
     import pwd
 
@@ -160,7 +134,7 @@ def _run_unprivileged(args) -> tuple[int, str]:
         try:
             os.setgid(nobody.pw_gid)
             os.setuid(nobody.pw_uid)
-            res = _cli(args)
+            res = run_cli(args)
             msg = {"code": res.exit_code, "output": res.output}
         except BaseException as exc:  # noqa: BLE001 - report anything to the parent
             msg = {"code": -1, "output": f"{type(exc).__name__}: {exc}"}
@@ -205,7 +179,7 @@ def shared(tmp_path_factory) -> Path:
     warm = root / "warm"
     warm.mkdir()
     for name, args in _commands(root, lambda c: warm / c, warm / "rec.json").items():
-        assert _cli(args).exit_code == 0, name
+        assert run_cli(args).exit_code == 0, name
     shutil.rmtree(warm)
     yield root
     shutil.rmtree(root, ignore_errors=True)

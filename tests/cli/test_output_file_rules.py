@@ -13,19 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from ..models import make_model
-
-runner = CliRunner()
-
-
-def _cli(args):
-    from steerformer_cli.main import app
-
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    return res
+from tests.conftest import run_cli
+from tests.models import make_model
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -59,7 +49,7 @@ def _steer(proj: Path, *extra, gain: str = "1") -> list:
 @pytest.mark.parametrize("overwrite", [False, True], ids=["", "with-overwrite"])
 def test_record_path_that_breaks_a_rule_is_refused_before_loading(proj, record, words, overwrite) -> None:
     before = _tree(proj)
-    res = _cli(_steer(proj, "--out", proj / "out", "--record", proj / record, *(["--overwrite"] if overwrite else [])))
+    res = run_cli(_steer(proj, "--out", proj / "out", "--record", proj / record, *(["--overwrite"] if overwrite else [])))
     assert res.exit_code == 2, res.output
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("error: --record=") and words in last, res.output
@@ -69,19 +59,19 @@ def test_record_path_that_breaks_a_rule_is_refused_before_loading(proj, record, 
 
 def test_own_record_is_replaced_only_with_overwrite_and_atomically(proj) -> None:
     rec = proj / "rec.json"
-    assert _cli(_steer(proj, "--record", rec)).exit_code == 0
+    assert run_cli(_steer(proj, "--record", rec)).exit_code == 0
     first = json.loads(rec.read_text())
     assert first["format"].startswith("steerformer.") and first["gain"] == 1.0
-    res = _cli(_steer(proj, "--record", rec, gain="2"))
+    res = run_cli(_steer(proj, "--record", rec, gain="2"))
     assert res.exit_code == 2 and "--overwrite" in res.output and json.loads(rec.read_text()) == first
-    assert _cli(_steer(proj, "--record", rec, "--overwrite", gain="2")).exit_code == 0
+    assert run_cli(_steer(proj, "--record", rec, "--overwrite", gain="2")).exit_code == 0
     assert json.loads(rec.read_text())["gain"] == 2.0
     assert sorted(p.name for p in proj.iterdir() if p.name.startswith(".")) == []  # no temporary left
 
 
 def test_a_record_that_cannot_be_written_leaves_the_old_one(proj, monkeypatch) -> None:
     rec = proj / "rec.json"
-    assert _cli(_steer(proj, "--record", rec)).exit_code == 0
+    assert run_cli(_steer(proj, "--record", rec)).exit_code == 0
     before = rec.read_bytes()
     from steerformer.steering import SteeringRecord
 
@@ -90,17 +80,17 @@ def test_a_record_that_cannot_be_written_leaves_the_old_one(proj, monkeypatch) -
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(SteeringRecord, "to_json", full_disk)
-    res = _cli(_steer(proj, "--record", rec, "--overwrite"))
+    res = run_cli(_steer(proj, "--record", rec, "--overwrite"))
     assert res.exit_code == 2 and "no space left" in res.output and "--record=" in res.output, res.output
     assert rec.read_bytes() == before
     assert [p.name for p in proj.iterdir() if p.name.startswith(".")] == []
 
 
 def test_lazy_steer_record_follows_the_rules_too(proj) -> None:
-    res = _cli(["steer", proj / "model", "--lazy", "--direction", proj / "u.npy", "--gain", "1", "--solve", "exact",
+    res = run_cli(["steer", proj / "model", "--lazy", "--direction", proj / "u.npy", "--gain", "1", "--solve", "exact",
                 "--out", proj / "out", "--record", proj / "model" / "config.json"])
     assert res.exit_code == 2 and "inside the input checkpoint" in res.output, res.output
-    res = _cli(["steer", proj / "model", "--lazy", "--direction", proj / "u.npy", "--gain", "1", "--solve", "exact",
+    res = run_cli(["steer", proj / "model", "--lazy", "--direction", proj / "u.npy", "--gain", "1", "--solve", "exact",
                 "--out", proj / "out", "--record", proj / "rec.json"])
     assert res.exit_code == 0, res.output
     assert json.loads((proj / "rec.json").read_text())["format"].startswith("steerformer.")
@@ -118,17 +108,17 @@ def collapse_run(tmp_path_factory) -> Path:
 def test_plot_collapse_never_replaces_a_foreign_file_but_replaces_its_own_figure(collapse_run, tmp_path) -> None:
     figure = tmp_path / "thesis.png"
     figure.write_bytes(b"\x89PNG not ours")
-    res = _cli(["plot-collapse", collapse_run, "--out", figure])
+    res = run_cli(["plot-collapse", collapse_run, "--out", figure])
     assert res.exit_code == 2 and "not an earlier plot-collapse output" in res.output, res.output
     assert figure.read_bytes() == b"\x89PNG not ours"
     ours = tmp_path / "ours.pdf"
     for _ in range(2):  # the second run replaces the first one's figure, like analyze's report
-        res = _cli(["plot-collapse", collapse_run, "--out", ours])
+        res = run_cli(["plot-collapse", collapse_run, "--out", ours])
         assert res.exit_code == 0 and ours.read_bytes()[:4] == b"%PDF", res.output
 
 
 def test_plot_collapse_never_writes_into_a_run_it_reads(collapse_run) -> None:
     before = _tree(collapse_run)
-    res = _cli(["plot-collapse", collapse_run, "--out", collapse_run / "compare.png"])
+    res = run_cli(["plot-collapse", collapse_run, "--out", collapse_run / "compare.png"])
     assert res.exit_code == 2 and "inside the input" in res.output, res.output
     assert _tree(collapse_run) == before

@@ -9,34 +9,25 @@ import re
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from steerformer.collapse import collapse
 from steerformer.errors import InvalidArgumentError
 from steerformer.resources import GiB, physical_memory
 
-from ..models import make_model
+from tests.conftest import run_cli
+from tests.models import make_model
 
-runner = CliRunner()
 
 pytestmark = pytest.mark.skipif(physical_memory() is None, reason="this platform does not report its memory")
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ckpt") / "model"
-    make_model("gpt2-base", dtype=torch.float32).save_pretrained(d)
-    return d
 
 
 @pytest.mark.parametrize("flag, value, other", [
     ("--n-prompts", "1000000000", ["--passes", "1"]),
     ("--passes", "1000000000000", ["--n-prompts", "2"]),
 ], ids=["n-prompts-1e9", "passes-1e12"])
-def test_a_count_that_cannot_fit_is_one_line_with_the_memory_it_needs(ckpt, tmp_path, flag, value, other) -> None:
-    from steerformer_cli.main import app
-
-    res = runner.invoke(app, ["collapse", str(ckpt), flag, value, *other, "--length", "4", "--no-decode",
+def test_a_count_that_cannot_fit_is_one_line_with_the_memory_it_needs(tiny_checkpoint, tmp_path, flag, value,
+                                                                        other) -> None:
+    res = run_cli(["collapse", str(tiny_checkpoint), flag, value, *other, "--length", "4", "--no-decode",
                               "--out", str(tmp_path / "out")])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     last = res.output.strip().splitlines()[-1]

@@ -10,30 +10,12 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering import load_for_steering, save_steered, steer, unsteer, unsteer_checkpoint
 
-from ..models import make_model
-
-runner = CliRunner()
-
-
-def _cli(args):
-    from steerformer_cli.main import app
-
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    return res
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("ckpt") / "model"
-    make_model("gpt2", dtype=torch.float32).save_pretrained(d)
-    np.save(d.parent / "u.npy", np.ones(64))
-    return d
+from tests.conftest import run_cli
+from tests.models import make_model
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +27,11 @@ def steered_once(tmp_path_factory) -> Path:
 
 # ---- unsteer --last K with K above the chain ---------------------------------------------------
 def test_unsteer_last_more_than_the_chain_is_refused_not_reported(steered_once, tmp_path) -> None:
-    res = _cli(["unsteer", steered_once, "--out", tmp_path / "out", "--last", "99"])
+    res = run_cli(["unsteer", steered_once, "--out", tmp_path / "out", "--last", "99"])
     assert res.exit_code == 2 and "removed the last" not in res.output, res.output
     assert "--last=99 is invalid: expected a whole number from 1 to 1 (the chain holds 1 steering call)" in res.output
     assert not (tmp_path / "out").exists()
-    res = _cli(["unsteer", steered_once, "--out", tmp_path / "out", "--last", "1"])
+    res = run_cli(["unsteer", steered_once, "--out", tmp_path / "out", "--last", "1"])
     assert res.exit_code == 0 and "removed the last 1 steering call" in res.output, res.output
 
 
@@ -74,23 +56,23 @@ def test_a_layer_that_is_not_a_whole_number_is_one_line(layer) -> None:
 
 # ---- --positive missing.txt ----------------------------------------------------------------------
 @pytest.mark.parametrize("flag", ["--positive", "--negative", "--pairs"])
-def test_a_missing_prompts_file_is_refused_before_loading(ckpt, tmp_path, flag) -> None:
+def test_a_missing_prompts_file_is_refused_before_loading(tiny_checkpoint, tmp_path, flag) -> None:
     (tmp_path / "p.txt").write_text("a good day\n")
     files = {"--positive": tmp_path / "p.txt", "--negative": tmp_path / "p.txt"}
     files.pop(flag, None)
-    args = ["steer", ckpt, flag, tmp_path / "missing.txt", "--gain", "1"]
+    args = ["steer", tiny_checkpoint, flag, tmp_path / "missing.txt", "--gain", "1"]
     for f, p in files.items():
         if flag != "--pairs":
             args += [f, p]
-    res = _cli(args)
+    res = run_cli(args)
     assert res.exit_code == 2 and f"{flag}=" in res.output and "missing.txt" in res.output, res.output
     assert "an existing file (not found)" in res.output and "Loading weights" not in res.output
 
 
-def test_a_missing_prompts_file_in_the_library(ckpt, tmp_path) -> None:
+def test_a_missing_prompts_file_in_the_library(tiny_checkpoint, tmp_path) -> None:
     from steerformer.steering import contrastive_direction
 
-    model = load_for_steering(ckpt)
+    model = load_for_steering(tiny_checkpoint)
     for missing in (tmp_path / "missing.txt", str(tmp_path / "missing.txt"), tmp_path):
         with pytest.raises(InvalidArgumentError, match="positive=.* is invalid: expected a list of prompts or an "
                                                        "existing text file"):
@@ -99,11 +81,11 @@ def test_a_missing_prompts_file_in_the_library(ckpt, tmp_path) -> None:
 
 # ---- all-zero weights ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def zeros(tmp_path_factory, ckpt) -> Path:
+def zeros(tmp_path_factory, tiny_checkpoint) -> Path:
     import shutil
 
     d = tmp_path_factory.mktemp("z") / "zeros"
-    shutil.copytree(ckpt, d)
+    shutil.copytree(tiny_checkpoint, d)
     tensors = load_file(str(d / "model.safetensors"))
     save_file({k: torch.zeros_like(v) for k, v in tensors.items()}, str(d / "model.safetensors"),
               metadata={"format": "pt"})
@@ -114,10 +96,10 @@ def zeros(tmp_path_factory, ckpt) -> Path:
     ["--gain", "1"], ["--gain", "1", "--solve", "exact"], ["--strength", "1"], ["--eigvec", "0", "--gain", "1"],
     ["--gain", "1", "--solve", "exact", "--lazy", "--out", "OUT"],
 ], ids=["min-norm", "exact", "strength", "eigvec", "lazy"])
-def test_all_zero_weights_are_one_line(ckpt, zeros, tmp_path, how) -> None:
+def test_all_zero_weights_are_one_line(tiny_checkpoint, zeros, tmp_path, how) -> None:
     how = [str(tmp_path / "out") if a == "OUT" else a for a in how]
-    direction = [] if "--eigvec" in how else ["--direction", ckpt.parent / "u.npy"]
-    res = _cli(["steer", zeros, *direction, *how])
+    direction = [] if "--eigvec" in how else ["--direction", tiny_checkpoint.parent / "u.npy"]
+    res = run_cli(["steer", zeros, *direction, *how])
     assert res.exit_code == 2, res.output
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("error: --layer=1 is invalid") and "all-zero value map" in last, res.output
