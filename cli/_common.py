@@ -44,12 +44,19 @@ def _current_context():
     return get_current_context(silent=True)
 
 
+#: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
+FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
+    "steer": {"directory": "--out"},
+}
+
+
 def flag_of(argument: str) -> str | None:
     """The flag the running command uses for a library argument name; ``None`` outside a command,
     for a positional argument (its message keeps the name) or when the command has no such option."""
     ctx = _current_context()
     params = {p.name: p for p in ctx.command.params} if ctx is not None else {}
-    name = FLAG_OF_ARGUMENT.get(argument, argument)
+    own = FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}) if ctx is not None else {}
+    name = own.get(argument) or FLAG_OF_ARGUMENT.get(argument, argument)
     if name.startswith("-"):
         return name
     p = params.get(name)
@@ -73,7 +80,7 @@ def cli_message(exc: BaseException) -> str:
     names = set(FLAG_OF_ARGUMENT)
     ctx = _current_context()
     if ctx is not None:
-        names |= {p.name for p in ctx.command.params if p.name}
+        names |= {p.name for p in ctx.command.params if p.name} | set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}))
     for name in sorted(names, key=len, reverse=True):
         flag = flag_of(name)
         if flag is not None:  # "name=" and "name (" (how bad_argument names things), not the word in prose
@@ -81,22 +88,25 @@ def cli_message(exc: BaseException) -> str:
     return msg
 
 
-def parse_layers(spec: str | None) -> list[int] | None:
-    """Parse ``--layers`` as ``"0,3,5"``, ``"2-5"`` (inclusive), ``"-1"`` or a mix; ``None`` = all."""
-    if spec is None or spec.strip() == "":
+def parse_layers(spec: str | None, name: str = "--layers") -> list[int] | None:
+    """Parse ``--layers`` as ``"0,3,5"``, ``"2-5"`` (inclusive), ``"-1"`` or a mix; ``None`` (the flag
+    not given) = all. An empty list (``--layers ''``) is refused: leave the flag out for all layers."""
+    if spec is None:
         return None
+    if spec.strip() == "":
+        raise bad_argument(name, spec, "at least one layer, e.g. '0,2,5-7' or '-1'", f"Leave {name} out for all layers.")
     out: list[int] = []
     for part in spec.split(","):
         m = re.fullmatch(r"\s*(-?\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if m is None:
             raise bad_argument(
-                "--layers", spec, "comma-separated layer indices or inclusive ranges such as '0,2,5-7'"
+                name, spec, "comma-separated layer indices or inclusive ranges such as '0,2,5-7'"
             )
         lo = int(m.group(1))
         if m.group(2) is not None:
             hi = int(m.group(2))
             if lo < 0 or hi < lo or hi - lo >= MAX_LAYERS:
-                raise bad_argument("--layers", spec, f"ranges 'a-b' with 0 <= a <= b < a + {MAX_LAYERS} "
+                raise bad_argument(name, spec, f"ranges 'a-b' with 0 <= a <= b < a + {MAX_LAYERS} "
                                    f"('{part.strip()}' is {'empty' if hi < lo and lo >= 0 else 'not one'})",
                                    "Write negative indices singly, e.g. '-2,-1'.")
             out.extend(range(lo, hi + 1))
@@ -108,34 +118,30 @@ def parse_layers(spec: str | None) -> list[int] | None:
 def check_cheap_options(*, out=None, record=None, kind: str | None = None, overwrite: bool = False,
                         inputs=(), device: str | None = None, incremental: bool = False) -> None:
     """Everything that can be refused without loading a model, refused before loading it: the
-    output folder rules (steerformer.outputs), a --record file path, the --device."""
-    if out is not None and kind is not None:
-        from steerformer.outputs import KINDS, check_output_folder
+    output folder and the --record file (steerformer.outputs rules; ``inputs``: the checkpoint and
+    the files the command reads), the input files (each must be a file), the --device."""
+    from steerformer.outputs import KINDS, RECORD, check_output_file, check_output_folder
 
+    if out is not None and kind is not None:
         check_output_folder(out, KINDS[kind], overwrite=overwrite, inputs=inputs, name="--out",
                             incremental=incremental)
     if record is not None:
-        check_file_target(record, "--record")
+        check_output_file(record, RECORD, overwrite=overwrite, inputs=inputs, outputs=[out], name="--record")
     if device is not None:
         from steerformer.loading import check_device
 
         check_device(device, name="--device")
 
 
-def check_file_target(path, name: str) -> None:
-    """A file to be written: not a folder, in an existing folder that can be written."""
-    import os
+def check_input_files(**files) -> None:
+    """Each given ``flag_name=path`` (``--positive`` as ``positive``) names an existing file."""
     from pathlib import Path
 
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise bad_argument(name, str(path), "a file path (this is a folder)", f"Pass e.g. {p / 'record.json'}.")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise bad_argument(name, str(path), f"a file in an existing folder ({parent} does not exist)",
-                           f"Create it first (mkdir -p {parent}) or pick another path.")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise bad_argument(name, str(path), "a file you may write (permission denied)", "Pick another path.")
+    for name, path in files.items():
+        if path is not None and not Path(path).expanduser().is_file():
+            flag = "--" + name.replace("_", "-")
+            what = "a folder" if Path(path).expanduser().is_dir() else "not found"
+            raise bad_argument(flag, str(path), f"an existing file ({what})", "Check the path.")
 
 
 def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None = None):

@@ -54,7 +54,9 @@ def collapse_cmd(
     Example: steerformer collapse sentence-transformers/all-MiniLM-L6-v2 --passes 20 --n-prompts 8 --length 32
     """
     with user_errors():
-        from steerformer.collapse import collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer
+        from steerformer.collapse import (
+            collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer, save_into_run,
+        )
         from steerformer.configs import torch_dtype
         from steerformer.loading import load_model
 
@@ -94,7 +96,7 @@ def collapse_cmd(
             typer.echo("greedy continuation after looping:")
             for line in dec.lines():
                 typer.echo("  " + line)
-            dec.save(out)
+            save_into_run(dec, out)
             typer.echo(f"wrote {out}/decode.json")
 
 
@@ -114,21 +116,21 @@ def plot_collapse_cmd(
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure, figure_path
         from steerformer.errors import bad_argument
-        from steerformer.outputs import write_file_atomically
+        from steerformer.outputs import FIGURE, FIGURE_MARK, MARKED_FIGURE_FORMATS, check_output_file, write_output_file
 
         if stat not in ("e", "pairwise", "centroid"):
             raise bad_argument("--stat", stat, "one of e, pairwise, centroid")
         target, fmt = figure_path(out)
+        # our own earlier figure is replaced (like analyze's report); any other file never is
+        rules = {"kind": FIGURE, "overwrite": True, "inputs": runs, "name": "--out"}
+        check_output_file(target, **rules)
         names = labels.split(",") if labels else None
         if names is not None and len(names) != len(runs):
             raise bad_argument("--labels", labels, f"{len(runs)} comma-separated labels, one per run")
         results = [CollapseResult.load(r) for r in runs]
         fig = collapse_figure(results, labels=names, stat=stat)
-        try:
-            from steerformer.results import FIGURE_DPI  # the one figure resolution (atomic write needs savefig here)
+        from steerformer.results import FIGURE_DPI  # the one figure resolution (atomic write needs savefig here)
 
-            write_file_atomically(target, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format=fmt))
-        except OSError as exc:
-            raise bad_argument("--out", str(out), f"a file that can be written ({exc.strerror or exc})",
-                               "Pick a folder you have write permission for.") from None
+        mark = {"metadata": {"Creator": FIGURE_MARK}} if fmt in MARKED_FIGURE_FORMATS else {}
+        write_output_file(target, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format=fmt, **mark), **rules)
         typer.echo(f"wrote {target}")

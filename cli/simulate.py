@@ -40,19 +40,14 @@ def _check_numbers(setup: str, runs, t1, dt, seed: int) -> None:
         if v is not None and not (math.isfinite(v) and v > 0):
             raise bad_argument(name, v, "a finite positive number")
     if runs is not None and runs > _PROBE_RUNS:
-        import os
-
         from steerformer.ode import run_setup
+        from steerformer.resources import check_fits
 
         one = run_setup(setup, runs=1, seed=seed, t1=t1, dt=dt)  # the same run, once
         cfg = one.config
         tokens = int(cfg.get("n") or (cfg.get("n1", 0) + cfg.get("n2", 0)) or 1)
         need = runs * tokens * int(cfg.get("d", 1)) * max(len(one.times), 1) * 8 * 2  # states + derived series
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if need > have // 2:
-            raise bad_argument("--runs", runs, f"a batch that fits in memory: {runs} runs of {tokens} tokens × "
-                               f"{len(one.times)} time points need about {need / 2**30:,.0f} GiB, this machine has "
-                               f"{have / 2**30:,.0f} GiB", f"Use --runs {max(1, int(runs * have / 2 / need)):,} or fewer.")
+        check_fits(need, "--runs", runs, f"{runs:,} runs of {tokens} tokens × {len(one.times)} time points")
 
 
 @app.command("simulate")

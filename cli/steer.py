@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer.errors import bad_argument
-from steerformer_cli._common import check_cheap_options, config_options, user_errors
+from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
 from steerformer_cli.main import app
 
 
@@ -64,6 +64,7 @@ def steer_cmd(
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
+    from steerformer.outputs import RECORD, write_output_file
     from steerformer.steering import contrastive_direction, load_for_steering, save_steered, steer, steer_checkpoint
     from steerformer.steering import push_to_hub as push
 
@@ -71,7 +72,9 @@ def steer_cmd(
         cfg = SteerConfig(**options)
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
-        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=[model],
+        inputs = [model, direction, positive, negative, pairs]
+        check_input_files(positive=positive, negative=negative, pairs=pairs)
+        check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=inputs,
                             device=device)
         if lora_rank is not None and (out is None or out_format != OutFormat.peft):
             raise bad_argument("--lora-rank", lora_rank, "a rank only with --format peft --out DIR",
@@ -81,6 +84,16 @@ def steer_cmd(
         if out is not None and out_format == OutFormat.peft and cfg.norm_preserving and lora_rank is None:
             raise bad_argument("--lora-rank", None, "a rank for the LoRA adapter of a norm-preserving ablation (not "
                                "low-rank: it is truncated, and the error reported)", "Pass e.g. --lora-rank 3.")
+        if ablate_layers is not None and cfg.mode != "ablate":
+            raise bad_argument("--ablate-layers", ablate_layers, "--mode ablate (a steering edit changes one layer: "
+                               "--layer)", "Add --mode ablate, or drop --ablate-layers.")
+        layers = parse_layers(ablate_layers, name="--ablate-layers") if cfg.mode == "ablate" else None
+
+        def write_record(rec) -> None:  # after the checkpoint: a failed save leaves no record behind
+            if record_json is not None:
+                write_output_file(record_json, rec.to_json, RECORD, overwrite=overwrite, inputs=inputs,
+                                  outputs=[out], name="--record")
+
         if lazy:
             if out is None:
                 raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
@@ -94,8 +107,7 @@ def steer_cmd(
             rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
                                    token=token, text=text, overwrite=overwrite)
             typer.echo(rec.summary())
-            if record_json is not None:
-                rec.to_json(record_json)
+            write_record(rec)
             typer.echo(f"saved to {out}")
             if push_to_hub is not None:
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
@@ -108,15 +120,11 @@ def steer_cmd(
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.layer,
                                                   method=contrastive_method, progress=cfg.progress)
-        from steerformer_cli._common import parse_layers
-
-        layers = parse_layers(ablate_layers) if cfg.mode == "ablate" else None
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         typer.echo(rec.summary())
-        if record_json is not None:
-            rec.to_json(record_json)
         if out is not None:
             path = save_steered(m, out, overwrite=overwrite, format=out_format.value, lora_rank=lora_rank)
+            write_record(rec)
             typer.echo(f"saved to {path}")
             if out_format == OutFormat.peft:
                 lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
@@ -127,6 +135,8 @@ def steer_cmd(
                 url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,
                            timeout=hub_timeout)
                 typer.echo(f"pushed: {url}")
+        else:
+            write_record(rec)
 
 
 def _device_dtype(device: Optional[str], dtype: Optional[str]):

@@ -102,6 +102,18 @@ class Config:
         """The help text of field ``name``."""
         return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
 
+    def check_types(self) -> None:
+        """Every field declared ``int`` (or ``int | None``) holds a whole number — not a float, a
+        string or a bool — and every ``bool`` field a bool: ``layer=0.5`` is one clear error here,
+        not a TypeError deep in the code that indexes with it."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            kind = str(f.type).replace(" ", "")
+            if kind in ("int", "int|None") and not (v is None and kind != "int" or _is_whole(v)):
+                raise bad_argument(f.name, v, "a whole number" + (" or None" if kind != "int" else ""))
+            if kind == "bool" and type(v).__name__ not in ("bool", "bool_"):
+                raise bad_argument(f.name, v, "True or False")
+
     def differences(self, other: "Config", *, resume_only: bool = False) -> dict[str, tuple[Any, Any]]:
         """``{field: (self's, other's)}`` for the fields that differ (``resume_only``: only those a
         resumed run must keep)."""
@@ -112,6 +124,11 @@ class Config:
 def _positive_int(name: str, v: Any, what: str = "a positive integer", low: int = 1) -> None:
     if isinstance(v, bool) or not isinstance(v, int) and not type(v).__name__.startswith("int") or int(v) < low:
         raise bad_argument(name, v, what)
+
+
+def _is_whole(v: Any) -> bool:
+    """An int or a NumPy integer, not a bool."""
+    return not isinstance(v, bool) and (isinstance(v, int) or type(v).__name__.startswith(("int", "uint")))
 
 
 def _finite(v: Any) -> bool:
@@ -148,6 +165,7 @@ class StatsConfig(Config):
     cumulative: bool = option(True, "Skip the cumulative-product statistic (Fig. 8).", invert="--no-cumulative")
 
     def __post_init__(self) -> None:
+        self.check_types()
         for name in ("n_prompts", "n_tokens"):
             _positive_int(name, getattr(self, name))
         if self.prolong is not None:
@@ -186,6 +204,7 @@ class CollapseConfig(Config):
                               cli_type=str)
 
     def __post_init__(self) -> None:
+        self.check_types()
         _positive_int("passes", self.passes, "an integer >= 1 (how many times the model is looped)")
         _positive_int("n_prompts", self.n_prompts, "an integer >= 1 (how many random prompts)")
         if self.weights not in WEIGHTS:
@@ -264,6 +283,7 @@ class SteerConfig(Config):
     progress: bool = option(False, "No progress bars on stderr.", invert="--quiet")
 
     def __post_init__(self) -> None:
+        self.check_types()
         if self.mode not in MODES:
             raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
         if self.mode != "steer":  # ablation: W' = (I − s UUᵀ) W on the layers given by ``layers=``

@@ -33,6 +33,14 @@ class CheckpointError(SteerformerError, RuntimeError):
     """A checkpoint exists but cannot be read the way it was asked (missing tensor, non-finite...)."""
 
 
+class FileFormatError(SteerformerError, ValueError):
+    """A file steerformer reads is not in the format it needs (JSON that does not parse or nests
+    deeper than any file steerformer or transformers writes, a header that lies...). ``reason``: the
+    message without the file name."""
+
+    reason: str = ""
+
+
 class NonFiniteStateError(SteerformerError, FloatingPointError):
     """A simulated or looped state became NaN/inf. ``t`` is the last time (or pass) it was finite,
     ``partial`` what was computed up to then."""

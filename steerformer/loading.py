@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import sys
@@ -21,7 +20,9 @@ import torch
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
 from .configs import renamed_parameters
-from .errors import CheckpointError, ModelNotFoundError, SteerformerError, bad_argument
+from .consistency import check_weights, load_pretrained, read_config_json
+from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
+from .results import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
     path, model_id, commit = resolve_checkpoint(str(model), revision=revision)
     config = load_config(path)
     adapter = get_adapter(config)
+    check_config_against_weights(path, config, adapter)
     if not _safetensors_files(path):
         # Lazy extraction reads safetensors only; older checkpoints ship pickled .bin weights.
         log.warning("%s has no *.safetensors weights: loading the whole model through transformers "
@@ -141,6 +143,10 @@ def _public_id(name: str) -> str:
 def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:
     """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id."""
     local = Path(name).expanduser()
+    if not local.exists() and local.parent.is_dir():
+        from .outputs import clean_stale
+
+        clean_stale(local)  # a kill during an overwrite may have left this very folder aside: put it back
     if local.is_dir():
         if revision is not None:
             raise bad_argument("revision", revision, "no revision for a local folder (its files are read as they are)",
@@ -204,6 +210,8 @@ def _check_has_weights(path: Path) -> None:
 
 # ---- checkpoint confinement ---------------------------------------------------------------------
 _INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: The JSON files of a checkpoint folder that ``from_pretrained`` parses.
+_TRANSFORMERS_JSON = ("config.json", "generation_config.json")
 
 
 def _allowed_roots(path: Path) -> list[Path]:
@@ -239,25 +247,52 @@ def confined_file(path: Path, fname: Any, *, what: str) -> Path:
     return resolved
 
 
-def _read_index(path: Path, index: str) -> dict[str, str]:
+def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> dict[str, str]:
+    """The ``weight_map`` of shard index ``index``: tensor name -> a file of the index's own kind
+    (``.safetensors`` / ``.bin``). ``for_transformers``: the ``metadata`` object transformers reads too."""
+    from .results import read_json
+
     try:
-        weight_map = json.loads((path / index).read_text())["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CheckpointError(f"{path / index} is not a valid shard index (JSON with a 'weight_map' object).") from None
+        doc = read_json(path / index)
+        weight_map = doc["weight_map"]
+    except (OSError, FileFormatError, KeyError, TypeError) as exc:
+        why = f" (it is {exc.reason})" if isinstance(exc, FileFormatError) else ""
+        raise CheckpointError(f"{path / index} is not a valid shard index (JSON with a 'weight_map' object){why}.") \
+            from None
     if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
         raise CheckpointError(f"{path / index}: 'weight_map' must map tensor names to shard file names.")
+    kind = ".safetensors" if index.startswith("model.safetensors") else ".bin"
+    seen: set[str] = set()
+    for key, fname in weight_map.items():
+        if isinstance(fname, str) and fname in seen:
+            continue
+        confined_file(path, fname, what=index)  # inside the checkpoint first, then of the index's kind
+        seen.add(fname)
+        if not fname.endswith(kind):
+            raise CheckpointError(f"{path / index} maps {key!r} to {fname!r}, which is not a {kind} shard; "
+                                  "refusing to read it as one. Re-download or re-save the checkpoint.")
+    if for_transformers and not isinstance(doc.get("metadata"), dict):
+        raise CheckpointError(f"{path / index} has no 'metadata' object (every index transformers writes has one, "
+                              '{"metadata": {"total_size": ...}, "weight_map": ...}); add one or re-save the checkpoint.')
     return weight_map
 
 
 def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
     """Refuse a checkpoint folder whose shard index names a file outside it (``../x``, an absolute
-    path, ``/dev/zero``, a FIFO), or (``headers``) whose safetensors headers are inconsistent —
-    before steerformer's reader or transformers opens anything."""
+    path, ``/dev/zero``, a FIFO) or a file of another kind, or (``headers``: before transformers
+    reads the folder) whose safetensors headers, JSON files or index metadata are not what
+    transformers can read — before steerformer's reader or transformers opens anything."""
     path = Path(path)
     names: set[str] = set()
+    if headers:
+        from .results import read_json
+
+        for fname in _TRANSFORMERS_JSON:
+            if (path / fname).is_file():
+                read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
     for index in _INDEX_FILES:
         if (path / index).is_file():
-            for fname in _read_index(path, index).values():
+            for fname in _read_index(path, index, for_transformers=headers).values():
                 names.add(fname)
                 confined_file(path, fname, what=index)
     for f in [*_safetensors_files(path), *path.glob("pytorch_model*.bin")]:
@@ -271,13 +306,25 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
 def load_config(path: Path):
     from transformers import AutoConfig
 
+    read_config_json(path)  # depth and dtype first: transformers would raise RecursionError / AttributeError
     try:
         return AutoConfig.from_pretrained(str(path))
-    except (ValueError, KeyError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
         from .adapters import ADAPTERS
 
-        raise CheckpointError(f"cannot read the config in {path} ({str(exc).splitlines()[0][:200]}); "
+        why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
+        raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
+
+
+def check_config_against_weights(path: Path, config: Any, adapter: Adapter) -> None:
+    """``config`` checked against the safetensors weights of folder ``path`` by shape, from the
+    headers alone (steerformer.consistency). A folder of pickled ``.bin`` weights is judged when
+    loaded (``load_model`` is strict)."""
+    if not _safetensors_files(path) and not (path / "model.safetensors.index.json").is_file():
+        return
+    reader = SafetensorsReader(path, prefix=adapter.base_model_prefix)
+    check_weights(config, adapter, read_config_json(path), path, reader.shape_of, sorted(reader.weight_map))
 
 
 #: Files whose presence means a checkpoint folder ships a tokenizer. Without one, transformers 5's
@@ -330,12 +377,14 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
     if path is None or not path.is_dir():
         path, _, _ = resolve_checkpoint(str(model), revision=revision)
     check_checkpoint_files(path, headers=True)
+    config = load_config(path)
+    check_config_against_weights(path, config, get_adapter(config))
     cls = getattr(transformers, auto_class)
     kw = {"attn_implementation": "eager", **kwargs}
     if dtype is not None:
         kw[_dtype_kwarg()] = dtype
     with _weight_file_errors(path):
-        net = cls.from_pretrained(str(path), **kw)
+        net = load_pretrained(cls, path, config=config, **kw)
     if device is not None:
         net = net.to(device)
     return net.eval()
@@ -484,9 +533,9 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
         if n > min(size - 8, _ST_MAX_HEADER) or n < 2:
             raise bad(f"its header claims {n} bytes but the file has {size - 8} after the length field")
         try:
-            header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError):
-            raise bad("its JSON header does not parse") from None
+            header = parse_json(f.read(n), file)
+        except FileFormatError as exc:
+            raise bad(f"its JSON header is {exc.reason}") from None
     if not isinstance(header, dict):
         raise bad(f"its header is a JSON {type(header).__name__}, not an object")
     meta = header.pop("__metadata__", None)
@@ -563,6 +612,20 @@ class SafetensorsReader:
                 return cand
         raise CheckpointError(f"tensor {key!r} is not in the checkpoint {self.path} (nor with prefix "
                               f"{self.prefix!r}); is the config's model_type right for these weights?")
+
+    def shape_of(self, key: str) -> torch.Tensor | None:
+        """``key`` as a meta tensor of its stored shape and dtype, from the header alone (nothing is
+        read); None when the checkpoint has no such tensor."""
+        try:
+            full = self.full_key(key)
+        except CheckpointError:
+            return None
+        fname = self.weight_map[full]
+        info = self._header(fname)[0].get(full)
+        if info is None:
+            raise CheckpointError(f"tensor {full!r} is listed in the shard index under {fname} but {fname} does not "
+                                  "hold it; the checkpoint is inconsistent.")
+        return torch.empty(info["shape"], dtype=_ST_DTYPES.get(info["dtype"], torch.uint8), device="meta")
 
     def get(self, key: str) -> torch.Tensor:
         full = self.full_key(key)

@@ -8,14 +8,25 @@ Rules (checked before any model is loaded, and again just before writing):
   (see :data:`KINDS` for what marks each kind) — ``overwrite`` never deletes anything else;
 - it is written into a hidden temporary sibling ``.NAME.tmp-PID-XXXX`` and moved into place, so a
   crash or ``kill -9`` leaves either the old folder or the new one, never a mix. Temporaries
-  of dead writers of the same target are removed on the next write; an old folder that an
-  interrupted overwrite had moved aside (``.NAME.old-PID-XXXX``) is moved back and the user is told;
+  of dead writers of the same target are removed by the next command that checks or reads that
+  path; an old folder that an interrupted overwrite had moved aside (``.NAME.old-PID-XXXX``) is
+  moved back and the user is told;
 - folders and files get the user's umask (like ``save_pretrained``), not ``mkdtemp``'s 0700.
+
+A single output file (``steer --record``, ``plot-collapse --out``) follows the same rules
+(:func:`check_output_file`): never inside an input checkpoint, never an input file, never inside
+the command's own output folder; an existing file is replaced only when it is an earlier output of
+the same kind (:class:`OutputFile` says how to recognize one) — and, for ``steer --record``, with
+``overwrite`` — and it is written through a hidden temporary sibling moved into place.
+
+A write that fails (disk full, permission, I/O error — also from safetensors' Rust writer) is one
+error naming the output and what was left (:func:`write_failed`): nothing, for the atomic writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import re
@@ -77,6 +88,7 @@ def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: 
     folder of its own kind in place (collapse), so such a folder needs no ``overwrite``."""
     target = _resolve(out)
     shown = str(out)
+    clean_stale(target)  # an output an interrupted overwrite left aside is back first: the rules apply to it
     if target.exists() and not target.is_dir():
         raise bad_argument(name, shown, "a folder path (this path is a file)", "Pass a new folder name.")
     cwd = Path.cwd().resolve()
@@ -84,14 +96,12 @@ def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: 
         what = "the current directory" if target == cwd else "an ancestor of the current directory"
         raise bad_argument(name, shown, f"a folder of its own, not {what}",
                            "Pass a new sub-folder such as runs/out.")
-    for src in inputs:
-        if src is None or str(src) == "" or not Path(src).expanduser().is_dir():
-            continue
-        inp = _resolve(src)
+    for inp in _existing(inputs):
         if _is_within(target, inp) or _is_within(inp, target):
             rel = "is" if target == inp else ("is inside" if _is_within(target, inp) else "contains")
-            raise bad_argument(name, shown, f"a folder apart from the input checkpoint (it {rel} {inp})",
-                               "Pass a folder outside the input checkpoint.")
+            what = "the input checkpoint" if inp.is_dir() else "an input file"
+            raise bad_argument(name, shown, f"a folder apart from {what} (it {rel} {inp})",
+                               f"Pass a folder outside {what}.")
     if target.is_dir() and any(target.iterdir()):
         if not is_own_output(target, kind):
             raise bad_argument(
@@ -109,18 +119,31 @@ def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: 
     return target
 
 
+def _existing(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
+    """The paths that exist, resolved (a Hub id or a name that is no path is skipped)."""
+    out = []
+    for p in paths:
+        if p is not None and str(p) != "" and Path(p).expanduser().exists():
+            out.append(_resolve(p))
+    return out
+
+
 def _check_writable(target: Path) -> None:
-    """The nearest existing ancestor must be a writable folder (that is where the folder goes)."""
-    p = target if not target.exists() else target.parent
-    while not p.exists():
-        p = p.parent
-    if not p.is_dir():
-        raise NotADirectoryError(20, "a parent is a file", str(p))
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise PermissionError(13, f"no write permission for {p}", str(p))
+    """The output's place must be writable: the folder itself when it exists (a read-only output
+    folder means "do not write here", though replacing it needs only its parent), and the nearest
+    existing ancestor, where a new folder or the temporary sibling goes. Probed by making a folder:
+    root passes ``os.access`` everywhere."""
     import tempfile
 
-    os.rmdir(tempfile.mkdtemp(prefix=".steerformer-write-probe-", dir=p))  # root passes os.access everywhere
+    p = target.parent
+    while not p.exists():
+        p = p.parent
+    for q in ([target] if target.is_dir() else []) + [p]:
+        if not q.is_dir():
+            raise NotADirectoryError(20, "a parent is a file", str(q))
+        if not os.access(q, os.W_OK | os.X_OK):
+            raise PermissionError(13, f"no write permission for {q}", str(q))
+        os.rmdir(tempfile.mkdtemp(prefix=".steerformer-write-probe-", dir=q))
 
 
 def current_umask() -> int:
@@ -209,9 +232,7 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
     error the temporary folder is removed and ``directory`` is left as it was. ``directory`` must
     pass :func:`check_output_folder`; ``overwrite`` replaces an earlier output of ``kind`` only."""
     target = _resolve(directory)
-    check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
-    if clean_stale(target):  # an old output may be back in place: the rules apply to it
-        check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
+    check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)  # also cleans up (clean_stale)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = _sibling(target, _TMP)
@@ -220,7 +241,13 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
         raise bad_argument(name, str(directory), f"a folder that can be written ({exc.strerror or exc})",
                            "Pick a folder you have write permission for.") from None
     try:
-        fill(tmp)
+        try:
+            fill(tmp)
+        except Exception as exc:  # a full disk, also from safetensors' writer: one line, nothing left
+            if is_write_failure(exc, tmp):
+                raise write_failed(name, directory, exc, "Nothing was written (its temporary folder is removed).") \
+                    from None
+            raise
         if kind.stamp is not None and not (tmp / kind.stamp).exists():
             import json
 
@@ -251,17 +278,154 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
 
 
 def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
-    """``write(tmp)`` a hidden sibling file, then move it to ``path`` (user's umask)."""
+    """``write(tmp)`` a hidden sibling file ``.NAME.tmp-PID-XXXX``, then move it to ``path`` (user's
+    umask). On any error the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
-    tmp = path.parent / f".{path.name}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = _sibling(path, _TMP)
     try:
         write(tmp)
         apply_umask(tmp, directory=False)
         os.replace(tmp, path)
+    except Exception as exc:
+        if not _disk_full(exc) and _filesystem_full(path.parent):  # e.g. torch.save's "unexpected pos"
+            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from exc
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+#: Bytes in the file (its metadata) that mark a figure written by plot-collapse.
+FIGURE_MARK = "steerformer plot-collapse"
+#: Figure formats whose metadata matplotlib can write (and so carry :data:`FIGURE_MARK`).
+MARKED_FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps")
+#: Larger files are never read to decide whether they are ours (no record or figure is that big).
+_MAX_OWN_FILE = 256 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputFile:
+    """What a command writes as a single file; ``is_ours(path)`` recognizes an earlier one."""
+
+    command: str
+    is_ours: Callable[[Path], bool]
+
+
+def _is_steerformer_json(path: Path) -> bool:
+    from .errors import FileFormatError
+    from .results import read_json
+
+    try:
+        if path.stat().st_size > _MAX_OWN_FILE:
+            return False
+        doc = read_json(path)
+    except (OSError, FileFormatError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("format", "")).startswith("steerformer.")
+
+
+def _is_marked_figure(path: Path) -> bool:
+    try:
+        return path.stat().st_size <= _MAX_OWN_FILE and FIGURE_MARK.encode() in path.read_bytes()
+    except OSError:
+        return False
+
+
+#: ``steer --record``: a steering record (JSON whose ``format`` is a steerformer format).
+RECORD = OutputFile("steer --record", _is_steerformer_json)
+#: ``plot-collapse --out``: a figure carrying :data:`FIGURE_MARK` in its metadata.
+FIGURE = OutputFile("plot-collapse", _is_marked_figure)
+
+
+def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,
+                      inputs: Iterable[str | os.PathLike | None] = (), outputs: Iterable[str | os.PathLike | None] = (),
+                      name: str = "path") -> Path:
+    """Refuse (one line naming ``name``) a file to write that breaks a rule of the module doc; return
+    it resolved. ``inputs``: checkpoint folders and files the command reads; ``outputs``: folders it
+    writes (a file inside one would be replaced with it); ``overwrite``: an earlier output of
+    ``kind`` may be replaced."""
+    shown = str(path)
+    target = _resolve(path)
+    if target.is_dir():
+        raise bad_argument(name, shown, "a file path (this is a folder)", f"Pass e.g. {Path(path) / 'record.json'}.")
+    for inp in _existing(inputs):
+        if _is_within(target, inp):
+            what = f"inside the input checkpoint {inp}" if inp.is_dir() else "an input file of this command"
+            raise bad_argument(name, shown, f"a file apart from the inputs (it is {what})",
+                               "Write it outside the input checkpoint.")
+    for out in outputs:
+        if out is not None and _is_within(target, _resolve(out)):
+            raise bad_argument(name, shown, f"a file outside the output folder {out} (that folder is written as a "
+                               "whole and would replace it)", "Pick a path outside it.")
+    parent = target.parent
+    if not parent.is_dir():
+        raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
+                           f"Create it first (mkdir -p {parent}) or pick another path.")
+    if target.exists():
+        if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
+            raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
+        if not kind.is_ours(target):
+            raise bad_argument(name, shown, f"a new file name: this file exists and is not an earlier {kind.command} "
+                               "output (it was not written by steerformer), and steerformer never replaces such a file",
+                               "Pick a new name.")
+        if not overwrite:
+            raise bad_argument(name, shown, f"a new file name (this file holds an earlier {kind.command} output)",
+                               "Pass overwrite=True (CLI: --overwrite) to replace it.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise bad_argument(name, shown, "a file in a folder you may write (permission denied)", "Pick another path.")
+    return target
+
+
+def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], kind: OutputFile, *,
+                      overwrite: bool = False, inputs: Iterable[str | os.PathLike | None] = (),
+                      outputs: Iterable[str | os.PathLike | None] = (), name: str = "path") -> Path:
+    """:func:`check_output_file` (again, just before writing), then ``write(tmp)`` through
+    :func:`write_file_atomically`; a failed write is one line and leaves ``path`` as it was."""
+    target = check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
+    try:
+        return write_file_atomically(target, write)
+    except Exception as exc:
+        if is_write_failure(exc, target.parent):
+            raise write_failed(name, path, exc, "Nothing was written.") from None
+        raise
+
+
+#: A write that fails with less room than this left on its filesystem failed for want of room,
+#: whatever the writer said (torch.save's zip writer says "unexpected pos ...").
+FULL_BELOW = 1 << 20
+
+
+def _filesystem_full(where: Path) -> bool:
+    try:
+        st = os.statvfs(where)
+    except (OSError, AttributeError):  # no such folder (yet), or no statvfs (Windows)
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BELOW
+
+
+def is_write_failure(exc: BaseException, where: Path) -> bool:
+    """Whether ``exc`` is a failure to write into ``where``: a full disk or quota, whatever raised it
+    (safetensors' Rust writer raises its own error type; a filesystem left with less than
+    :data:`FULL_BELOW` counts), or an OSError about a path there."""
+    if _disk_full(exc) or _filesystem_full(where):
+        return True
+    name = getattr(exc, "filename", None)
+    return isinstance(exc, OSError) and name is not None and _is_within(_resolve(name), _resolve(where))
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(exc) or "os error 28" in str(exc)  # Rust writers' own errors
+
+
+def write_failed(name: str, value: object, exc: BaseException, left: str) -> InvalidArgumentError:
+    """The one message for an output that could not be written: why, and what was ``left``."""
+    full = _disk_full(exc)
+    why = "no space left on the device" if full else (getattr(exc, "strerror", None) or str(exc).splitlines()[0][:160])
+    return bad_argument(name, str(value), f"a place that can hold the output, but writing it failed: {why}",
+                        f"{left} {'Free some space or pick another disk.' if full else 'Pick another folder.'}")
 
 
 def safe_folder_name(name: str, default: str = "model") -> str:
@@ -274,4 +438,5 @@ def safe_folder_name(name: str, default: str = "model") -> str:
 
 __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE", "COLLAPSE", "check_output_folder",
            "write_atomically", "write_file_atomically", "clean_stale", "is_own_output", "safe_folder_name",
-           "apply_umask", "InvalidArgumentError"]
+           "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
+           "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed"]

@@ -97,9 +97,43 @@ def json_text(obj: Any, path: str | os.PathLike | None = None) -> str:
     return text
 
 
+#: No JSON file steerformer reads (configs, shard indexes, safetensors headers, records, results)
+#: nests deeper than a handful of levels. Deeper input is refused as one error, before Python's
+#: recursive decoder — or any recursive walk over the value afterwards — can run out of stack.
+MAX_JSON_DEPTH = 64
+
+
+def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
+    """The one JSON reader: ``text`` decoded, or a :class:`~steerformer.errors.FileFormatError`
+    naming ``where`` when it does not parse or nests deeper than :data:`MAX_JSON_DEPTH`."""
+    from .errors import FileFormatError
+
+    def bad(reason: str) -> FileFormatError:
+        err = FileFormatError(f"{where} is {reason}. Replace the file.")
+        err.reason = reason
+        return err
+
+    too_deep = bad(f"nested more than {MAX_JSON_DEPTH} levels deep (no file steerformer or transformers writes "
+                   "that: corrupt or hostile)")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"not valid JSON ({str(exc).splitlines()[0][:160]})") from None
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:  # the depth of what parsed (iteratively: a recursive walk could overflow itself)
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise too_deep
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return value
+
+
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file written by :func:`json_text` (or an older version of it)."""
-    return json.loads(Path(path).read_text())
+    """Read a JSON file (written by :func:`json_text`, or any other) through :func:`parse_json`."""
+    return parse_json(Path(path).read_bytes(), path)
 
 
 def version_of(meta: Mapping) -> str | None:
@@ -136,5 +170,5 @@ def missing_methods(cls: type) -> list[str]:
 
 __all__ = [
     "FIGURE_DPI", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
-    "missing_methods", "read_json", "save_figure", "to_jsonable", "version_of",
+    "MAX_JSON_DEPTH", "missing_methods", "parse_json", "read_json", "save_figure", "to_jsonable", "version_of",
 ]

@@ -41,3 +41,49 @@ def unit_vector(d: int, seed: int) -> torch.Tensor:
     """:func:`random_vector` scaled to unit length."""
     v = random_vector(d, seed)
     return v / v.norm()
+
+
+def run_cli(args: list) -> object:
+    """``steerformer ARGS`` in-process (typer's CliRunner), asserting that no traceback reached the
+    user: the result, for its ``exit_code`` and ``output``."""
+    from typer.testing import CliRunner
+
+    from steerformer_cli.main import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert "Traceback" not in res.output, res.output
+    return res
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny GPT-2 with its LM head saved as a float32 checkpoint folder (``model``), with a
+    direction ``u.npy`` of its width beside it. Shared: copy it before breaking it."""
+    from .models import make_model
+
+    d = tmp_path_factory.mktemp("tiny") / "model"
+    make_model("gpt2", dtype=torch.float32).save_pretrained(d)
+    np.save(d.parent / "u.npy", np.ones(64))
+    return d
+
+
+def kill_when_ready(script: str, ready, timeout: float = 180.0) -> None:
+    """Run ``script`` in a fresh Python, wait until it creates the file ``ready``, then ``kill -9`` it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -5,12 +5,8 @@ outputs get the user's umask."""
 from __future__ import annotations
 
 import os
-import signal
 import stat
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ from steerformer.errors import InvalidArgumentError
 from steerformer.outputs import STEERED, check_output_folder, safe_folder_name
 from steerformer.steering import save_steered, steer
 
+from tests.conftest import kill_when_ready
 from tests.models import make_model
 
 runner = CliRunner()
@@ -252,20 +249,7 @@ def test_kill_9_during_save_leaves_the_old_output_and_the_next_save_cleans_up(tm
     out = save_steered(steered, tmp_path / "out")
     before = _tree(out)
     ready = tmp_path / "ready"
-    script = _KILL_SCRIPT.format(tests=str(Path(__file__).parents[1]), ready=str(ready), out=str(out))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_when_ready(_KILL_SCRIPT.format(tests=str(Path(__file__).parents[1]), ready=str(ready), out=str(out)), ready)
     assert _tree(out) == before  # the old output, untouched
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
     assert len(leftovers) == 1 and (leftovers[0] / "config.json").is_file()

@@ -11,10 +11,11 @@ from .prompts import random_prompt_ids
 from .result import CollapseResult
 from ..loading import load_tokenizer
 from .run import NonFiniteStateError, collapse
+from .store import save_into_run
 from .weights import pass_seed, reinitialize
 
 __all__ = [
     "CollapseResult", "DecodeResult", "LoopedModel", "NonFiniteStateError", "collapse", "collapse_figure",
     "consensus_stats", "decode_loop_counts", "figure_path", "greedy_decode", "load_causal_lm", "load_tokenizer",
-    "pass_seed", "random_prompt_ids", "reinitialize",
+    "pass_seed", "random_prompt_ids", "reinitialize", "save_into_run",
 ]

@@ -5,6 +5,7 @@ sequence, as the reference code does (no key/value cache: the loop has no fixed 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,6 +16,8 @@ from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError, bad_argument
 from ..results import json_text, read_json
 from .loop import LoopedModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -135,6 +138,7 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
 @renamed_parameters(model_or_path="model")
 def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
+    from ..consistency import MissingHeadError
     from ..loading import is_pretrained_model, load_model, open_source
 
     if open_source(model).adapter.mask(0).kind == "full":
@@ -144,4 +148,7 @@ def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any 
     try:
         return load_model(model, dtype=dtype, device=device, auto_class="AutoModelForCausalLM")
     except ValueError:  # e.g. a BERT checkpoint: AutoModelForCausalLM has no mapping / not a decoder
+        return None
+    except MissingHeadError as exc:  # a base model saved without its LM head: nothing to decode with
+        log.warning("no greedy decoding: the checkpoint has no LM head weights (%s)", ", ".join(exc.keys))
         return None

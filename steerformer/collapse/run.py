@@ -101,6 +101,10 @@ def collapse(
     param = next(model.parameters())
     dev, run_dtype = param.device, param.dtype
 
+    def check_memory(P: int, T: int) -> None:
+        _check_memory(P, T, cfg, looped.n_blocks, adapter, run_dtype.itemsize, random=source_is_random)
+
+    source_is_random = token_ids is None and texts is None
     if token_ids is not None:
         ids, source = check_token_ids(token_ids, vocab_size=adapter.vocab_size, max_positions=adapter.max_positions), "token_ids"
     elif texts is not None:
@@ -108,8 +112,10 @@ def collapse(
         ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
     else:
         check_length(cfg.length, adapter.max_positions)
+        check_memory(int(cfg.n_prompts), int(cfg.length))  # before the prompts are drawn
         ids, source = random_prompt_ids(int(cfg.n_prompts), int(cfg.length), adapter.vocab_size, seed=int(seed)), "random"
     P, T = ids.shape
+    check_memory(P, T)
     bs = P if batch_size is None else min(batch_size, P)
     slices = [slice(i, min(i + bs, P)) for i in range(0, P, bs)]
 
@@ -203,15 +209,36 @@ def collapse(
                 break
     except KeyboardInterrupt:
         if store is not None and done > 0:
-            _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True).save(store.path)
+            store.save_result(_finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True))
             log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", done, store.path)
         raise
     finally:
         bar.close()
     result = _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
     if store is not None:
-        result.save(store.path)
+        store.save_result(result)
     return result
+
+
+def _check_memory(P: int, T: int, cfg: CollapseConfig, L: int, adapter: Any, itemsize: int, *, random: bool) -> None:
+    """Refuse a run whose arrays cannot fit in memory, before any is allocated, naming the count that
+    makes it large: the prompt ids and hidden states (P × T × d, twice while embedding), one batch's
+    attention scores and FFN activations, and the per-block statistics of every pass (3 × passes ×
+    L × P float64, twice: the buffer and the result)."""
+    from ..resources import check_fits
+
+    bs = P if cfg.batch_size is None else min(cfg.batch_size, P)
+    states = 8 * P * T + 2 * P * T * adapter.d_model * itemsize
+    batch = 2 * bs * T * (T * adapter.n_heads + 4 * adapter.d_model) * itemsize
+    stats = 2 * len(STATS) * cfg.passes * L * P * 8
+    need = states + batch + stats
+    if stats >= max(states, batch):
+        check_fits(need, "passes", cfg.passes, f"{cfg.passes:,} passes × {L} blocks × {P:,} prompts of statistics")
+    elif batch > states and cfg.batch_size is not None:
+        check_fits(need, "batch_size", cfg.batch_size, f"batches of {bs:,} prompts × {T} tokens")
+    else:
+        name, value = ("n_prompts", cfg.n_prompts) if random else ("token_ids", f"{P} prompts")
+        check_fits(need, name, value, f"{P:,} prompts × {T} tokens × d={adapter.d_model}")
 
 
 def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, partial) -> CollapseResult:

@@ -18,54 +18,64 @@ cannot be verified and is refused too (start a new run: there is no trust-me swi
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import os
-import tempfile
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, InvalidArgumentError, bad_argument
-from ..outputs import COLLAPSE, apply_umask, check_output_folder
+from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, bad_argument
+from ..outputs import COLLAPSE, check_output_folder, is_write_failure, write_failed, write_file_atomically
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
+#: What a finished (or interrupted) run adds: the result's files.
+RESULT_FILES = ("collapse.json", "collapse.npz", "collapse.png", "decode.json")
 
 
 def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        apply_umask(Path(tmp), directory=False)  # mkstemp makes 0600; others may need to read the run
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_file_atomically(path, lambda tmp: write(str(tmp)))
+
+
+def _to_file(path: str, write) -> None:
+    with open(path, "wb") as f:  # a file object: given a path, np.save/np.savez would append a suffix
+        write(f)
+
+
+def _writes(method):
+    """A write of the store: a failure to write (disk full, also from a Rust writer) becomes one line
+    saying what the run leaves (:meth:`RunStore.failed`)."""
+    @functools.wraps(method)
+    def wrapper(self: "RunStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if not is_write_failure(exc, self.path):
+                raise
+            raise self.failed(exc) from None
+
+    return wrapper
 
 
 class RunStore:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        #: the folder was new or empty when the run began (a failed new run removes what it wrote)
+        self.new = False
 
     @classmethod
     def open(cls, out: str | os.PathLike, *, resume: bool, inputs=()) -> "RunStore":
-        """Create (or reopen with ``resume``) the folder ``out``, checking that it can be written and
-        that it is new, empty or a collapse run (steerformer.outputs rules; ``inputs``: the
-        checkpoint folders read)."""
+        """Check (and with ``resume`` reopen) the folder ``out``: it must follow the output rules
+        (steerformer.outputs; ``inputs``: the checkpoint folders read) and be new, empty or a
+        collapse run. Nothing is created before the run writes its description
+        (:meth:`write_run`), so a run refused before that leaves nothing behind."""
         path = Path(out).expanduser()
         check_output_folder(out, COLLAPSE, inputs=inputs, name="out", incremental=True)
-        try:
-            (path / PASS_DIR).mkdir(parents=True, exist_ok=True)
-            probe = path / ".write_probe"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            raise bad_argument("out", str(out), f"a folder that can be written ({exc.strerror or exc})",
-                               "Pick a folder you have write permission for.") from None
         store = cls(path)
+        store.new = not resume and not (path.is_dir() and any(path.iterdir()))
         if not resume and store.completed_passes() > 0:
             raise bad_argument("out", str(out), "an empty folder or resume=True — it already holds "
                                f"{store.completed_passes()} completed passes",
@@ -74,6 +84,41 @@ class RunStore:
             raise bad_argument("out", str(out), "a folder written by an earlier collapse run (no run.json)",
                                "Drop --resume to start a new run there.")
         return store
+
+    def failed(self, exc: BaseException) -> InvalidArgumentError:
+        """The one-line error of a write that failed (disk full...), after cleaning up: a new run
+        without a completed pass is removed (nothing left behind); otherwise the completed passes
+        stay for ``resume``."""
+        try:
+            done = self.completed_passes()  # the passes a resume continues from
+        except InvalidArgumentError:
+            done = 0
+        if self.new and done == 0:
+            self.discard()
+            left = "Nothing was left behind."
+        else:
+            left = (f"The {done} completed pass{'es are' if done != 1 else ' is'} kept in {self.path}: rerun with "
+                    "--resume to continue.")
+        return write_failed("out", self.path, exc, left)
+
+    def discard(self) -> None:
+        """Remove what this run wrote into its (new or empty) folder, and the folder if it is then empty."""
+        for name in (RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, *RESULT_FILES):
+            (self.path / name).unlink(missing_ok=True)
+        shutil.rmtree(self.path / PASS_DIR, ignore_errors=True)
+        if self.path.is_dir() and not any(self.path.iterdir()):
+            self.path.rmdir()
+
+    @_writes
+    def save_result(self, result: Any) -> None:
+        """``result.save`` into the run folder, each file moved into place whole (collapse.json,
+        .npz, .png; a DecodeResult's decode.json)."""
+        tmp = self.path / f".result.tmp-{os.getpid()}"
+        try:
+            for f in result.save(tmp).values():
+                os.replace(f, self.path / f.name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     # ---- run description and prompts -------------------------------------------------------
     _info: dict | None = None
@@ -90,22 +135,28 @@ class RunStore:
             self._integrity = {"format": 1, "prompts": None, "embedding": None, "passes": [], "states": []}
         return self._integrity
 
+    @_writes
     def write_run(self, info: dict) -> None:
+        (self.path / PASS_DIR).mkdir(parents=True, exist_ok=True)  # the run's first write
         self._info = {k: v for k, v in info.items() if k != "integrity"}
         self._integrity_rec()
         self._flush()
 
     def read_run(self) -> dict:
+        from ..results import read_json
+
         try:
-            info = json.loads((self.path / RUN_FILE).read_text())
-        except (OSError, ValueError) as exc:
-            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({type(exc).__name__})") from None
+            info = read_json(self.path / RUN_FILE)
+        except (OSError, FileFormatError) as exc:
+            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
+                from None
         if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
             raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
         return info
 
+    @_writes
     def write_prompts(self, ids: np.ndarray) -> None:
-        _atomic(self.path / PROMPTS_FILE, lambda p: np.save(open(p, "wb"), ids))
+        _atomic(self.path / PROMPTS_FILE, lambda p: _to_file(p, lambda f: np.save(f, ids)))
         self._integrity_rec()["prompts"] = file_sha256(self.path / PROMPTS_FILE)
         self._flush()
 
@@ -115,8 +166,9 @@ class RunStore:
             raise self._corrupt(PROMPTS_FILE, "is not a 2-D integer array of token ids")
         return arr
 
+    @_writes
     def write_embedding(self, arrays: dict[str, np.ndarray]) -> None:
-        _atomic(self.path / EMBED_FILE, lambda p: np.savez(open(p, "wb"), **arrays))
+        _atomic(self.path / EMBED_FILE, lambda p: _to_file(p, lambda f: np.savez(f, **arrays)))
         self._integrity_rec()["embedding"] = file_sha256(self.path / EMBED_FILE)
         self._flush()
 
@@ -195,8 +247,9 @@ class RunStore:
     def pass_file(self, index: int) -> Path:
         return self.path / PASS_DIR / f"pass_{index + 1:06d}.npz"
 
+    @_writes
     def append_pass(self, index: int, arrays: dict[str, np.ndarray]) -> None:
-        _atomic(self.pass_file(index), lambda p: np.savez(open(p, "wb"), **arrays))
+        _atomic(self.pass_file(index), lambda p: _to_file(p, lambda f: np.savez(f, **arrays)))
         rec = self._integrity_rec()
         rec["passes"] = rec["passes"][:index] + [file_sha256(self.pass_file(index))]
         self._flush()
@@ -212,6 +265,7 @@ class RunStore:
         except ValueError:
             raise self._corrupt(PASS_DIR, "holds pass files of different shapes") from None
 
+    @_writes
     def save_state(self, completed: int, hidden: torch.Tensor, extra: dict[str, Any] | None = None) -> None:
         blob = {"completed": int(completed), "hidden": hidden.detach().cpu(), **(extra or {})}
 
@@ -257,3 +311,9 @@ def _read_npz(f: Path) -> dict[str, np.ndarray]:
     if any(v.dtype.kind not in "biuf" for v in out.values()):
         raise ValueError("holds non-numeric arrays")
     return out
+
+
+def save_into_run(result: Any, out: str | os.PathLike) -> None:
+    """Write ``result``'s files (a DecodeResult's decode.json...) into the collapse run folder
+    ``out``, each moved into place whole; a full disk is one line, the run's passes kept."""
+    RunStore(out).save_result(result)

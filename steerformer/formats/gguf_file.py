@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import bad_argument
+from ..outputs import OutputFile, check_output_file
 
 WRITTEN_BY = "steerformer.written_by"
 
@@ -44,22 +45,18 @@ def is_steerformer_file(path: Path) -> bool:
         return False
 
 
-def check_target_file(path: str | os.PathLike, overwrite: bool, name: str = "path", suffix: str = ".gguf") -> Path:
-    """The file a writer may create: ``suffix``, in a folder that exists; an existing file only with
-    ``overwrite`` and only when steerformer wrote it."""
-    target = Path(path).expanduser()
-    if target.suffix != suffix:
+#: A GGUF file steerformer wrote (it carries :data:`WRITTEN_BY`).
+GGUF_OUTPUT = OutputFile("steerformer GGUF", is_steerformer_file)
+
+
+def check_target_file(path: str | os.PathLike, overwrite: bool, name: str = "path", suffix: str = ".gguf",
+                      inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """The file a writer may create: ``suffix``, and the output-file rules of
+    :func:`steerformer.outputs.check_output_file` (a folder that exists and can be written, never an
+    input; an existing file only with ``overwrite`` and only when steerformer wrote it)."""
+    if Path(path).expanduser().suffix != suffix:
         raise bad_argument(name, str(path), f"a file name ending in {suffix}", f"Name the file e.g. out{suffix}.")
-    if not target.parent.is_dir():
-        raise bad_argument(name, str(path), "a file in an existing folder", "Create the folder first.")
-    if target.exists():
-        if target.is_dir() or not is_steerformer_file(target):
-            raise bad_argument(name, str(path), "a new file (this one was not written by steerformer, and "
-                               "steerformer never replaces such a file)", "Pass a new file name.")
-        if not overwrite:
-            raise bad_argument(name, str(path), "a new file (it holds an earlier steerformer output)",
-                               "Pass overwrite=True to replace it.")
-    return target
+    return check_output_file(path, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
 
 
-__all__ = ["WRITTEN_BY", "check_target_file", "field_value", "is_steerformer_file", "open_gguf"]
+__all__ = ["GGUF_OUTPUT", "WRITTEN_BY", "check_target_file", "field_value", "is_steerformer_file", "open_gguf"]

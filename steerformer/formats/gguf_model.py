@@ -152,7 +152,7 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
                            "save the checkpoint and run llama.cpp's convert_hf_to_gguf.py --outtype f16 on it.")
     if Path(source).expanduser().resolve() == Path(path).expanduser().resolve():
         raise bad_argument("path", str(path), "a file other than the source GGUF", "Pass a new file name.")
-    target = check_target_file(path, overwrite)
+    target = check_target_file(path, overwrite, inputs=[source, getattr(config, "_name_or_path", None)])
     reader = open_gguf(source, name="source", what="a model GGUF")
     _check_source(reader, config, layout.arch, str(source))
 

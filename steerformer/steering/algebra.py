@@ -95,6 +95,17 @@ def exact_row(V: torch.Tensor, w: torch.Tensor) -> RowSolve:
     return RowSolve(torch.from_numpy(a), "lstsq", cond, written_fraction=written)
 
 
+def check_value_map(V: torch.Tensor, layer: int, model_id: str) -> None:
+    """Refuse a layer whose value map is all zero: F = W_O V = 0 whatever W_O is, so there is no
+    wᵀV⁺ to solve for (the ridge system is singular) and no λ1 to scale a strength by."""
+    if not bool(V.any()):
+        from ..errors import bad_argument
+
+        raise bad_argument("layer", layer, "a layer whose value weights are not all zero",
+                           f"Layer {layer} of {model_id} has an all-zero value map V, so an edit of W_O through it "
+                           "moves nothing. Pick another layer, or check the checkpoint.")
+
+
 def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: torch.Tensor,
               alphas: tuple[float, ...] = ALPHA_GRID) -> RowSolve:
     """Ridge fit of a with aV ≈ wᵀ on the states entering the layer (rows of ``X_fit``, (N, d)),
@@ -274,8 +285,8 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
             v0 = np.ones(d) / np.sqrt(d)  # deterministic start
             vals = scipy.sparse.linalg.eigs(A, k=min(k, d - 2), which="LR", v0=v0, return_eigenvectors=False,
                                             maxiter=50 * d, tol=1e-10)
-        except scipy.sparse.linalg.ArpackNoConvergence:
-            log.info("ARPACK did not converge on a %dx%d matrix: full eig instead", d, d)
+        except scipy.sparse.linalg.ArpackError as exc:  # no convergence, or a start vector A maps to 0
+            log.info("ARPACK failed on a %dx%d matrix (%s): full eig instead", d, d, exc)
     if vals is None:
         vals = np.linalg.eigvals(A)
     vals = np.asarray(vals, dtype=np.complex128)

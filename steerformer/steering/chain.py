@@ -187,6 +187,14 @@ def replay(model: Any, steering: Steering) -> None:
     setattr(model, STATE_ATTR, steering)
 
 
+def check_last(last: int | None, n: int) -> None:
+    """``last`` steering calls to remove from a chain of ``n``: None (all) or 1 … n — more than the
+    chain holds is refused, not read as "all" (the model or the count is then not what was meant)."""
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= n):
+        raise bad_argument("last", last, f"a whole number from 1 to {n} (the chain holds {n} steering call"
+                           f"{'s' if n != 1 else ''})", "Leave it out to remove every steering call.")
+
+
 def unsteer(model: Any, *, last: int | None = None) -> Any:
     """Undo steering bit for bit; returns ``model``. ``last=None``: every edit (the true original
     weights, and ALBERT's shared groups, come back); ``last=k``: only the last k ``steer`` calls.
@@ -197,9 +205,8 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
         raise SteerformerError(f"{type(model).__name__} has not been steered by steerformer "
                                "(for a saved checkpoint load it with steerformer.load_model(dir), or use "
                                "steerformer.steering.unsteer_checkpoint(dir)).")
+    check_last(last, len(steering.records))
     n = len(steering.records)
-    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or not 1 <= last):
-        raise bad_argument("last", last, f"a whole number >= 1 (the model has {n} steering call(s))")
     if last is not None and last < n:
         steering.pop(model, last)
         return returned

@@ -56,12 +56,14 @@ from ..loading import (
 )
 from ..loading import load_model as load_weights
 from ..matrices import read_attention_weights, select_layers
-from ..outputs import STEERED, UNSTEERED, write_atomically
+from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
+from ..results import parse_json
 from . import algebra
-from .chain import Steering, replay, steering_of, unsteer
+from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
-    inner_model, model_files, rewrite_shard, safetensors_header, stores_transposed, tensor_sha256, write_chain,
+    file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
+    safetensors_header, stores_transposed, tensor_sha256, tensor_specs, write_chain,
 )
 from .directions import check_vector, resolve_direction
 from .edit import Edit
@@ -128,14 +130,16 @@ def read_payload(directory: str | os.PathLike) -> dict:
     """The JSON of ``steerformer/record.json`` (a :class:`CheckpointError` when it is missing or
     has no records)."""
     d = Path(directory)
+    if not d.exists():
+        clean_stale(d)  # a kill during an overwrite may have left this very folder aside: put it back
     path = d / SIDE_DIR / RECORD_FILE
     if not path.is_file():
         raise CheckpointError(f"{d} is not a steered checkpoint: {SIDE_DIR}/{RECORD_FILE} is missing "
                               "(it was not written by steerformer's save_steered).")
     try:
-        payload = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: broken provenance, not JSON ({exc})") from None
+        payload = parse_json(path.read_bytes(), path)
+    except ValueError as exc:  # not JSON, or nested deeper than any record
+        raise CheckpointError(f"{path}: broken provenance, it is {getattr(exc, 'reason', exc)}") from None
     if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
         raise CheckpointError(f"{path}: broken provenance, no 'records' list")
     if not payload["records"]:
@@ -293,14 +297,108 @@ def load_for_steering(path: str | os.PathLike, *, dtype: torch.dtype | None = No
     return load_weights(resolved, auto_class=auto, dtype=dtype, device=device)
 
 
+# ---- the checkpoint against its record -------------------------------------------------------
+def _diff_fields(a: Any, b: Any, path: str = "") -> list[str]:
+    """Names of the fields where two JSON values differ (records[1].gain, tensors['h.0...'] ...)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in a or k not in b:
+                out.append(sub)
+            else:
+                out += _diff_fields(a[k], b[k], sub)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and any(isinstance(x, (dict, list)) for x in a):
+        return [x for i, (p, q) in enumerate(zip(a, b)) for x in _diff_fields(p, q, f"{path}[{i}]")]
+    return [] if a == b else [path or "(root)"]
+
+
+def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) -> list[dict]:
+    """The hash checks of steered checkpoint ``d`` against its record ``payload``: the record's own
+    hash and its copy in the safetensors metadata, every saved tensor (bytes, dtype, shape) and
+    every other file (config, tokenizer, card). ``[{"name", "ok", "detail"}]``; ``extra_files_ok``:
+    a file the record does not list is no failure (``unsteer`` does not copy it)."""
+    files = model_files(d)
+    if not files:
+        raise CheckpointError(f"{d}: no model .safetensors file")
+    hashes: dict[str, str] = {}
+    metas: dict[str, str | None] = {}
+    for st in files:
+        hashes.update(safetensors_hashes(st))  # validates every file against its size first
+        metas[st.name] = read_safetensors_metadata(st).get(METADATA_KEY)
+    checks: list[dict] = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    # The record: its own hash, and the copy in every model file's metadata.
+    rec_hash = payload.get("record_sha256")
+    check("record hash", rec_hash is not None and rec_hash == payload_sha256(payload),
+          "record.json matches its record_sha256" if rec_hash == payload_sha256(payload) else
+          "record.json was changed after saving (record_sha256 differs)" if rec_hash else "no record_sha256 recorded")
+    for fname, meta in metas.items():
+        if meta is None:
+            check("metadata copy", False, f"{fname}: no '{METADATA_KEY}' metadata")
+            continue
+        try:
+            diff = _diff_fields(parse_json(meta, f"{fname} metadata"), payload)
+        except ValueError:  # not JSON, or nested past any record's depth
+            diff = ["(metadata is not JSON)"]
+        check("metadata copy", not diff, f"{fname}: identical to record.json" if not diff else
+              f"{fname}: differs from record.json in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''}")
+    # Every saved tensor.
+    recorded = payload.get("tensors")
+    if not isinstance(recorded, dict):
+        check("tensor hashes", False, "no per-tensor sha256 recorded")
+    else:
+        bad = [k for k in recorded if k in hashes and hashes[k] != recorded[k]]
+        for k in bad:
+            check("tensor hash", False, f"{k}: saved bytes differ from the recorded sha256")
+        for k in sorted(set(recorded) - set(hashes)):
+            check("tensor hash", False, f"{k}: recorded but missing from the model files")
+        for k in sorted(set(hashes) - set(recorded)):
+            check("tensor hash", False, f"{k}: in the model files but not in the record")
+        if not bad and set(recorded) == set(hashes):
+            check("tensor hashes", True, f"all {len(hashes)} tensors match")
+    specs = payload.get("tensor_specs")
+    if isinstance(specs, dict):
+        got = {}
+        for st in files:
+            got.update(tensor_specs(st))
+        bad = sorted(k for k in set(specs) | set(got) if specs.get(k) != (list(got[k]) if k in got else None))
+        for k in bad:
+            check("tensor dtype/shape", False, f"{k}: header says {got.get(k)}, record says {specs.get(k)}")
+    # Every other file (config, tokenizer, card).
+    rec_files = payload.get("files")
+    if not isinstance(rec_files, dict):
+        check("file hashes", False, "no file sha256 recorded")
+    else:
+        now = file_hashes(d)
+        bad = sorted(k for k in set(rec_files) | set(now) if rec_files.get(k) != now.get(k))
+        for k in bad:
+            what = "missing" if k not in now else "not in the record" if k not in rec_files else "changed"
+            if what != "not in the record" or not extra_files_ok:
+                check("file hash", False, f"{k}: {what}")
+        if not bad:
+            check("file hashes", True, f"all {len(now)} other files match")
+    return checks
+
+
 # ---- undo ----------------------------------------------------------------------------------------
 def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False,
                        last: int | None = None) -> Path:
     """From a saved steered checkpoint alone, write the original model (bit-identical weights) to
     ``out``; ``last=k`` removes only the last k steering calls (``out`` is then still steered).
-    The originals are checked (exactly the tensors the records name, each hash) before anything
-    is written."""
-    read_chain(directory)  # provenance + originals, before loading anything
+    Before anything is loaded or written, the whole checkpoint is checked against the record's
+    hashes (every tensor, config and tokenizer file, the record itself) and the originals (exactly
+    the tensors the records name, each hash); a mismatch is a CheckpointError naming it."""
+    check_last(last, len(read_chain(directory).records))  # provenance + originals, before loading anything
+    d = Path(directory)
+    problems = [c["detail"] for c in integrity_checks(d, read_payload(d), extra_files_ok=True) if not c["ok"]]
+    if problems:  # a changed tensor or config would be copied into the "restored original"
+        raise CheckpointError(f"{d} is not as it was saved ({'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}); "
+                              f"refusing to write a restored original from it. `steerformer verify {d}` shows every check.")
     model = load_for_steering(directory)
     unsteer(model, last=last)
     if steering_of(model) is not None:
@@ -386,6 +484,7 @@ def steer_checkpoint(
     # plan: float64 copies of V and W_O only
     weights = read_attention_weights(source, [L], parts=("vo",))[L]
     V = weights.value_matrix()
+    algebra.check_value_map(V, L, source.model_id)
     row = algebra.exact_row(V, w)
     if row.method == "lstsq":
         log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)

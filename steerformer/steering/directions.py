@@ -36,6 +36,7 @@ from ..configs import progress_bar
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
 from ..matrices import read_attention_weights, select_layers
+from ..results import parse_json
 from .common import is_path_like, vector_hash
 from .direction import Direction
 from .measure import encode, run_hooked
@@ -362,8 +363,8 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except ValueError:
+            item = parse_json(line, f"{p.name} line {k}")
+        except ValueError:  # not JSON, or nested past any pair's depth
             item = None
         if not (isinstance(item, dict) and isinstance(item.get("positive"), str) and isinstance(item.get("negative"), str)):
             raise bad_argument("pairs", f"{p.name} line {k}: {line[:60]}",
@@ -520,8 +521,8 @@ def contrastive_directions(model: Any, positive: Any = None, negative: Any = Non
 def _prompt_list(value: Any, name: str) -> list[str]:
     if isinstance(value, (str, os.PathLike)) and Path(value).is_file():
         return read_prompt_lines(value, name)
-    if isinstance(value, str):
-        raise bad_argument(name, value, "a list of prompts or an existing text file (one prompt per line)")
+    if isinstance(value, (str, os.PathLike)):  # a path that is no file (a missing one, a folder)
+        raise bad_argument(name, str(value), "a list of prompts or an existing text file (one prompt per line)")
     items = list(value)
     if not items or not all(isinstance(p, str) and p.strip() for p in items):
         raise bad_argument(name, items[:3], "a non-empty list of non-empty strings")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -125,7 +124,9 @@ class SteeringRecord:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "SteeringRecord":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        from ..results import read_json
+
+        return cls.from_dict(read_json(path))
 
     def summary(self) -> str:
         """A few human-readable lines (the CLI prints them)."""

@@ -159,6 +159,7 @@ def plan_steer(model: Any, source: Any, L: int, slot: int, u_target: torch.Tenso
     # the weight's device from u and a moved there once (edit.edited_stored)
     weights = read_attention_weights(source, [L], parts=("vo",), device="cpu")[L]
     V = weights.value_matrix()
+    algebra.check_value_map(V, L, source.model_id)
     bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
     b_V = getattr(weights, "b_V", None)
     if cfg.compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
