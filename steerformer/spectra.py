@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .eig import dense_eig, factored_eig, resolve_device, top_eig
+from .eig import dense_eig, factored_eig, resolve_device, solver_device, top_eig
 from .configs import progress_bar
 from .errors import bad_argument
 
@@ -167,7 +167,7 @@ def _sort_phase(vals: torch.Tensor, vecs: torch.Tensor) -> tuple[torch.Tensor, t
     key = v64.real + 1e-12 * torch.sign(v64.imag) * v64.abs().amax(-1, keepdim=True)
     order = torch.argsort(key, dim=-1, descending=True)
     if vals.ndim == 1:  # Arnoldi's pair members may differ in Re by rounding: Im > 0 first anyway
-        order = _pairs_first_positive(v64[order].numpy(), order)
+        order = _pairs_first_positive(v64[order].cpu().numpy(), order.cpu()).to(order.device)
     vals = torch.gather(vals, -1, order)
     vecs = torch.gather(vecs, -1, order.unsqueeze(-2).expand_as(vecs))
     vecs = vecs / torch.linalg.vector_norm(vecs, dim=-2, keepdim=True)
@@ -214,11 +214,13 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
             matrix, A, B = A @ B, None, None
     if matrix is not None:
         matrix = torch.as_tensor(matrix)
-    dev = resolve_device(device)
+    dev = solver_device(matrix.shape[-1] if A is None else A.shape[1], device)
+    if dev.type == "cpu":  # the solve and the products around it, wherever the inputs live
+        A, B, matrix = (None if t is None else t.cpu() for t in (A, B, matrix))
     method = "full" if A is None else f"factored r={A.shape[1]}"
     if top_k is not None and dev.type == "cpu":
         M = (B @ A) if A is not None else matrix.to(torch.float64)
-        got = top_eig(M.numpy(), int(top_k))
+        got = top_eig(M.cpu().numpy(), int(top_k))
         if got.values is not None:
             vals = torch.from_numpy(got.values.copy())
             W = torch.from_numpy(np.ascontiguousarray(got.vectors))
@@ -232,8 +234,8 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
         vals, vecs = factored_eig(A, B, dtype=dtype, device=dev)
         vals, vecs = _sort_phase(vals.cpu(), vecs.cpu())
     else:
-        vals, vecs = sorted_eig(matrix, dtype=dtype, device=dev)
-        vals, vecs = vals.cpu(), vecs.cpu()
+        vals, vecs = dense_eig(matrix, dtype=dtype, device=dev)
+        vals, vecs = _sort_phase(vals.cpu(), vecs.cpu())
     if top_k is not None:
         vals, vecs = vals[:top_k], vecs[:, :top_k]
     return vals, vecs, method
