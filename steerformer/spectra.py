@@ -220,7 +220,7 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
     method = "full" if A is None else f"factored r={A.shape[1]}"
     if top_k is not None and dev.type == "cpu":
         M = (B @ A) if A is not None else matrix.to(torch.float64)
-        got = top_eig(M.cpu().numpy(), int(top_k))
+        got = top_eig(M.numpy(), int(top_k))
         if got.values is not None:
             vals = torch.from_numpy(got.values.copy())
             W = torch.from_numpy(np.ascontiguousarray(got.vectors))
@@ -234,8 +234,8 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
         vals, vecs = factored_eig(A, B, dtype=dtype, device=dev)
         vals, vecs = _sort_phase(vals.cpu(), vecs.cpu())
     else:
-        vals, vecs = dense_eig(matrix, dtype=dtype, device=dev)
-        vals, vecs = _sort_phase(vals.cpu(), vecs.cpu())
+        vals, vecs = sorted_eig(matrix, dtype=dtype, device=dev)
+        vals, vecs = vals.cpu(), vecs.cpu()
     if top_k is not None:
         vals, vecs = vals[:top_k], vecs[:, :top_k]
     return vals, vecs, method

@@ -52,7 +52,7 @@ class FakeCudaTensor(torch.Tensor):
     def __new__(cls, elem: torch.Tensor) -> "FakeCudaTensor":
         r = torch.Tensor._make_wrapper_subclass(
             cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(), dtype=elem.dtype,
-            device=CUDA, requires_grad=False, layout=elem.layout)  # see _NO_AUTOGRAD
+            device=CUDA, requires_grad=False, layout=elem.layout)  # see _no_autograd
         r.elem = elem
         return r
 
@@ -141,6 +141,29 @@ _OF_THE_ELEMENT = {torch.Tensor.tolist, torch.Tensor.untyped_storage, torch.Tens
 _GUARD_ERROR = "not linked with support for cuda"
 
 
+def _no_autograd(func) -> None:
+    """Autograd cannot be faked: its graph nodes ask the CUDA runtime for the device's stream, and
+    a CPU build aborts the process there (not an exception). So a cuda:0 tensor never requires
+    grad (``requires_grad_`` leaves it False: a later ``backward`` fails with torch's own error), and
+    moving a tensor that requires grad to cuda:0 with grad enabled raises here, so a test fails
+    rather than killing pytest. Gradient code paths need a real GPU (gpu_smoke.sh)."""
+    raise NotImplementedError(f"fake_cuda: {getattr(func, '__name__', func)} would record autograd on a cuda:0 "
+                              "tensor, which the CPU-backed fake GPU cannot run (a real GPU can).")
+
+
+def _grad_reaches_cuda(args: tuple, kwargs: dict) -> bool:
+    """A tensor that requires grad meets a cuda:0 tensor or a move to cuda:0."""
+    flat = tree_flatten((args, kwargs))[0]
+    grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat)
+    return grad and any(isinstance(x, FakeCudaTensor) or (isinstance(x, torch.device) and x.type == "cuda")
+                        for x in flat)
+
+
+#: Where a tensor that requires grad can reach the device (any other op mixing it with a cuda:0
+#: tensor is a device error first).
+_MOVES = {torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.copy_}
+
+
 class _Functions(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -154,7 +177,9 @@ class _Functions(TorchFunctionMode):
         if func is torch.Tensor.cuda:
             return args[0].to(CUDA)
         if func is torch.Tensor.requires_grad_ and isinstance(args[0], FakeCudaTensor):
-            return args[0]  # see _NO_AUTOGRAD
+            return args[0]  # stays False (nn.Parameter asks for True): see _no_autograd
+        if func in _MOVES and torch.is_grad_enabled() and _grad_reaches_cuda(args, kwargs):
+            _no_autograd(func)
         if func in _OF_THE_ELEMENT and isinstance(args[0], FakeCudaTensor):  # tolist copies to the host, as on CUDA
             return func(args[0].elem, *args[1:], **kwargs)
         try:

@@ -67,3 +67,16 @@ def test_modules_move_and_run_on_the_device() -> None:
             lin(torch.ones(1, 4))
         got = got.cpu()
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_autograd_on_the_fake_device_is_refused_not_a_crash() -> None:
+    """A graph node on cuda:0 would abort the process on a CPU build: the harness raises instead."""
+    with fake_cuda():
+        x = torch.ones(3, device="cuda").requires_grad_(True)
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            (2 * x).sum().backward()
+        w = torch.ones(3, requires_grad=True)
+        with pytest.raises(NotImplementedError, match="autograd"):
+            w.to("cuda")
+        with torch.no_grad():
+            assert w.to("cuda").device.type == "cuda"
