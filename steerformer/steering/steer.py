@@ -351,7 +351,7 @@ def plan_ablation(source: Any, u: torch.Tensor, by_slot: dict[int, int], s: floa
     transposed = stores_transposed(adapter)
     edits = []
     for slot, L in sorted(by_slot.items(), key=lambda kv: kv[1]):
-        weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies
+        weights = read_attention_weights(source, [L], parts=("vo",), device=u.device)[L]  # float64 copies, beside u
         W_O, V = weights.output_matrix(), weights.value_matrix()
         a = u @ W_O
         b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
