@@ -305,22 +305,27 @@ def spectra(
         if factors is None:
             factors = getattr(matrices, "factors", None)
         matrices = matrices.matrices
-    A = torch.as_tensor(np.asarray(matrices) if isinstance(matrices, (list, tuple)) else matrices)
-    if A.ndim == 2:
-        A = A[None]
-    if A.ndim != 3 or A.shape[-1] != A.shape[-2]:
-        raise bad_argument("matrices", tuple(A.shape), "a square matrix (d, d) or a stack (L, d, d)")
-    if not bool(torch.isfinite(A).all()):
-        bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(A))[:, 0]})
-        raise bad_argument("matrices", f"non-finite entries in layer(s) {bad}", "finite matrices")
+    if matrices is None:  # layer_matrices(..., form=False): every layer factored, F never formed
+        if not factors or any(f is None for f in factors):
+            raise bad_argument("matrices", None, "layer matrices, or factors (A, B) for every layer")
+        A, L, d = None, len(factors), factors[0][0].shape[0]
+    else:
+        A = torch.as_tensor(np.asarray(matrices) if isinstance(matrices, (list, tuple)) else matrices)
+        if A.ndim == 2:
+            A = A[None]
+        if A.ndim != 3 or A.shape[-1] != A.shape[-2]:
+            raise bad_argument("matrices", tuple(A.shape), "a square matrix (d, d) or a stack (L, d, d)")
+        if not bool(torch.isfinite(A).all()):
+            bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(A))[:, 0]})
+            raise bad_argument("matrices", f"non-finite entries in layer(s) {bad}", "finite matrices")
+        L, d = A.shape[0], A.shape[-1]
     if dtype not in (torch.float64, torch.float32):
         raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= A.shape[-1]):
-        raise bad_argument("top_k", top_k, f"an integer in [1, d={A.shape[-1]}]")
+    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= d):
+        raise bad_argument("top_k", top_k, f"an integer in [1, d={d}]")
     if not isinstance(workers, (int, np.integer)) or workers < 1:
         raise bad_argument("workers", workers, "an integer ≥ 1")
     resolve_device(device)
-    L = A.shape[0]
     slots = list(range(L)) if slot_ids is None else list(slot_ids)
     if len(slots) != L:
         raise bad_argument("slot_ids", slot_ids, f"one slot id per matrix ({L})")

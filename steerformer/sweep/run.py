@@ -97,7 +97,7 @@ def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | Non
 
     with _single_thread():
         src = open_source(model, revision=revision)
-        mats = layer_matrices(src, [layer])
+        mats = layer_matrices(src, [layer], form=False)
         d = mats.d_model
         sp = spectra(mats, dtype={"float64": torch.float64, "float32": torch.float32}[dtype],
                      top_k=top_k if top_k is not None and top_k <= d - 2 else None, device=device)
