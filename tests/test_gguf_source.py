@@ -90,3 +90,35 @@ def test_folder_with_two_ggufs_is_refused(tmp_path) -> None:
         shutil.copyfile(__file__, tmp_path / name)
     with pytest.raises(sf.InvalidArgumentError, match="holds 2"):
         open_source(tmp_path)
+
+
+def test_steered_model_loaded_by_transformers_from_a_gguf_saves_as_float(tmp_path, smol_model) -> None:
+    """transformers marks a GGUF-loaded model quantized (hf_quantizer) though its weights are plain
+    floats; save_steered writes them as a float checkpoint that loads back bit for bit."""
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file
+
+    model = sf.load_model(sf.BUNDLED_SMOLLM2, auto_class="AutoModelForCausalLM")
+    model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="gguf"))
+    u = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    sf.steer(model, u, solve="exact", gain=0.5, report=False)
+    out = sf.save_steered(model, tmp_path / "steered")
+    saved = load_file(out / "model.safetensors")
+    for k, v in model.state_dict().items():
+        if k in saved:
+            assert torch.equal(saved[k], v), k
+    assert model.hf_quantizer is not None and "quantization_config" not in (out / "config.json").read_text()
+
+
+def test_steered_bitsandbytes_model_save_is_refused_in_one_line(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from tests.tiny_models import make_model
+
+    model = make_model("gpt2", dtype=torch.float32)
+    sf.steer(model, torch.randn(64, dtype=torch.float64), solve="exact", gain=1.0, report=False)
+    model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="bitsandbytes"))
+    with pytest.raises(sf.InvalidArgumentError, match="bitsandbytes-quantized.*format='peft'"):
+        sf.save_steered(model, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
