@@ -6,7 +6,9 @@ Three exact paths (MATH.md §1b, §2; issue 14):
   ``geev`` wrapper is the one :data:`CPU_BACKEND` names (picked by ``benchmarks/bench_eig.py``);
   on CUDA it is ``torch.linalg.eig``.
 - :func:`factored_eig` — F = A·B with A (d, r), B (r, d), r < d: the nonzero eigenvalues of AB are
-  those of BA (r, r), and BA w = λw gives F (Aw) = λ (Aw). Never forms the (d, d) F.
+  those of BA (r, r), and BA w = λw gives F (Aw) = λ (Aw). Never forms the (d, d) F. F also has
+  d − r zero eigenvalues (MATH.md §1b): :func:`null_vectors` gives eigenvectors for them, so the
+  zeros take part in the ordering like any other eigenvalue.
 - :func:`top_eig` — the k eigenvalues of largest real part by implicitly restarted Arnoldi
   (ARPACK, ``which="LR"``), accepted only when every residual ‖Mv − λv‖ ≤ tol·‖M‖; otherwise the
   caller's full path runs and the reason is recorded.
@@ -111,6 +113,24 @@ def factored_eig(A: torch.Tensor, B: torch.Tensor, *, dtype: torch.dtype = torch
     V = torch.complex(A_ @ W.real, A_ @ W.imag)  # two real GEMMs, not one complex (4× the flops)
     V = V / torch.linalg.vector_norm(V, dim=0, keepdim=True).clamp_min(1e-300)
     return vals, V
+
+
+def null_vectors(B: torch.Tensor, count: int, *, seed: int = 0) -> torch.Tensor:
+    """``count`` orthonormal vectors (d, count) with B x = 0, for B (r, d) with r + count ≤ d: unit
+    eigenvectors of the zero eigenvalue of F = A·B, on B's device. Seeded Gaussian vectors with B's
+    row space projected out twice (any basis of the null space is as good: the dense eig returns an
+    arbitrary one too)."""
+    r, d = B.shape
+    if count < 0 or r + count > d:
+        raise bad_argument("count", count, f"an integer in [0, d − r = {d - r}]")
+    B64 = B.detach().to(torch.float64)
+    Q, _ = torch.linalg.qr(B64.T)  # (d, r): orthonormal basis of B's row space
+    g = torch.Generator().manual_seed(int(seed))
+    X = torch.randn((d, count), generator=g, dtype=torch.float64).to(B64.device)
+    for _ in range(2):  # twice: one projection leaves O(eps·cond) of the row space
+        X = X - Q @ (Q.T @ X)
+    X, _ = torch.linalg.qr(X)
+    return X
 
 
 @dataclasses.dataclass
