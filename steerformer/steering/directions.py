@@ -135,6 +135,8 @@ def eigvec_direction(F: torch.Tensor | None, k: int, *,
     from ..spectra import layer_spectrum
 
     vals, vecs, _ = layer_spectrum(F, factors=factors)
+    nonzero = vals != 0  # the factored path lists F's zero eigenvalue too: never a steering target
+    vals, vecs = vals[nonzero], vecs[:, nonzero]
     d, m = vecs.shape
     if not isinstance(k, (int, np.integer)) or not 0 <= k < m:
         raise bad_argument("eigvec", k, f"an eigenvector index in [0, {m - 1}] (0 = principal, by real part"
