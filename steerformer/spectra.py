@@ -127,8 +127,9 @@ class Spectra:
     ``eigenvectors[k][:, l]`` is the unit right eigenvector of ``eigenvalues[k, l]``, with its
     largest-modulus entry made real and positive (a deterministic sign/phase).
     ``lambda2`` is the next eigenvalue after λ1 — after the whole pair when λ1 is complex.
-    ``method[k]`` says how layer k was solved: "full", "factored r=…" (nonzero spectrum only,
-    m = r columns), "top-K" (the K eigenvalues of largest real part), or "top-K→full (why)".
+    ``method[k]`` says how layer k was solved: "full", "factored r=…" (the nonzero spectrum and
+    F's zero eigenvalue min(2, d − r) times, m = r + 2 columns when r ≤ d − 2), "top-K" (the K
+    eigenvalues of largest real part), or "top-K→full (why)".
     With shared slots (ALBERT) ``eigenvectors`` is a :class:`SharedStack` holding each distinct
     decomposition once.
     """
@@ -317,7 +318,8 @@ def spectra(
     ``slot_ids`` marks layers that share weights (ALBERT): each distinct slot is decomposed once
     and its eigenvectors stored once. ``factors``: per layer (A, B) with F = A·B (a
     :class:`~steerformer.matrices.LayerMatrices` carries them when its layers have r < d); layers
-    with r < d get their exact nonzero spectrum from the r × r problem. ``top_k``: only the K
+    with r < d get their exact nonzero spectrum from the r × r problem, plus F's zero eigenvalue in
+    its place in the ordering (module docstring). ``top_k``: only the K
     eigenvalues of largest real part (Arnoldi, recorded fallback to full). ``workers`` > 1 runs
     the distinct layers in a process pool, each worker's BLAS single-threaded. ``progress``: a
     tqdm bar over the matrices (a string labels it).
