@@ -14,7 +14,7 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import SEED, progress_bar, renamed_parameters
+from ..configs import SEED, renamed_parameters
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
@@ -144,19 +144,19 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
     return _concat_steps(parts, passes)
 
 
-def stability(main: AlignmentStats, runs: Sequence[Any], spectra: Spectra, common: dict, null_run: dict | None,
-              test: dict, *, progress: bool = False) -> None:
-    """How often each step's verdicts hold over the main run and the trajectories ``runs`` of other
-    token seeds (MATH.md §4c): ``power_method_step_share`` and, with the null model,
+def stability(main: AlignmentStats, seeds: Sequence[int], trajectory: Any, spectra: Spectra, common: dict,
+              null_run: dict | None, test: dict) -> None:
+    """How often each step's verdicts hold over the main run and the runs ``trajectory(seed)`` of the
+    other token ``seeds``, one at a time (MATH.md §4c): ``power_method_step_share`` and, with the null model,
     ``beyond_chance_share`` and ``unstable`` (beyond chance in the main run but in fewer than
     :data:`STABLE_SHARE` of the seeds) in every record of ``main``; the per-seed verdicts in
     ``main.meta["stability"]``."""
-    seeds = [main.meta["options"].get("seed", 0)] + [tr.options["seed"] for tr in runs]
+    all_seeds = [main.meta["options"].get("seed", 0), *seeds]
     verdicts = {"power_method_step": [[bool(r["power_method_step"]) for r in main.layers]]}
     if null_run is not None:
         verdicts["beyond_chance"] = [[bool(r["beyond_chance"]) for r in main.layers]]
-    wrap = progress_bar(progress and "seeds", "seeds")
-    for tr in (wrap(runs) if wrap is not None else runs):
+    for seed in seeds:
+        tr = trajectory(seed)
         st = alignment_stats(tr, spectra, cumulative=False, **{**common, "ci": 0})
         verdicts["power_method_step"].append([bool(r["power_method_step"]) for r in st.layers])
         if null_run is not None:
@@ -167,7 +167,7 @@ def stability(main: AlignmentStats, runs: Sequence[Any], spectra: Spectra, commo
             rec[f"{name}_share"] = float(np.mean([v[i] for v in runs_]))
         if null_run is not None:
             rec["unstable"] = bool(rec["beyond_chance"] and rec["beyond_chance_share"] < STABLE_SHARE)
-    main.meta["stability"] = {"seeds": [int(s) for s in seeds], "stable_share": STABLE_SHARE, **verdicts}
+    main.meta["stability"] = {"seeds": [int(s) for s in all_seeds], "stable_share": STABLE_SHARE, **verdicts}
 
 
 def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
@@ -245,9 +245,11 @@ def power_method_stats(
         controlled.meta["test"] = {"draws": int(cfg.null_draws), "alpha": cfg.alpha, "correction": cfg.correction,
                                    "smallest_p": 1 / (int(cfg.null_draws) + 1), "seed": SEED}
     if cfg.seeds > 1:
-        stability(controlled, [run_dynamics(source, None, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens,
-                                            **{**dyn, "seed": cfg.seed + i}) for i in range(1, cfg.seeds)],
-                  spectra, common, null_run if cfg.null_draws else None, test, progress=progress)
+        def trajectory(seed: int):
+            return run_dynamics(source, None, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **{**dyn, "seed": seed})
+
+        stability(controlled, [cfg.seed + i for i in range(1, cfg.seeds)], trajectory, spectra, common,
+                  null_run if cfg.null_draws else None, test)
     with_ln = None
     if both:
         traj_ln = run_dynamics(source, traj.states[0], **{**dyn, "layer_norm": True, "normalize_initial": False})
