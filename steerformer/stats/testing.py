@@ -34,30 +34,25 @@ def monte_carlo_p(observed: np.ndarray, null: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(obs), np.nan, p)
 
 
+def _family(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(output filled with NaN, the p-values as floats, the non-NaN positions sorted by p-value)."""
+    p = np.asarray(p, dtype=float)
+    ok = np.flatnonzero(~np.isnan(p))
+    return np.full_like(p, np.nan), p, ok[np.argsort(p[ok], kind="stable")]
+
+
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (family-wise error), NaN entries left out of the family."""
-    p = np.asarray(p, dtype=float)
-    out = np.full_like(p, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    m = ok.size
-    if m == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    adj = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    out[order] = np.minimum(adj, 1.0)
+    out, p, order = _family(p)
+    m = order.size
+    out[order] = np.minimum(np.maximum.accumulate((m - np.arange(m)) * p[order]), 1.0)
     return out
 
 
 def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (false discovery rate), NaN entries left out."""
-    p = np.asarray(p, dtype=float)
-    out = np.full_like(p, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    m = ok.size
-    if m == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = p[order] * m / np.arange(1, m + 1)
+    out, p, order = _family(p)
+    scaled = p[order] * order.size / np.arange(1, order.size + 1)
     out[order] = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
     return out
 
