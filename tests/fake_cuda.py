@@ -191,6 +191,17 @@ class _Functions(TorchFunctionMode):
         return _run(func, getattr(func, "__name__", str(func)), args, kwargs)
 
 
+def _looped_vmap(f, in_dims=0, out_dims=0, **_):
+    """torch.func.vmap over a leading axis (the only use here) as a Python loop."""
+    if in_dims != 0 or out_dims != 0:
+        raise NotImplementedError("fake_cuda's vmap maps the leading axis only")
+
+    def mapped(*args):
+        return torch.stack([f(*(a[i] for a in args)) for i in range(args[0].shape[0])])
+
+    return mapped
+
+
 @contextlib.contextmanager
 def fake_cuda() -> Iterator[None]:
     """One fake CUDA GPU for the duration of the block (see the module docstring)."""
@@ -204,6 +215,10 @@ def fake_cuda() -> Iterator[None]:
         "torch.cuda.get_rng_state": lambda *a: torch.zeros(16, dtype=torch.uint8),
         "torch.cuda.set_rng_state": lambda *a: None, "torch.cuda.manual_seed": lambda *a: None,
         "torch.cuda.manual_seed_all": lambda *a: None,
+        # functorch's batching cannot see through a wrapper subclass (a BatchedTensor of a
+        # FakeCudaTensor reaches the real CUDA runtime): vmap becomes the loop it stands for, so the
+        # batched null draws still run op by op under the device checks.
+        "torch.func.vmap": _looped_vmap,
     }
     with contextlib.ExitStack() as stack:
         for target, fn in patches.items():
