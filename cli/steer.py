@@ -118,7 +118,7 @@ def steer_cmd(
         if positive is not None or negative is not None or pairs is not None:
             if direction is not None:
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
-            the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.layer,
+            the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.edit_layer,
                                                   method=contrastive_method, progress=cfg.progress)
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         typer.echo(rec.summary())

@@ -74,6 +74,8 @@ class SteeringRecord:
     compensate_bias: bool = False  # the shift was removed through b_O
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
+    calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
+    evaluation: dict | None = None  # held-out answers judged (steering.evaluate), when an evaluation ran
 
     def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
         def f(x):
@@ -211,7 +213,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
                  choice: Any = None, measure: str | None = None, target_alignment: float | None = None,
                  message: str = "", measured: dict | None = None, through_ffn: dict | None = None,
                  heldout_prompts: Any = None, config: dict | None = None,
-                 direction: torch.Tensor | None = None) -> SteeringRecord:
+                 direction: torch.Tensor | None = None, calibration: dict | None = None) -> SteeringRecord:
     """The record of one call that made ``edits`` (applied, or with their hashes set) on the model
     opened as ``source``. ``originals``: the true original of each edited weight; ``weights``: the
     edited weights as stored now. ``target``: u* the alignment is measured against (default the
@@ -238,7 +240,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         gain=float(first.gain), strength=float(first.gain) / abs_lambda1 if abs_lambda1 else None,
         solve=dict(first.solve),
         measure=measure if choice is not None else None,
-        target_alignment=float(target_alignment) if choice is not None else None,
+        target_alignment=float(target_alignment) if choice is not None and target_alignment is not None else None,
         target_reached=choice.reached if choice is not None else None,
         message=choice.message if choice is not None else message,
         curve=[list(p) for p in choice.curve] if choice is not None else [],
@@ -253,7 +255,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
         if steer and abs_lambda1 else None,
         bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
-        edits=list(edits), config=config, **measured,
+        edits=list(edits), config=config, calibration=calibration, **measured,
     )
     for n in FINITE:
         v = getattr(record, n)
