@@ -282,12 +282,22 @@ def addition_as_weights(model: Any, vector: Any, layers: Sequence[int] | int | N
     vectors = layer_vectors(vector, layers, source.adapter, source.model_id)
     edits = addition_edits(model, vectors, coeff, positions=positions, prompts=prompts, tokenizer=tokenizer,
                            ridge=ridge, exact_bias=exact_bias)
+    with edits_applied(model, edits) as applied:
+        yield applied
+
+
+@contextlib.contextmanager
+def edits_applied(model: Any, edits: Sequence[Edit]) -> Iterator[list[Edit]]:
+    """Copies of ``edits`` (e.g. a record's, after ``unsteer``) applied inside the ``with`` and
+    removed bit for bit on exit: to evaluate a recorded edit without re-planning it."""
+    model = model_object(model, "edits_applied")
+    fresh = [Edit.from_dict(e.to_dict()) for e in edits]
     applied = []
     try:
-        for e in edits:
-            e.apply(model)
+        for e in fresh:
+            e.apply(model, check=False)
             applied.append(e)
-        yield edits
+        yield fresh
     finally:
         for e in reversed(applied):
-            e.remove(model)
+            e.remove(model, check=False)

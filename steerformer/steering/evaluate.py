@@ -478,3 +478,49 @@ def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str],
         base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
         base_distinct2=distinct2(baseline.texts), base_nll=baseline.nll, points=list(points), chat=baseline.chat,
         sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens)
+
+
+def record_concept(record: Any) -> str | None:
+    """The word or phrase a record steered toward (its token/text direction source), if any."""
+    src = record.direction_source or {}
+    return src.get("phrase") or src.get("token") or src.get("text")
+
+
+def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | Sequence[str] | None = None,
+                    questions: Sequence[str] | None = None, chat: bool | None = None, max_new_tokens: int = 40,
+                    sample: bool = False, seed: int = 0) -> SteeringEvaluation:
+    """Judge the last steering call of ``model`` (``record``, applied) on held-out answers, and store
+    the result in ``record.evaluation`` (the record's JSON and the model card carry it). The base
+    model's answers are taken with the record's edits removed (bit for bit) and put back."""
+    from ..errors import InvalidArgumentError
+    from ..loading import open_source
+    from .chain import steering_of
+
+    steering = steering_of(model)
+    if steering is None or not steering.records or steering.records[-1] is not record:
+        raise InvalidArgumentError("evaluate_record judges the model's last steering call: pass the record that "
+                                   "steer() just returned (and steer nothing else before evaluating).")
+    concept = record_concept(record) if concept is None else concept
+    if concept is None:
+        raise bad_argument("concept", None, "the words an answer must contain (the record's direction is no token "
+                           "or text)", "Pass concept='word' (--concept).")
+    words = concept_words(concept)
+
+    def without(fn):
+        for e in reversed(record.edits):
+            e.remove(model)
+        try:
+            return fn()
+        finally:
+            for e in record.edits:
+                e.apply(model)
+
+    baseline = without(lambda: Baseline.of(model, tokenizer, questions, chat=chat, max_new_tokens=max_new_tokens,
+                                           sample=sample, seed=seed))
+    point, ids = score_answers(model, tokenizer, baseline, words, method="steer")
+    point.fluency, point.fluency_free = without(lambda: fluency_of(model, baseline, ids))
+    ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point])
+    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k != "info"}, "words": words,
+                         "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
+                         "questions": baseline.questions, "sample": sample, "seed": seed}
+    return ev

@@ -145,6 +145,24 @@ class SteeringRecord:
                      f"weight change |dW|/|W| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
                      f"state cosine = {f(self.state_cosine)}"]
             return "\n".join(lines + ([self.message] if self.message else []))
+        if self.edits and self.edits[0].kind == "add":  # activation addition as weights, KL-calibrated
+            cal = self.calibration or {}
+            how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
+                            else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
+                                 f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
+                            for e in self.edits)
+            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}: {how}",
+                     f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
+                     f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
+                     f"weight change |dW|/|W| = {self.weight_change:.4g}"]
+            if cal.get("scan"):
+                lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
+                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" for r in cal["scan"]))
+            if self.evaluation:
+                ev = self.evaluation
+                lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                             f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+            return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
             f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "

@@ -1,5 +1,7 @@
 """``steer``: edit a model in place, each call as plan → apply → measure → record.
 
+    causal LM: b' = b + γ u  or  W' = W + γ u a, a·z ≈ 1   (activation addition as weights, MATH.md §5d;
+              the gain within a KL budget, ``calibrate.py``)
     steer:    W_O' = W_O + γ u (wᵀV⁺)      (MATH.md §5; the algebra in ``algebra.py``)
     ablate:   W' = (I − s UUᵀ) W           (``mode="ablate"``: ``ablation.py``, MATH.md §5b, §5e)
 
@@ -57,6 +59,15 @@ def steer(
 ) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
+    Two edits. **Causal LMs, by default** (or ``max_kl=``): activation addition written as weights
+    (``activation.py``) — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers,
+    the one that raises the concept's tokens most wins), along the direction taken at that layer
+    (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``), with
+    the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (default
+    0.3 nats/token; docs/steering-chat.md). ``positions="skip-first"`` leaves the first token alone.
+    **The paper's edit** (every other model, or any of ``gain``, ``strength``, ``target_alignment``,
+    ``through_ffn``, ``solve="exact"``...; ``layer`` default -1), described below:
+
     Direction: ``direction`` (array/tensor or ``.npy`` path), ``token`` (the unembedding row for
     models with an LM head, else the input embedding row), ``eigvec`` (index of an eigenvector of
     F_layer, by real part) or ``text`` (mean final hidden state). ``left``: w (default u).
@@ -82,7 +93,7 @@ def steer(
     steers toward. ``mode="ablate"``: remove u from the write of every layer in ``layers`` (default
     all), W_O' = (I − scale·uuᵀ) W_O (see :func:`ablate`; gain/strength/solve do not apply).
 
-    The options (``target_alignment=0.99, strength, gain, layer=-1, solve="min-norm",
+    The options (``max_kl, positions="skip-first", target_alignment (0.99), strength, gain, layer, solve="min-norm",
     measure="model", through_ffn, untie_last, dynamics_n_prompts=30, dynamics_tokens=10, seed=0,
     report=True, compensate_bias, progress, mode="steer", scale=1.0``) come as a
     :class:`~steerformer.configs.SteerConfig` or as its fields by keyword; the record stores them
