@@ -37,7 +37,8 @@ from ..matrices import select_layers
 from .common import model_object
 from .directions import check_vector
 from .edit import Edit
-from .measure import encode, run_hooked
+from ..prompts import PromptBatch
+from .measure import encode, model_device, run_hooked
 
 POSITIONS = ("all", "skip-first")
 
@@ -239,8 +240,8 @@ def addition_edits(model: Any, vectors: Mapping[int, torch.Tensor], coeff: float
                    ridge: float = 0.1, exact_bias: bool = True) -> list[Edit]:
     """The weight-space equal of adding ``coeff·v`` after each layer of ``vectors`` (values: nothing is
     changed): a bias edit where the layer's output writer has one (``positions="all"``, exact), else
-    the rank-1 edit with a fitted on the writer's inputs over ``prompts`` (or the given ``inputs``,
-    :func:`writer_inputs`)."""
+    the rank-1 edit with a fitted on the writer's inputs over ``prompts`` (strings, or a
+    ``PromptBatch`` such as chat-formatted rows; or the given ``inputs``, :func:`writer_inputs`)."""
     source = open_source(model)
     adapter = source.adapter
     positions = check_positions(positions)
@@ -250,7 +251,9 @@ def addition_edits(model: Any, vectors: Mapping[int, torch.Tensor], coeff: float
     writers = {k: output_writer(adapter, k, source.model_id) for k in vectors}
     need_fit = [k for k, w in writers.items() if not (exact_bias and w.bias and positions == "all")]
     if need_fit and inputs is None:
-        inputs = writer_inputs(model, adapter, need_fit, encode(model, prompts, tokenizer, name="prompts"))
+        batch = prompts.to(model_device(model)) if isinstance(prompts, PromptBatch) else \
+            encode(model, prompts, tokenizer, name="prompts")
+        inputs = writer_inputs(model, adapter, need_fit, batch)
     edits = []
     for k, v in sorted(vectors.items()):
         w = writers[k]

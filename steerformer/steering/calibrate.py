@@ -31,7 +31,7 @@ import torch
 from ..errors import bad_argument
 from ..prompts import PromptBatch
 from .evaluate import PROBE_QUESTIONS, chat_rows, generate_answers, has_chat_template, pad_id, word_forms
-from .measure import REFERENCE_SENTENCES, ModelProbe, model_probe, run_hooked
+from .measure import REFERENCE_SENTENCES, ModelProbe, model_probe
 
 #: the default KL budget, nats per token on the probe continuations (docs/steering-chat.md)
 DEFAULT_MAX_KL = 0.3
@@ -165,6 +165,36 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
 
 
 # ---- directions ----------------------------------------------------------------------------------
+class _Enough(Exception):
+    """Raised by a hook once the last block needed has run (the rest of the forward is skipped)."""
+
+
+@torch.no_grad()
+def block_outputs(model: Any, adapter: Any, batch: PromptBatch, last: int) -> list[torch.Tensor]:
+    """The outputs of execution layers 0…``last`` on ``batch`` (one forward pass, stopped after ``last``)."""
+    if adapter.shares_weights:
+        raise bad_argument("layer", last, "a model whose blocks each run once (shared weights: ALBERT)")
+    base = model.base_model
+    seq = adapter.layer_sequence()
+    outs: list[torch.Tensor] = []
+
+    def keep(m, a, o):
+        outs.append((o[0] if isinstance(o, (tuple, list)) else o).detach())
+        if len(outs) > last:
+            raise _Enough
+
+    handles = [base.get_submodule(adapter.layer_block(seq[k])).register_forward_hook(keep) for k in range(last + 1)]
+    kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+    try:
+        base(**batch.inputs(), **kw)
+    except _Enough:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return outs
+
+
 def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
     """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
     ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
@@ -185,14 +215,7 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
     batch = PromptBatch.from_texts(texts, tokenizer)
     dev = next(p.device for p in model.parameters() if p.device.type != "meta")
     batch = batch.to(dev)
-    base = model.base_model
-    seq = adapter.layer_sequence()
-    names = [adapter.layer_block(s) for s in seq]
-    calls: list[torch.Tensor] = []
-    uniq = sorted(set(names))
-    handles = [base.get_submodule(n).register_forward_hook(
-        lambda m, a, o: calls.append((o[0] if isinstance(o, (tuple, list)) else o).detach())) for n in uniq]
-    run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
+    calls = block_outputs(model, adapter, batch, max(layers))
     mask = batch.attention_mask.to(torch.float64).cpu()
     last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
     is_word = torch.tensor([i % (1 + len(others)) == 0 for i in range(len(texts))])
