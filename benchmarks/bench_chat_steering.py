@@ -86,7 +86,7 @@ def main() -> None:
 
     import steerformer as sf
     from steerformer.steering import edits_applied
-    from steerformer.steering.calibrate import ContinuationProbe
+    from steerformer.steering.calibrate import ContinuationProbe, addition_vectors
     from steerformer.steering.evaluate import (
         HELDOUT_QUESTIONS, Baseline, answer_logprobs, evaluate_steering, mean_kl,
     )
@@ -108,8 +108,6 @@ def main() -> None:
         sf.unsteer(model)
         layers = rec.calibration["layers"]
         alpha = rec.calibration["alpha"]
-        scales = next(s for s in (rec.calibration["scan"] or [{"layers": layers, "residual_norm": None}])
-                      if s["layers"] == layers)["residual_norm"]
         vectors = {e.layer: e.u * (e.gain / alpha) for e in rec.edits}  # u · s_ℓ: the hook adds α·s_ℓ·u
         methods = {
             f"steer (default, layer {','.join(map(str, layers))})": lambda s: edits_applied(model, rec.edits),
@@ -126,14 +124,10 @@ def main() -> None:
             methods[label] = lambda s: edits_applied(
                 model, [type(e).from_dict({**e.to_dict(), "gain": e.gain * s}) for e in rec.edits])
             strengths[label] = list(grid)
-            for layer in (12, 15, 19, 22):
+            for layer, v in addition_vectors(model, tok, concept, (12, 15, 19, 22), probe=probe).items():
                 hook_label = f"hook, layer {layer}"
-                s_l = probe.residual_scale(layer)
-                from steerformer.steering.calibrate import concept_directions
-
-                dirs, _ = concept_directions(model, sf.open_source(model).adapter, tok, concept, [layer])
-                methods[hook_label] = (lambda v: lambda c: sf.activation_steering(
-                    model, v, coeff=c, positions="skip-first"))({layer: dirs[layer] * s_l})
+                methods[hook_label] = (lambda vec: lambda c: sf.activation_steering(
+                    model, vec, coeff=c, positions="skip-first"))({layer: v})
                 strengths[hook_label] = [0.15, 0.25]
         ev = evaluate_steering(model, tok, methods, strengths, concept=concept, baseline=base)
         # KL between the hook and the weight edit at the same layer and coefficient

@@ -316,3 +316,16 @@ def default_scan_layers(n_layers: int, count: int = 4) -> list[int]:
         return sorted({max(0, n_layers // 2 - 1), n_layers // 2})[:count] or [0]
     step = (hi - lo) / max(count - 1, 1)
     return sorted({round(lo + i * step) for i in range(count)})
+
+
+def addition_vectors(model: Any, tokenizer: Any, phrase: str, layers: Sequence[int], *,
+                     probe: ContinuationProbe | None = None) -> dict[int, torch.Tensor]:
+    """{layer: u_ℓ · s_ℓ}: the phrase's direction at each layer scaled to that layer's median
+    residual norm on the probe, so that ``activation_steering(model, vectors, coeff=c)`` adds c
+    residual norms (the coefficient means the same at every layer)."""
+    from ..loading import open_source
+
+    adapter = open_source(model).adapter
+    probe = probe or ContinuationProbe.of(model, adapter, tokenizer)
+    dirs, _ = concept_directions(model, adapter, tokenizer, phrase, layers)
+    return {k: dirs[k] * probe.residual_scale(k) for k in layers}

@@ -127,3 +127,11 @@ def test_activation_steering_bad_inputs_name_the_argument() -> None:
 def test_cli_bad_budget_exits_2(tiny_checkpoint, args: list) -> None:
     res = run_cli(["steer", tiny_checkpoint, "--direction", tiny_checkpoint.parent / "u.npy", *args])
     assert res.exit_code == 2 and "--max-kl" in res.output
+
+
+@pytest.mark.parametrize("args, flag", [(["--coeffs", "a,b"], "--coeffs"), (["--questions", "0"], "--questions"),
+                                        (["--layers", "7"], "--layers")])
+def test_cli_evaluate_bad_input_exits_2(tiny_checkpoint, tmp_path, args: list, flag: str) -> None:
+    res = run_cli(["evaluate", tiny_checkpoint, "--token", "x", "--out", tmp_path / "ev", *args])
+    assert res.exit_code == 2 and flag in res.output
+    assert not (tmp_path / "ev").exists()
