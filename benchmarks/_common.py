@@ -10,7 +10,28 @@ import sys
 import textwrap
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent / ".cache"
+#: Generated checkpoints, kept between runs (the smoke tests point it at a temporary folder).
+CACHE = Path(os.environ.get("STEERFORMER_BENCH_CACHE") or Path(__file__).resolve().parent / ".cache")
+#: The steerformer command of this checkout (the `steerformer` on PATH may be another install).
+CLI = [sys.executable, "-c", "import sys; from steerformer_cli.main import app; sys.argv[0] = 'steerformer'; app()"]
+SMOKE_HELP = "tiny sizes, seconds: what the test suite runs (tests/benchmarks/test_smoke.py) so the script cannot rot"
+
+
+def tiny_gpt2(n_layer: int = 2, n_embd: int = 64, n_head: int = 4, seed: int = 0) -> Path:
+    """A small random GPT2LMHeadModel saved once under :data:`CACHE` (the --smoke sizes)."""
+    path = CACHE / f"gpt2-{n_layer}L-{n_embd}d-{n_head}h"
+    if (path / "config.json").is_file() and list(path.glob("*.safetensors")):
+        return path
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=128, vocab_size=256,
+                                           bos_token_id=0, eos_token_id=0))
+    tmp = path.with_suffix(".tmp")
+    model.save_pretrained(tmp)
+    tmp.rename(path)
+    return path
 
 
 def gpt2_medium_random(seed: int = 0) -> Path:

@@ -7,7 +7,7 @@
 (d) spectra of the 24 layers with 2 workers ÷ 1 worker, alternated (issue 14 target ≤ 0.65)
 (e) peak RSS of the power-method statistics (`analyze` with statistics) on the same model
 
-Run: python benchmarks/bench_analyze.py [--parts a,b,c,d,e] [--rounds 2]
+Run: python benchmarks/bench_analyze.py [--parts a,b,c,d,e] [--rounds 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import gpt2_medium_random, peak_rss_mib  # noqa: E402
+from _common import CLI, SMOKE_HELP, gpt2_medium_random, peak_rss_mib, tiny_gpt2  # noqa: E402
 
 
 def main() -> None:
@@ -33,9 +33,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="a,b,c,d")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP + " (parts a and d on a 4-layer d=64 GPT-2)")
     args = ap.parse_args()
-    parts = set(args.parts.split(","))
-    path = gpt2_medium_random()
+    parts = {"a", "d"} if args.smoke else set(args.parts.split(","))
+    rounds = 1 if args.smoke else args.rounds
+    path = tiny_gpt2(n_layer=4) if args.smoke else gpt2_medium_random()
     print(f"checkpoint: {path} ({sum(f.stat().st_size for f in path.glob('*.safetensors')) / 2**20:.0f} MiB), "
           f"torch threads={torch.get_num_threads()}, load {os.getloadavg()}", flush=True)
     F = layer_matrices(path).matrices
@@ -50,7 +52,7 @@ def main() -> None:
     if "a" in parts:
         # (a) alternated: bare, ours, bare, ours, ... so a drift in load shows as a spread, not a bias.
         t_bare, t_ours = [], []
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             t_bare.append(bare())
             t = time.perf_counter()
             spectra(layer_matrices(path), workers=1)
@@ -61,7 +63,7 @@ def main() -> None:
 
     if "d" in parts:
         t1, t2 = [], []
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             t = time.perf_counter()
             one = spectra(F, workers=1)
             t1.append(time.perf_counter() - t)
@@ -70,7 +72,7 @@ def main() -> None:
             t2.append(time.perf_counter() - t)
         # Workers run BLAS single-threaded: equal to rounding, not bitwise, to a 2-thread run.
         same = float((one.eigenvalues - two.eigenvalues).abs().max() / one.spectral_radius.max())
-        print(f"(d) spectra 24 layers: 2 workers {sum(t2):.1f} s ({', '.join(f'{x:.1f}' for x in t2)}), 1 worker "
+        print(f"(d) spectra {F.shape[0]} layers: 2 workers {sum(t2):.1f} s ({', '.join(f'{x:.1f}' for x in t2)}), 1 worker "
               f"{sum(t1):.1f} s ({', '.join(f'{x:.1f}' for x in t1)}): ratio = {sum(t2) / sum(t1):.3f}  "
               f"(target <= 0.65); max |Δλ|/ρ {same:.1e}; load {os.getloadavg()}", flush=True)
 
@@ -99,15 +101,9 @@ def main() -> None:
     # (c) end-to-end CLI.
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
-        subprocess.run(["steerformer", "analyze", str(path), "--out", out, "--spectra-only"]
-                       if _has_spectra_only() else ["steerformer", "analyze", str(path), "--out", out],
+        subprocess.run([*CLI, "analyze", str(path), "--out", out, "--spectra-only"],
                        check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         print(f"(c) end-to-end `steerformer analyze` (spectra, figures): {time.perf_counter() - t:.1f} s wall")
-
-
-def _has_spectra_only() -> bool:
-    out = subprocess.run(["steerformer", "analyze", "--help"], capture_output=True, text=True)
-    return "--spectra-only" in out.stdout
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ statistics after every block, final norm) divided by a bare forward of the same 
 the same model (target <= 1.10), and the resident memory after the 2nd and the last pass (it must
 not grow with the number of passes).
 
-    PYTHONPATH=. python benchmarks/bench_collapse.py [--passes 12] [--threads 1] [--device cpu]
+    PYTHONPATH=. python benchmarks/bench_collapse.py [--passes 12] [--threads 1] [--device cpu] [--smoke]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import os
 import resource
 import statistics
+import sys
 import time
 
 import torch
@@ -22,16 +23,19 @@ from transformers import GPT2Config, GPT2Model
 
 from steerformer.collapse import collapse
 
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import SMOKE_HELP  # noqa: E402
+
 
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def bench(name: str, config: GPT2Config, prompts: int, length: int, passes: int, device: str) -> None:
+def bench(name: str, config: GPT2Config, n_prompts: int, length: int, passes: int, device: str) -> None:
     torch.manual_seed(0)
     model = GPT2Model(config).eval().to(device)
-    ids = torch.randint(0, config.vocab_size, (prompts, length), device=device)
+    ids = torch.randint(0, config.vocab_size, (n_prompts, length), device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def bare_forward() -> float:
@@ -59,7 +63,7 @@ def bench(name: str, config: GPT2Config, prompts: int, length: int, passes: int,
     collapse(model, token_ids=ids, passes=passes, on_pass=on_pass)
     per_pass = per_pass[1:]  # pass 1 also embeds and builds the masks
     ratio = statistics.median(per_pass) / statistics.median(bare)
-    print(f"{name:>11}: batch {prompts}x{length}, {config.n_layer} blocks, d={config.n_embd}, {device}, "
+    print(f"{name:>11}: batch {n_prompts}x{length}, {config.n_layer} blocks, d={config.n_embd}, {device}, "
           f"{torch.get_num_threads()} thread(s)")
     print(f"             bare forward {statistics.median(bare) * 1e3:8.2f} ms | collapse pass "
           f"{statistics.median(per_pass) * 1e3:8.2f} ms | ratio {ratio:.3f} (target <= 1.10)")
@@ -74,11 +78,15 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     common = dict(attn_implementation="eager", vocab_size=50257)
-    bench("tiny", GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=256, **common),
-          n_prompts=100, length=200, passes=args.passes, device=args.device)
+    tiny = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=256, **common)
+    if args.smoke:
+        bench("tiny", tiny, n_prompts=4, length=16, passes=3, device=args.device)
+        return
+    bench("tiny", tiny, n_prompts=100, length=200, passes=args.passes, device=args.device)
     bench("gpt2-small", GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, **common),
           n_prompts=4, length=128, passes=args.passes, device=args.device)
 

@@ -6,7 +6,7 @@
     (RK45) one run at a time at the same rtol/atol                          target ≤ 0.5,
     final E of every run agreeing to 1e-6.
 
-Usage: python benchmarks/bench_ode.py [--runs 100] [--t1 5] [--rtol 1e-8] [--scipy-runs N]
+Usage: python benchmarks/bench_ode.py [--runs 100] [--t1 5] [--rtol 1e-8] [--scipy-runs N] [--smoke]
 ``--scipy-runs N`` < runs times scipy on the first N runs only and scales its time by runs/N
 (said so in the output). Timings are medians over ``--repeats``; the host's load is printed
 because a busy machine inflates every number.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -25,6 +26,9 @@ from scipy.integrate import solve_ivp
 
 from steerformer.ode import AttentionField, consensus_error, random_tokens, solve_tokens
 from steerformer.ode.experiments import p_512
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import SMOKE_HELP  # noqa: E402
 
 
 def median_time(fn, repeats: int) -> float:
@@ -50,7 +54,10 @@ def main() -> None:
     ap.add_argument("--scipy-runs", type=int, default=None)
     ap.add_argument("--method", default="dopri5", help="batched adaptive method (dopri5 or dop853)")
     ap.add_argument("--skip-b", action="store_true", help="only measure (a)")
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:
+        args.runs, args.n, args.d, args.t1, args.repeats, args.scipy_runs = 2, 5, 8, 0.2, 1, 1
 
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.1f}")

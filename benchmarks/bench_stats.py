@@ -5,7 +5,7 @@ random weights — only the attention weights matter here), 100 × 10 random tok
 
     ratio = time(dynamics + statistics) / time(spectra)          target ≤ 0.25
 
-Run:  python benchmarks/bench_stats.py [--layers 24] [--prompts 100] [--tokens 10] [--dtype float64]
+Run:  python benchmarks/bench_stats.py [--layers 24] [--prompts 100] [--tokens 10] [--dtype float64] [--smoke]
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import time
 
 # Measure this checkout, not whatever steerformer is installed.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _common import SMOKE_HELP  # noqa: E402
 
 import torch
 from transformers import GPT2Config, GPT2Model
@@ -35,7 +37,10 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--tokens", type=int, default=10)
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = ap.parse_args()
+    if args.smoke:
+        args.layers, args.d, args.heads, args.prompts, args.tokens = 3, 64, 4, 5, 4
     dtype = getattr(torch, args.dtype)
 
     torch.manual_seed(0)

@@ -16,6 +16,7 @@ parameters, fp32), built once from its config into benchmarks/.cache/.
 
 Run:  python benchmarks/bench_steer.py            (all three)
       python benchmarks/bench_steer.py --rss      (2 and 3: the in-memory path is the baseline)
+      python benchmarks/bench_steer.py --smoke    (all three on a 2-layer d=64 GPT-2: the test suite runs it)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import gpt2_medium_random, peak_rss_mib  # noqa: E402
+from _common import gpt2_medium_random, peak_rss_mib, tiny_gpt2  # noqa: E402
 
 
 def checkpoint_bytes(path: Path) -> int:
@@ -55,7 +56,8 @@ def timing(path: Path) -> dict:
     model = load_model(path)
     d = model.config.n_embd
     u = torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    F = read_attention_weights(open_source(model), [-1], parts=("vo",))[23].layer_matrix()
+    last = model.config.n_layer - 1
+    F = read_attention_weights(open_source(model), [last], parts=("vo",))[last].layer_matrix()
 
     def edit() -> None:
         steer(model, u, gain=1.0, solve="exact", report=False)
@@ -120,14 +122,14 @@ def peak_rss_lazy(path: Path) -> dict:
 
 
 def main() -> None:
-    path = gpt2_medium_random()
+    path = tiny_gpt2() if "--smoke" in sys.argv[1:] else gpt2_medium_random()
     rss_only = "--rss" in sys.argv[1:]
     res = {**({} if rss_only else timing(path)), **peak_rss(path), **peak_rss_lazy(path)}
     print(json.dumps(res, indent=1))
     if not rss_only:
-        print(f"edit / eig(F_L): {res['edit_over_eig']:.3f} (target <= 1.2)")
-    print(f"in-memory edit+save peak RSS / checkpoint: {res['rss_over_checkpoint']:.3f} (target <= 1.5)")
-    print(f"lazy edit peak RSS / checkpoint: {res['lazy_rss_over_checkpoint']:.3f} (target <= 0.2); "
+        print(f"ratio edit / eig(F_L): {res['edit_over_eig']:.3f} (target <= 1.2)")
+    print(f"ratio in-memory edit+save peak RSS / checkpoint: {res['rss_over_checkpoint']:.3f} (target <= 1.5)")
+    print(f"ratio lazy edit peak RSS / checkpoint: {res['lazy_rss_over_checkpoint']:.3f} (target <= 0.2); "
           f"above the import floor ({res['lazy_import_floor_gib'] * 1024:.0f} MiB): "
           f"{res['lazy_rss_above_floor_over_checkpoint']:.3f}")
 

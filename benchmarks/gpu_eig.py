@@ -2,26 +2,37 @@
 steerformer's dense path (steerformer.eig.dense_eig: the measured CPU LAPACK; torch.linalg.eig on
 CUDA), and the agreement of λ1.
 
-    python benchmarks/gpu_eig.py [--d 1024 2048 4096] [--layers 3]
+    python benchmarks/gpu_eig.py [--d 1024 2048 4096] [--layers 3] [--smoke]
+
+Also the solver steerformer picks per size (``eig.solver_device``: CUDA from ``CUDA_EIG_FROM`` on)
+and its time ÷ the faster of the two: the measurement that places that threshold.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import SMOKE_HELP  # noqa: E402
 
 
 def main() -> None:
     import numpy as np
     import torch
 
-    from steerformer.eig import CPU_BACKEND, dense_eig
+    from steerformer.eig import CPU_BACKEND, CUDA_EIG_FROM, dense_eig
     from steerformer.errors import SteerformerError
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     a = ap.parse_args()
+    if a.smoke:
+        a.d, a.layers = [32, 48], 1
     card = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     print(f"CPU backend {CPU_BACKEND[torch.float64]}, torch {torch.__version__}, GPU: {card}")
     for d in a.d:
@@ -40,9 +51,12 @@ def main() -> None:
             t_gpu = (time.perf_counter() - t) / a.layers
             top = lambda w: w[torch.argmax(w.real)].item()  # noqa: E731
             err = max(abs(top(c[0]) - top(g[0].cpu())) for c, g in zip(cpu, gpu))
-            line += f", GPU {t_gpu:.3f} s/layer, CPU/GPU = {t_cpu / t_gpu:.1f}x, max |Δλ1| {err:.1e}"
-        except SteerformerError as exc:
-            line += f", GPU: {exc}"
+            picked = t_gpu if d >= CUDA_EIG_FROM else t_cpu
+            line += (f", GPU {t_gpu:.3f} s/layer, CPU/GPU = {t_cpu / t_gpu:.1f}x, max |Δλ1| {err:.1e}; steerformer "
+                     f"solves d={d} on the {'GPU' if d >= CUDA_EIG_FROM else 'CPU'}: ratio to the faster "
+                     f"{picked / min(t_cpu, t_gpu):.2f}")
+        except SteerformerError as exc:  # no GPU: the baseline is the CPU run itself
+            line += f", GPU: {exc}; ratio to the CPU run 1.00"
         print(line, flush=True)
 
 

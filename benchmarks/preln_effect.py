@@ -2,7 +2,7 @@
 (docs/statistics.md). A random GPT-2 built from a config (the library's default initializer, no
 checkpoint: weights cannot be downloaded here), 100 × 10 random tokens, no null model:
 
-    python benchmarks/preln_effect.py [--layers 6] [--d 256] [--heads 8]
+    python benchmarks/preln_effect.py [--layers 6] [--d 256] [--heads 8] [--smoke]
 
 Prints per layer Δρ, P and the verdict without the norm (eq. (1), `controlled`) and with it
 (`controlled_layer_norm`), then the time of the default run (both) ÷ the time of one variant.
@@ -31,7 +31,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--smoke", action="store_true", help="2 layers, d = 32: what the test suite runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.layers, args.d, args.heads = 2, 32, 4
     torch.manual_seed(0)
     model = GPT2Model(GPT2Config(n_layer=args.layers, n_embd=args.d, n_head=args.heads, vocab_size=256,
                                  n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
@@ -52,7 +55,7 @@ def main() -> None:
               f"{b['delta_rho_mean']:>+12.4f} {b['P']:>5.2f} {str(b['power_method_step']):>5}")
     print(f"without: {both.controlled.summary()}")
     print(f"with ln_1: {both.controlled_layer_norm.summary()}")
-    print(f"time both / one variant (statistics only, spectra given): {t_both / t_one:.2f} "
+    print(f"ratio of the times, both / one variant (statistics only, spectra given): {t_both / t_one:.2f} "
           f"({t_both:.2f} s / {t_one:.2f} s)")
     assert one.controlled_layer_norm is None
 

@@ -12,8 +12,10 @@ Columns, all on steerformer's 8 held-out sentences: mean signed cos(h, u) of the
 (plain forward passes here) before → after; mean |cos(h, u)| (the record's real-model alignment);
 the effective strength γ|w_effᵀu|/|λ1| (MATH.md §5b); ‖ΔW_O‖/‖W_O‖ (over all edited weights); the
 KL of the embedding-readout distributions; and the size of the edit exported as a PEFT LoRA adapter
-(``save_steered(model, dir, format="peft")``; the full checkpoint is 91 MB).
-Run: python benchmarks/steer_modes.py   (a few minutes on 2 busy cores)."""
+(``save_steered(model, dir, format="peft")``; the full checkpoint is 91 MB), and the ratio of the
+mean |cos(h, u)| after ÷ before (the unsteered model: the baseline, same run).
+Run: python benchmarks/steer_modes.py [--smoke]  (a few minutes on 2 busy cores; --smoke: the first
+mode with one solve and 4 sentences per side)."""
 
 from __future__ import annotations
 
@@ -71,24 +73,31 @@ def adapter_bytes(model) -> int:
 
 
 def main() -> None:
+    import argparse
+
     from transformers import AutoTokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="one mode, one solve: what the test suite runs")
+    smoke = ap.parse_args().smoke
 
     tok = AutoTokenizer.from_pretrained(str(bundled_minilm_path()))
     model = load_model("minilm")
     u_rand = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     u_rand /= u_rand.norm()
-    u_music = contrastive_direction(model, MUSIC, EVERYDAY, tokenizer=tok)
+    u_music = contrastive_direction(model, MUSIC[:4] if smoke else MUSIC, EVERYDAY[:4] if smoke else EVERYDAY, tokenizer=tok)
     left = final_states(model, tok, REFERENCE_SENTENCES, index=-2).mean(0)  # what the last layer reads
     rows = []
-    for mode, u, kw in (
+    modes = (
         ("toward", u_rand, {"strength": 10.0}),
         ("toward, bias shift compensated", u_rand, {"strength": 10.0, "compensate_bias": True}),
         ("away", u_rand, {"strength": -10.0}),
         ("ablate (all layers)", u_rand, {"mode": "ablate"}),
         ("contrastive (toward)", u_music, {"strength": 10.0}),
         ("ablate contrastive (all layers)", u_music, {"mode": "ablate"}),
-    ):
-        for solve in ((None,) if kw.get("mode") == "ablate" else ("exact", "min-norm")):
+    )
+    for mode, u, kw in modes[:1] if smoke else modes:
+        for solve in ((None,) if kw.get("mode") == "ablate" else ("exact",) if smoke else ("exact", "min-norm")):
             vec = u.vector if hasattr(u, "vector") else u
             before = signed_cos(model, tok, vec)
             extra = {} if solve is None else {"solve": solve, "left": left}
@@ -101,13 +110,13 @@ def main() -> None:
                          r.alignment_model_after, r.effective_strength, r.weight_change, shift, r.kl, size,
                          len(r.edits)))
     print("| mode | solve | nominal s | mean cos(h, u) | mean abs cos(h, u) | effective s | ‖ΔW_O‖/‖W_O‖ | "
-          "bias shift ‖γ(a·b_V)u‖ | KL | LoRA adapter |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "bias shift ‖γ(a·b_V)u‖ | KL | LoRA adapter | ratio abs cos after/before |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     fmt = lambda x, spec: "—" if x is None else format(x, spec)  # noqa: E731
     for mode, solve, s, b, a, ab, aa, eff, dw, shift, kl, size, k in rows:
         lora = "— (changes b_O)" if size is None else f"{size / 1024:.1f} KB ({k} module{'s' if k > 1 else ''})"
         print(f"| {mode} | {solve} | {s} | {b:+.3f} → {a:+.3f} | {ab:.3f} → {aa:.3f} | {fmt(eff, '.3g')} | {dw:.3g} | "
-              f"{fmt(shift, '.3g')} | {kl:.3g} | {lora} |")
+              f"{fmt(shift, '.3g')} | {kl:.3g} | {lora} | {aa / ab:.2f} |")
 
 
 if __name__ == "__main__":

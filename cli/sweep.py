@@ -27,6 +27,7 @@ def sweep_cmd(
     stats: bool = typer.Option(False, "--stats", help="Also run the power-method statistics per checkpoint (Δρ, P)."),
     n_prompts: int = typer.Option(100, "--n-prompts", help="With --stats: random prompts of the controlled dynamics."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figure."),
+    device: Optional[str] = typer.Option(None, "--device", help="Torch device of each task's eig and dynamics (cpu, cuda)."),
 ) -> None:
     """Spectra of every checkpoint (one task per checkpoint and layer), one report per checkpoint,
     sweep.csv and sweep.png (λ1, gap, and with --stats Δρ, P against the checkpoint)."""
@@ -42,6 +43,6 @@ def sweep_cmd(
         res = sweep(cks, out_dir, layers=parse_layers(layers), top_k="auto" if top_k is None else top_k,
                     dtype=eig_dtype, executor=executor, workers=workers, ray_address=ray_address,
                     stats={"n_prompts": n_prompts, "full_model": False, "cumulative": False} if stats else None,
-                    plots=not no_plots)
+                    plots=not no_plots, device=device)
     typer.echo(res.summary())
     typer.echo(f"written to {out_dir}/ (sweep.csv, sweep.json, one report per checkpoint)")

@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -e ".[test,smol]"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 python3 -m pytest -q "$@"

@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": ".errors", "InvalidArgumentError": ".errors", "ModelNotFoundError": ".errors",
     "NonFiniteStateError": ".errors", "SteerformerError": ".errors", "UnsupportedModelError": ".errors",
     # loading, matrices, spectra
-    "BUNDLED_MINILM": ".loading", "ModelSource": ".loading", "open_source": ".loading",
+    "BUNDLED_MINILM": ".loading", "BUNDLED_SMOLLM2": ".loading", "ModelSource": ".loading", "open_source": ".loading",
     "LayerMatrices": ".matrices", "layer_matrices": ".matrices", "read_attention_weights": ".matrices",
     "Spectra": ".spectra", "spectra": ".spectra",
     # ODE module
@@ -112,7 +112,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
         UnsupportedModelError,
     )
-    from .loading import BUNDLED_MINILM, ModelSource, open_source
+    from .loading import BUNDLED_MINILM, BUNDLED_SMOLLM2, ModelSource, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
     from .configs import CollapseConfig, SteerConfig

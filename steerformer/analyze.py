@@ -36,7 +36,8 @@ class AnalysisReport:
 
     Speaks the result protocol (:mod:`steerformer.results`). A report read back with :meth:`load`
     has the saved eigenvalues but no eigenvectors or matrices (``spectra`` and ``matrices`` are
-    None: recompute them with :func:`analyze`).
+    None: recompute them with :func:`analyze`). A spectra-only run of a grouped-query model keeps
+    the factors of each F and not F itself (``matrices.matrices`` is None; ``matrices.formed()``).
     """
 
     meta: dict
@@ -197,7 +198,8 @@ def analyze(
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise bad_argument("workers", workers, "an integer ≥ 1")
     source = as_source(model, revision=revision)
-    mats = layer_matrices(source, layers)
+    # Spectra only: grouped-query layers keep their factors and F is never formed (r × r problems).
+    mats = layer_matrices(source, layers, form=config is not None)
     d = mats.d_model
     if auto_top_k and d > FULL_UP_TO:
         top_k = DEFAULT_TOP_K

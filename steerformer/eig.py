@@ -41,6 +41,21 @@ DEFAULT_TOP_K = 16
 TOP_K_RESIDUAL = 1e-10
 
 
+#: Smallest eigenproblem (n × n) solved on a CUDA device when one is asked for: below it the CPU is
+#: faster (LAPACK geev has no GPU kernel; torch's CUDA eig is MAGMA's hybrid geev, whose transfers
+#: and start-up dominate small problems). Measured on an H200 against its host's 16 cores
+#: (issue 18): dense d = 2048 GPU 5.6× faster, d = 4096 9.6×; the r = 1024 problems of a
+#: Llama-3-70B shape (80 layers) GPU 37 s, CPU 9 s. ``benchmarks/gpu_eig.py`` re-measures it.
+CUDA_EIG_FROM = 2048
+
+
+def solver_device(n: int, device: str | torch.device | None) -> torch.device:
+    """Where an n × n eigenproblem runs when ``device`` is asked for: CUDA only from
+    :data:`CUDA_EIG_FROM` on (the CPU is faster below), else the CPU."""
+    dev = resolve_device(device)
+    return dev if dev.type == "cuda" and n >= CUDA_EIG_FROM else torch.device("cpu")
+
+
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """The checked torch device the solvers run on (cpu for None): :func:`loading.check_device`
     (a CUDA request without CUDA, a typo or a missing GPU index is one clear error naming

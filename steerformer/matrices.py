@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +22,9 @@ class LayerMatrices:
     (ALBERT layers that share weights have the same slot).
     """
 
-    matrices: torch.Tensor  # (n, d, d) float64
+    #: (n, d, d); None when made with ``form=False`` and every layer is factored (F = A @ B of
+    #: ``factors``, never formed: :meth:`formed` forms it)
+    matrices: torch.Tensor | None
     biases: torch.Tensor  # (n, d): W_O b_V + b_O, added to every token
     layer_ids: list[int]
     slot_ids: list[int]
@@ -38,6 +40,12 @@ class LayerMatrices:
     def __len__(self) -> int:
         return len(self.layer_ids)
 
+    def formed(self) -> torch.Tensor:
+        """The (n, d, d) stack of F, formed from the factors when it was not (``form=False``)."""
+        if self.matrices is not None:
+            return self.matrices
+        return torch.stack([A @ B for A, B in self.factors])
+
     def distinct(self) -> tuple[torch.Tensor, list[int]]:
         """(matrices of the distinct slots in first-seen order, index into it for each layer)."""
         order: list[int] = []
@@ -45,10 +53,10 @@ class LayerMatrices:
             if s not in order:
                 order.append(s)
         first = [self.slot_ids.index(s) for s in order]
-        return self.matrices[first], [order.index(s) for s in self.slot_ids]
+        return self.formed()[first], [order.index(s) for s in self.slot_ids]
 
     def numpy(self) -> np.ndarray:
-        return self.matrices.cpu().numpy()
+        return self.formed().cpu().numpy()
 
 
 def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
@@ -116,6 +124,30 @@ def read_attention_weights(
     return out
 
 
+#: Layers read ahead in threads by :func:`layer_matrices` from a checkpoint: positioned reads and
+#: the conversions run without the GIL, so reading overlaps the arithmetic of the layers before.
+READ_AHEAD = 4
+
+
+def _in_order(fn: Any, items: list, *, threaded: bool) -> Iterator:
+    """``fn(item)`` for each item, yielded in order; with ``threaded``, up to :data:`READ_AHEAD`
+    items are worked on at once (the peak holds that many layers, not all of them)."""
+    if not threaded or len(items) < 2:
+        yield from map(fn, items)
+        return
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=READ_AHEAD) as pool:
+        pending: collections.deque = collections.deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= READ_AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 @renamed_parameters(model_or_path="model")
 def layer_matrices(
     model: Any,
@@ -124,39 +156,60 @@ def layer_matrices(
     revision: str | None = None,
     dtype: torch.dtype = torch.float64,
     device: str | torch.device | None = None,
+    form: bool = True,
 ) -> LayerMatrices:
     """F_k = W_O(k)·V(k) for each selected layer of a model object, local checkpoint or Hub id.
 
     From a checkpoint directory only the value and output tensors are read from the safetensors
-    files (the model is never built); from a model in memory its parameters are used as they are.
+    files (the model is never built), a few layers at a time in threads; from a model in memory
+    its parameters are used as they are. Grouped-query layers (r = H_kv·d_h < d) also carry their
+    factors (A, B); ``form=False`` keeps only those when every layer has them (``matrices`` is
+    None then: what the factored spectra need, without the d × d stack — 43 GB in float64 for a
+    Llama-3-70B shape).
     """
     source = as_source(model, revision=revision)
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
     seq = adapter.layer_sequence()
-    # Stream: read one slot's value/output tensors, form F and the bias straight into the result,
-    # let the weights go. Peak memory is the result plus one layer (the lazy path's whole point);
-    # no per-layer list + stack, which would hold the result twice.
     d = adapter.d_model
-    mats = torch.empty((len(ids), d, d), dtype=dtype, device=device)
+    low_rank = adapter.n_kv_heads * adapter.head_dim < d
+    mats = None if (low_rank and not form) else torch.empty((len(ids), d, d), dtype=dtype, device=device)
     biases = torch.empty((len(ids), d), dtype=dtype, device=device)
     first: dict[int, int] = {}
     factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(ids)
-    with source.tensors() as get:
-        for i, k in enumerate(ids):
-            if seq[k] in first:  # shared weights (ALBERT): same F as an earlier layer
-                mats[i], biases[i] = mats[first[seq[k]]], biases[first[seq[k]]]
-                factors[i] = factors[first[seq[k]]]
-                continue
+    distinct = []
+    for i, k in enumerate(ids):
+        if seq[k] not in first:
             first[seq[k]] = i
-            w = _read_attention(source, k, seq[k], get, ("vo",), store=False).to(dtype=dtype, device=device)
-            A, B = w.layer_factors()
-            if A.shape[1] < d:  # low rank: keep the factors for the exact r × r spectrum
-                factors[i] = (A, B)
+            distinct.append((i, k))
+    with source.tensors() as get:
+        def read(k: int) -> tuple[Any, tuple[torch.Tensor, torch.Tensor] | None]:
+            """One slot's weights, and for a low-rank layer its factors in ``dtype`` (a reading
+            thread's work: the stored W_O is never copied whole; the device is the caller's)."""
+            w = _read_attention(source, k, seq[k], get, ("vo",), store=False)
+            return w, (w.layer_factors(dtype=dtype) if low_rank else None)
+
+        for i, (w, AB) in zip((i for i, _ in distinct), _in_order(read, [k for _, k in distinct],
+                                                                  threaded=source.model is None)):
+            if AB is None:
+                w = w.to(dtype=dtype, device=device)
+                mats[i], biases[i] = w.layer_matrix(), w.output_bias()
+                continue
+            A, B = (t.to(device) for t in AB)
+            biases[i] = 0
+            if w.b_V is not None:  # W_O b_V through A: column block g of A meets b_V of KV head g
+                biases[i] += A @ w.b_V.reshape(-1).to(dtype=dtype, device=device)
+            if w.b_O is not None:
+                biases[i] += w.b_O.to(dtype=dtype, device=device)
+            factors[i] = (A, B)  # low rank: the factors give the exact r × r spectrum
+            if mats is not None:
                 torch.matmul(A, B, out=mats[i])  # straight into the result: no d × d temporary
-            else:
-                mats[i] = w.layer_matrix()
-            biases[i] = w.output_bias()
+    for i, k in enumerate(ids):  # shared weights (ALBERT): the same F as the slot's first layer
+        j = first[seq[k]]
+        if j != i:
+            biases[i], factors[i] = biases[j], factors[j]
+            if mats is not None:
+                mats[i] = mats[j]
     return LayerMatrices(
         matrices=mats, biases=biases, layer_ids=ids, slot_ids=[seq[k] for k in ids],
         model_type=adapter.model_type, d_model=adapter.d_model, n_heads=adapter.n_heads,

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .eig import dense_eig, factored_eig, resolve_device, top_eig
+from .eig import dense_eig, factored_eig, resolve_device, solver_device, top_eig
 from .configs import progress_bar
 from .errors import bad_argument
 
@@ -167,7 +167,7 @@ def _sort_phase(vals: torch.Tensor, vecs: torch.Tensor) -> tuple[torch.Tensor, t
     key = v64.real + 1e-12 * torch.sign(v64.imag) * v64.abs().amax(-1, keepdim=True)
     order = torch.argsort(key, dim=-1, descending=True)
     if vals.ndim == 1:  # Arnoldi's pair members may differ in Re by rounding: Im > 0 first anyway
-        order = _pairs_first_positive(v64[order].numpy(), order)
+        order = _pairs_first_positive(v64[order].cpu().numpy(), order.cpu()).to(order.device)
     vals = torch.gather(vals, -1, order)
     vecs = torch.gather(vecs, -1, order.unsqueeze(-2).expand_as(vecs))
     vecs = vecs / torch.linalg.vector_norm(vecs, dim=-2, keepdim=True)
@@ -214,7 +214,9 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
             matrix, A, B = A @ B, None, None
     if matrix is not None:
         matrix = torch.as_tensor(matrix)
-    dev = resolve_device(device)
+    dev = solver_device(matrix.shape[-1] if A is None else A.shape[1], device)
+    if dev.type == "cpu":  # the solve and the products around it, wherever the inputs live
+        A, B, matrix = (None if t is None else t.cpu() for t in (A, B, matrix))
     method = "full" if A is None else f"factored r={A.shape[1]}"
     if top_k is not None and dev.type == "cpu":
         M = (B @ A) if A is not None else matrix.to(torch.float64)
@@ -302,22 +304,27 @@ def spectra(
         if factors is None:
             factors = getattr(matrices, "factors", None)
         matrices = matrices.matrices
-    A = torch.as_tensor(np.asarray(matrices) if isinstance(matrices, (list, tuple)) else matrices)
-    if A.ndim == 2:
-        A = A[None]
-    if A.ndim != 3 or A.shape[-1] != A.shape[-2]:
-        raise bad_argument("matrices", tuple(A.shape), "a square matrix (d, d) or a stack (L, d, d)")
-    if not bool(torch.isfinite(A).all()):
-        bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(A))[:, 0]})
-        raise bad_argument("matrices", f"non-finite entries in layer(s) {bad}", "finite matrices")
+    if matrices is None:  # layer_matrices(..., form=False): every layer factored, F never formed
+        if not factors or any(f is None for f in factors):
+            raise bad_argument("matrices", None, "layer matrices, or factors (A, B) for every layer")
+        A, L, d = None, len(factors), factors[0][0].shape[0]
+    else:
+        A = torch.as_tensor(np.asarray(matrices) if isinstance(matrices, (list, tuple)) else matrices)
+        if A.ndim == 2:
+            A = A[None]
+        if A.ndim != 3 or A.shape[-1] != A.shape[-2]:
+            raise bad_argument("matrices", tuple(A.shape), "a square matrix (d, d) or a stack (L, d, d)")
+        if not bool(torch.isfinite(A).all()):
+            bad = sorted({int(i) for i in torch.nonzero(~torch.isfinite(A))[:, 0]})
+            raise bad_argument("matrices", f"non-finite entries in layer(s) {bad}", "finite matrices")
+        L, d = A.shape[0], A.shape[-1]
     if dtype not in (torch.float64, torch.float32):
         raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= A.shape[-1]):
-        raise bad_argument("top_k", top_k, f"an integer in [1, d={A.shape[-1]}]")
+    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= d):
+        raise bad_argument("top_k", top_k, f"an integer in [1, d={d}]")
     if not isinstance(workers, (int, np.integer)) or workers < 1:
         raise bad_argument("workers", workers, "an integer ≥ 1")
     resolve_device(device)
-    L = A.shape[0]
     slots = list(range(L)) if slot_ids is None else list(slot_ids)
     if len(slots) != L:
         raise bad_argument("slot_ids", slot_ids, f"one slot id per matrix ({L})")

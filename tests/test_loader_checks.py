@@ -7,23 +7,23 @@ import pytest
 import torch
 
 from steerformer.errors import CheckpointError
-from steerformer.loading import _check_finite
+from steerformer.consistency import check_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
-def test_check_finite_matches_isfinite(dtype):
+def testcheck_finite_matches_isfinite(dtype):
     g = torch.Generator().manual_seed(0)
     for n in (1, 7, 64, 129, 5000):
-        _check_finite(torch.randn(n, generator=g).to(dtype), "w", "here")  # finite: passes
+        check_finite(torch.randn(n, generator=g).to(dtype), "w", "here")  # finite: passes
         for bad in (float("nan"), float("inf"), -float("inf")):
             t = torch.randn(n, generator=g).to(dtype)
             pos = int(torch.randint(n, (1,), generator=g))
             t[pos] = bad
             assert not bool(torch.isfinite(t).all())  # the reference answer
             with pytest.raises(CheckpointError, match="1 non-finite"):
-                _check_finite(t.reshape(1, -1), "w", "here")
-    _check_finite(torch.empty(0, dtype=dtype), "w", "here")  # empty: nothing to check
-    _check_finite(torch.tensor([2**62], dtype=torch.int64), "w", "here")  # integers are not checked
+                check_finite(t.reshape(1, -1), "w", "here")
+    check_finite(torch.empty(0, dtype=dtype), "w", "here")  # empty: nothing to check
+    check_finite(torch.tensor([2**62], dtype=torch.int64), "w", "here")  # integers are not checked
 
 
 def test_one_device_check():

@@ -129,23 +129,32 @@ class AttentionWeights:
         A, B = self.layer_factors()
         return A @ B
 
-    def layer_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def layer_factors(self, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(A, B) with F = A @ B: A = W_O·R (d × r), B = W_V stacked (r × d), r = H_kv·d_h.
         Column block g of A is Σ_{h: g(h)=g} W_O[h] (MATH.md §1b, factored spectra); the query
         heads of one KV head are consecutive (g(h) = h·H_kv // H), so A is a reshape and a sum of
-        the stored (d, H·d_h) output weight."""
+        the stored (d, H·d_h) output weight. ``dtype``: the factors' dtype, the sum accumulated
+        in it straight from the stored weights (bf16 weights are never copied whole to float)."""
         H, G = self.n_heads, self.n_kv_heads
         d, dh = self.W_O.shape[1], self.W_O.shape[2]
+        dtype = dtype or self.W_O.dtype
         O = self.W_O.permute(1, 0, 2)  # (d, H, d_h): a view of the stored output weight
         if G == H:
-            A = O.reshape(d, H * dh)
-        elif H % G == 0:  # transformers' repeat_kv: always; a contiguous sum, ~5x faster than index_add_
-            A = O.reshape(d, G, H // G, dh).sum(2).reshape(d, G * dh)
-        else:  # uneven groups (no transformers model has them): the same sum by index
-            A = torch.zeros((d, G, dh), dtype=O.dtype, device=O.device)
-            A.index_add_(1, self.kv_index(), O)
+            A = O.reshape(d, H * dh).to(dtype)
+        elif H % G == 0:  # transformers' repeat_kv: always
+            # One in-place add per head of a group, each converting on the fly: the fastest of the
+            # sums measured (benchmarks/bench_families.py), and no whole copy of W_O in ``dtype``.
+            heads = O.reshape(d, G, H // G, dh)
+            A = torch.empty((d, G, dh), dtype=dtype, device=O.device)
+            A.copy_(heads[:, :, 0])
+            for j in range(1, H // G):
+                A.add_(heads[:, :, j])
             A = A.reshape(d, G * dh)
-        return A, self.W_V.reshape(G * dh, d)
+        else:  # uneven groups (no transformers model has them): the same sum by index
+            A = torch.zeros((d, G, dh), dtype=dtype, device=O.device)
+            A.index_add_(1, self.kv_index(), O.to(dtype))
+            A = A.reshape(d, G * dh)
+        return A, self.W_V.reshape(G * dh, d).to(dtype)
 
     def output_bias(self) -> torch.Tensor:
         """The constant the value/output path adds to every token: W_O b_V + b_O.

@@ -15,7 +15,7 @@ import torch
 from ..errors import bad_argument
 from .diagnostics import alignment, consensus_error
 from .fields import discrete_step, iterate
-from .geometry import DTYPE, check_square_stack, random_tokens
+from .geometry import DTYPE, as_tensor, check_square_stack, random_tokens
 from .results import SetupResult
 
 
@@ -28,7 +28,7 @@ def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:
     from ..spectra import sorted_eig
 
     vals, vecs = sorted_eig(F)
-    v = vecs[:, 0].real.numpy()
+    v = vecs[:, 0].real.cpu().numpy()
     return complex(vals[0]), v / np.linalg.norm(v)
 
 
@@ -73,7 +73,7 @@ def layer_matrix_dynamics(
         dh = max(1, d // h)
         Q = torch.randn((h, dh, d), generator=g, dtype=DTYPE) / math.sqrt(d)
         K = torch.randn((h, dh, d), generator=g, dtype=DTYPE) / math.sqrt(d)
-        Pt = Q.transpose(1, 2) @ K / math.sqrt(dh)
+        Pt = (Q.transpose(1, 2) @ K / math.sqrt(dh)).to(Ft.device)  # drawn on the host: the same on any device
         attention = "random"
     else:
         Pt = check_square_stack(P, "P", d)
@@ -81,15 +81,15 @@ def layer_matrix_dynamics(
             raise bad_argument("P", f"{Pt.shape[0]} matrices", f"one per head ({h})")
         attention = "given"
     if x0 is None:
-        x = random_tokens((int(runs), int(n_tokens), d), generator=g)
+        x = random_tokens((int(runs), int(n_tokens), d), generator=g).to(Ft.device)
     else:
-        x = torch.as_tensor(np.asarray(x0), dtype=DTYPE)
+        x = as_tensor(x0, "x0")
         if x.shape[-1] != d:
             raise bad_argument("x0", f"shape {tuple(x.shape)}", f"tokens of dimension d={d}")
     lam1, v1 = principal_eigenvector(Ft.sum(0) if Ft.shape[0] > 1 else Ft[0])
     ks, xs = iterate(lambda z: discrete_step(z, Pt, Fh, tau=tau, normalization="softmax"), x, int(steps))
-    E = consensus_error(xs).numpy()  # (T, runs)
-    rho = alignment(xs, torch.as_tensor(v1)).numpy().mean(-1)  # (T, runs)
+    E = consensus_error(xs).cpu().numpy()  # (T, runs)
+    rho = alignment(xs, torch.as_tensor(v1, device=xs.device)).cpu().numpy().mean(-1)  # (T, runs)
     summary = {
         "lambda1": [lam1.real, lam1.imag],
         "E_final_mean": float(E[-1].mean()),

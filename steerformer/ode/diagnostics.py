@@ -43,7 +43,7 @@ def hemisphere_witness(y: object) -> np.ndarray | None:
 
     Solved as the linear programme max s subject to vᵀy_i ≥ s, −1 ≤ v ≤ 1.
     """
-    Y = as_tensor(y, "y").numpy()
+    Y = as_tensor(y, "y").cpu().numpy()
     if Y.ndim != 2:
         raise bad_argument("y", f"shape {Y.shape}", "one configuration of shape (n, d)")
     n, d = Y.shape
@@ -114,8 +114,8 @@ def consensus_reached(y: object, tol: float = 1e-6) -> torch.Tensor:
 
 def consensus_time(ts: object, values: object, tol: float = 1e-6) -> np.ndarray:
     """First saved time after which ``values`` (e.g. E, shape (T, ...)) stays below tol; NaN if never."""
-    t = np.asarray(ts, dtype=float)
-    v = np.asarray(values, dtype=float)
+    t = as_tensor(ts, "ts").cpu().numpy()
+    v = as_tensor(values, "values").cpu().numpy()
     if v.shape[0] != t.shape[0]:
         raise bad_argument("values", f"{v.shape[0]} rows", f"one per time ({t.shape[0]})")
     below = v < tol

@@ -50,7 +50,7 @@ def attention(
     S = torch.einsum("...id,hde,...je->...hij", y, P, y)
     if causal:
         n = y.shape[-2]
-        mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+        mask = torch.ones(n, n, dtype=torch.bool, device=y.device).triu(1)
         S = S.masked_fill(mask, float("-inf"))
     A = torch.softmax(S, dim=-1)
     return A / _norm_constant(normalization, y.shape[-1])
@@ -70,7 +70,7 @@ class DiagonalModulation:
         self._cat = self.P_prime.permute(1, 0, 2).reshape(d, h, d).contiguous()  # [k, η, j] = P'_η[k, j]
 
     def diagonals(self, t: float) -> torch.Tensor:
-        D = as_tensor(self.diag(t), "diag(t)")
+        D = as_tensor(self.diag(t), "diag(t)").to(self.P_prime.device)
         if D.shape != self.P_prime.shape[:2]:
             raise bad_argument("diag(t)", f"shape {tuple(D.shape)}", f"shape {tuple(self.P_prime.shape[:2])} (h, d)")
         return D
@@ -106,6 +106,7 @@ class AttentionField:
         self._P_fn = P if callable(P) else None
         P0 = check_square_stack(P(0.0) if callable(P) else P, "P")
         self.h, self.d = P0.shape[0], P0.shape[-1]
+        self.device = P0.device  # where P lives is where the field computes
         self._P_const = None if callable(P) else P0
         self._U_fn = U if callable(U) else None
         self._U_const = None
@@ -162,7 +163,7 @@ class AttentionField:
         Z = (yb.reshape(B * n, d) @ Pcat).view(B, n * h, d)
         S = torch.bmm(Z, yb.transpose(1, 2)).view(B, n, h, n)  # S[b,i,η,j] = y_iᵀ P_η y_j
         if self.causal:
-            S.masked_fill_(_upper_mask(n), float("-inf"))
+            S.masked_fill_(_upper_mask(n, S.device), float("-inf"))
         # one fused softmax pass (fewer parallel regions: each can stall on a busy host)
         S = torch.softmax(S, dim=-1)
         if self.identity_U:
@@ -185,7 +186,7 @@ class AttentionField:
             return self._Pcat
         if isinstance(self._P_fn, DiagonalModulation):
             if self._Pbuf is None:
-                self._Pbuf = torch.empty(self.d, self.h * self.d, dtype=DTYPE)
+                self._Pbuf = torch.empty(self.d, self.h * self.d, dtype=DTYPE, device=self.device)
             return self._P_fn.cat_columns(t, self._Pbuf)
         return self._cat_columns(self.P(t))
 
@@ -197,14 +198,14 @@ class AttentionField:
         return G.addcmul_(y, coef, value=-1.0)
 
 
-_MASKS: dict[int, torch.Tensor] = {}
+_MASKS: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _upper_mask(n: int) -> torch.Tensor:
-    """(n, 1, n) boolean mask of j > i, cached (broadcasts over the head axis)."""
-    if n not in _MASKS:
-        _MASKS[n] = torch.ones(n, n, dtype=torch.bool).triu(1).view(n, 1, n)
-    return _MASKS[n]
+def _upper_mask(n: int, device: torch.device) -> torch.Tensor:
+    """(n, 1, n) boolean mask of j > i on ``device``, cached (broadcasts over the head axis)."""
+    if (n, device) not in _MASKS:
+        _MASKS[n, device] = torch.ones(n, n, dtype=torch.bool, device=device).triu(1).view(n, 1, n)
+    return _MASKS[n, device]
 
 
 def continuous_field(

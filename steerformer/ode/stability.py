@@ -54,11 +54,11 @@ def tangent_basis(x: object) -> torch.Tensor:
     """Orthonormal basis (n·d, n·(d−1)) of T_x(S^{d−1})^n = ⊕_i {δ : x_iᵀδ = 0}."""
     xt = as_tensor(x, "x")
     n, d = xt.shape
-    B = torch.zeros(n * d, n * (d - 1), dtype=xt.dtype)
+    B = torch.zeros(n * d, n * (d - 1), dtype=xt.dtype, device=xt.device)
     for i in range(n):
         u = (xt[i] / xt[i].norm()).reshape(d, 1)
         # complete u to an orthonormal basis; the last d−1 columns span u^⊥
-        Q, _ = torch.linalg.qr(torch.cat([u, torch.eye(d, dtype=xt.dtype)], dim=1))
+        Q, _ = torch.linalg.qr(torch.cat([u, torch.eye(d, dtype=xt.dtype, device=xt.device)], dim=1))
         B[i * d:(i + 1) * d, i * (d - 1):(i + 1) * (d - 1)] = Q[:, 1:d]
     return B
 
@@ -80,7 +80,7 @@ def tangent_jacobian(step: Map, x: object, *, method: str = "autograd", eps: flo
 
 def tangent_eigenvalues(step: Map, x: object, **kwargs) -> np.ndarray:
     """Eigenvalues of :func:`tangent_jacobian`, sorted by modulus (descending)."""
-    ev = np.linalg.eigvals(tangent_jacobian(step, x, **kwargs).numpy())
+    ev = np.linalg.eigvals(tangent_jacobian(step, x, **kwargs).cpu().numpy())
     return ev[np.argsort(-np.abs(ev), kind="stable")]
 
 
@@ -89,7 +89,7 @@ def _symmetric_eig(V: object) -> tuple[np.ndarray, np.ndarray]:
     Vt = check_square_stack(V, "V")
     if Vt.shape[0] != 1:
         raise bad_argument("V", f"{Vt.shape[0]} matrices", "one (d, d) value matrix")
-    Vn = Vt[0].numpy()
+    Vn = Vt[0].cpu().numpy()
     if np.abs(Vn - Vn.T).max() > 1e-12 * max(1.0, np.abs(Vn).max()):
         raise bad_argument("V", "a non-symmetric matrix", "a symmetric V (Assumption 1 of Appendix D)",
                            "For a general layer matrix use consensus points of its real eigenvectors.")
@@ -108,7 +108,7 @@ def consensus_point(V: object, m: int, n: int) -> torch.Tensor:
     """All n tokens at v_m (eigenvalues sorted descending, m = 0 is v_1)."""
     lam, vec = _symmetric_eig(V)
     m = _check_index(m, len(lam))
-    return torch.tensor(np.tile(vec[:, m], (int(n), 1)))
+    return torch.tensor(np.tile(vec[:, m], (int(n), 1)), device=as_tensor(V, "V").device)
 
 
 def bipartite_point(V: object, m: int, n1: int, n2: int) -> torch.Tensor:
@@ -118,7 +118,7 @@ def bipartite_point(V: object, m: int, n1: int, n2: int) -> torch.Tensor:
     if n1 < 1 or n2 < 1:
         raise bad_argument("n1/n2", (n1, n2), "both groups non-empty")
     v = vec[:, m]
-    return torch.tensor(np.vstack([np.tile(v, (int(n1), 1)), np.tile(-v, (int(n2), 1))]))
+    return torch.tensor(np.vstack([np.tile(v, (int(n1), 1)), np.tile(-v, (int(n2), 1))]), device=as_tensor(V, "V").device)
 
 
 @dataclass
@@ -186,7 +186,7 @@ def bipartite_spectrum(V: object, QK: object, m: int, n1: int, n2: int, tau: flo
     lam, vec = _symmetric_eig(V)
     d = len(lam)
     m = _check_index(m, d)
-    P = check_square_stack(QK, "QK", d)[0].numpy()
+    P = check_square_stack(QK, "QK", d)[0].cpu().numpy()
     v = vec[:, m]
     s = float(v @ P @ v)
     ep, em = np.exp(s), np.exp(-s)

@@ -62,8 +62,9 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     """
     N = before.shape[0]
     X = torch.cat([before, after]).to(torch.float64)
-    B = torch.cat([dirs.basis, S], dim=1)
-    C = X @ B if extra is None else torch.cat([X @ B, X @ extra], dim=1)
+    # The bases come from the spectra (on the CPU); the GEMM runs where the tokens are.
+    B = torch.cat([dirs.basis, S], dim=1).to(X.device)
+    C = X @ B if extra is None else torch.cat([X @ B, X @ extra.to(X.device)], dim=1)
     norms = torch.linalg.vector_norm(X, dim=-1)
     m, s = dirs.basis.shape[1], S.shape[1]
     R = dirs.group_correlations(C[:, :m], norms)  # (2N, G)

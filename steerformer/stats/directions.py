@@ -49,7 +49,7 @@ class Directions:
     def group_correlations(self, coeffs: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
         """ρ_g for every token and group from the coefficients ``x @ basis`` (N, m) → (N, G)."""
         a = coeffs[:, self.first] ** 2
-        b = coeffs[:, self.second] ** 2 * self.is_pair.to(coeffs.dtype)
+        b = coeffs[:, self.second] ** 2 * self.is_pair.to(coeffs)  # coeffs' dtype and device
         return torch.sqrt(a + b) / norms[:, None]
 
 

@@ -119,9 +119,12 @@ def model_hidden_states(
     tokenizer: Any = None,
     batch_size: int = 16,
     revision: str | None = None,
+    device: str | None = None,
 ) -> HiddenStates:
     """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
-    :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed)."""
+    :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed).
+    ``device``: where a checkpoint is loaded to run (a model in memory runs where it is); the
+    states come back on the CPU."""
     source = as_source(model, revision=revision)
     adapter = source.adapter
     cfg = source.config
@@ -139,7 +142,7 @@ def model_hidden_states(
             raise bad_argument("prompts", [], "at least one prompt")
         input_ids = _tokenize(source, texts, tokenizer)
     ids = _check_ids(input_ids, int(cfg.vocab_size), max_pos)
-    net = source.model if source.model is not None else load_model(source.path)
+    net = source.model if source.model is not None else load_model(source.path, device=device)
     base = net.base_model
     pad = getattr(cfg, "pad_token_id", None) or 0
     chunks, lengths = [], [len(s) for s in ids]

@@ -219,7 +219,7 @@ def power_method_stats(
             options["full_model_skipped"] = "only runs on all layers (the hidden states chain every layer)"
         else:
             try:
-                hs = model_hidden_states(source, prompts)
+                hs = model_hidden_states(source, prompts, device=device)
             except InvalidArgumentError as exc:
                 if prompts is not None:  # asked for explicitly: the user must hear why it failed
                     raise

@@ -215,7 +215,7 @@ def plan_ablation(model: Any, source: Any, dirs: Any, kinds: tuple[str, ...], by
 
 def _layer_matrix_view(source: Any, edit: Edit) -> None:
     """w_eff = Vᵀaᵀ and a·b_V of an attention-output edit (F' = F + γ u w_effᵀ), as steering records them."""
-    weights = read_attention_weights(source, [edit.layer], parts=("vo",))[edit.layer]  # float64 copies
+    weights = read_attention_weights(source, [edit.layer], parts=("vo",), device=edit.a.device)[edit.layer]  # float64, beside a
     b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
     a = edit.a.to(torch.float64)
     edit.w_eff = weights.value_matrix().T @ a

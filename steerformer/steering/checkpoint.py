@@ -38,6 +38,7 @@ stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -45,7 +46,7 @@ import os
 import shutil
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -96,12 +97,16 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     if steering is None:
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
                            "Steer it first, or save it with model.save_pretrained(...).")
+    quantizer = quantization_of(model)
     tok = load_tokenizer(model, tokenizer)
     originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
 
     def fill(tmp: Path) -> None:
         if st_model is not None:
             st_model.save(str(tmp), create_model_card=False)
+        elif quantizer == "gguf":
+            with unmarked_gguf(model):
+                model.save_pretrained(str(tmp))
         else:
             model.save_pretrained(str(tmp))
             copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
@@ -119,6 +124,39 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
 
     return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
                             inputs=[getattr(model.config, "_name_or_path", None)])
+
+
+def quantization_of(model: Any) -> str | None:
+    """None for a plain model; "gguf" for one transformers dequantized from a GGUF (plain float
+    weights, only marked by ``hf_quantizer``: saved as the float checkpoint it is). Any other
+    quantization (bitsandbytes 4/8-bit, ...) is refused in one line: its stored weights are not the
+    ones the edit was computed on, and no loader would apply the steering chain to them."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return None
+    method = str(getattr(getattr(quantizer, "quantization_config", None), "quant_method", "")).lower()
+    if "gguf" in method:
+        return "gguf"
+    raise bad_argument("model", f"a {method or type(quantizer).__name__}-quantized model",
+                       "a model with float weights to save as a steered checkpoint",
+                       "Load it unquantized (e.g. dtype=torch.bfloat16) to steer and save it, or save only the "
+                       "edits with format='peft'.")
+
+
+@contextlib.contextmanager
+def unmarked_gguf(model: Any) -> Iterator[None]:
+    """Hide the GGUF mark (``hf_quantizer``, ``config.quantization_config``) while saving."""
+    quantizer, had = model.hf_quantizer, hasattr(model.config, "quantization_config")
+    qconfig = getattr(model.config, "quantization_config", None)
+    model.hf_quantizer = None
+    if had:
+        del model.config.quantization_config
+    try:
+        yield
+    finally:
+        model.hf_quantizer = quantizer
+        if had:
+            model.config.quantization_config = qconfig
 
 
 # ---- read ----------------------------------------------------------------------------------------

@@ -410,7 +410,7 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
             lambda m, a, o: calls.append((o[0] if isinstance(o, (tuple, list)) else o).detach())) for n in names]
         run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
         h = calls[layer].to("cpu", torch.float64)  # (B, n, d)
-        mask = batch.attention_mask.to(torch.float64)
+        mask = batch.attention_mask.to("cpu", torch.float64)  # beside h, on the host
         if token == "mean":
             out.append((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
         else:  # the last real token, whichever side the tokenizer pads

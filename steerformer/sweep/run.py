@@ -87,7 +87,8 @@ def _single_thread():
         torch.set_num_threads(n)
 
 
-def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | None, dtype: str) -> dict:
+def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | None, dtype: str,
+                  device: str | None = None) -> dict:
     """Spectrum of one layer of one checkpoint, reading only that layer's value/output tensors."""
     from ..loading import open_source
     from ..matrices import layer_matrices
@@ -95,14 +96,15 @@ def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | Non
 
     with _single_thread():
         src = open_source(model, revision=revision)
-        mats = layer_matrices(src, [layer])
+        mats = layer_matrices(src, [layer], form=False)
         d = mats.d_model
-        sp = spectra(mats, dtype=torch_dtype(dtype), top_k=top_k if top_k is not None and top_k <= d - 2 else None)
+        sp = spectra(mats, dtype=torch_dtype(dtype), top_k=top_k if top_k is not None and top_k <= d - 2 else None,
+                     device=device)
         return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
                 "eig_method": sp.method[0], "source": src.meta()}
 
 
-def stats_task(model: str, revision: str | None, options: dict, dtype: str) -> dict:
+def stats_task(model: str, revision: str | None, options: dict, dtype: str, device: str | None = None) -> dict:
     """Power-method statistics of one checkpoint: per-step Δρ, P and their baselines."""
     from ..loading import open_source
     from ..stats.config import StatsConfig
@@ -110,16 +112,23 @@ def stats_task(model: str, revision: str | None, options: dict, dtype: str) -> d
 
     with _single_thread():
         src = open_source(model, revision=revision)
-        rep = power_method_stats(src, StatsConfig(**options), dtype=torch_dtype(dtype))
+        rep = power_method_stats(src, StatsConfig(**options), dtype=torch_dtype(dtype), device=device)
         keep = ("step", "layer") + STATS_COLUMNS
         return {"summary": rep.summary(),
                 "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}
 
 
+def _same_work(saved: dict | None, task: dict) -> bool:
+    """A stored task answers ``task`` when it asked for the same work; the device it ran on does
+    not matter (the numbers agree to rounding)."""
+    return saved is not None and {k: v for k, v in saved.items() if k != "device"} == task
+
+
 def _run_task(task: dict) -> dict:
     if task["kind"] == "spectrum":
-        return spectrum_task(task["model"], task["revision"], task["layer"], task["top_k"], task["dtype"])
-    return stats_task(task["model"], task["revision"], task["options"], task["dtype"])
+        return spectrum_task(task["model"], task["revision"], task["layer"], task["top_k"], task["dtype"],
+                             task.get("device"))
+    return stats_task(task["model"], task["revision"], task["options"], task["dtype"], task.get("device"))
 
 
 @dataclasses.dataclass
@@ -283,6 +292,7 @@ def sweep(
     workers: int = 1,
     ray_address: str | None = None,
     plots: bool = True,
+    device: str | None = None,
 ) -> SweepResult:
     """Run the spectra (and with ``stats`` — StatsConfig fields as a dict — the statistics) of every
     checkpoint, one task per (checkpoint, distinct layer), resuming from ``out_dir/tasks``.
@@ -290,7 +300,9 @@ def sweep(
     ``top_k``: as in :func:`steerformer.analyze.analyze` for spectra-only runs ("auto": full up to
     d = 2048, 16 above); with ``stats`` the full spectrum is always computed. ``executor``: "local"
     (``workers`` processes; 1 = in this process) or "ray" (``ray_address`` None starts a local
-    instance with ``workers`` CPUs; "auto" joins a running cluster).
+    instance with ``workers`` CPUs; "auto" joins a running cluster). ``device``: where each task
+    runs its eigen-solver and dynamics (as ``analyze --device``); results equal to rounding on any
+    device, so a finished task is reused whatever device it ran on.
     """
     from ..eig import DEFAULT_TOP_K, FULL_UP_TO
     from ..loading import open_source
@@ -304,6 +316,9 @@ def sweep(
         raise bad_argument("--dtype", dtype, "float64 or float32")
     if not isinstance(workers, int) or workers < 1:
         raise bad_argument("--workers", workers, "an integer ≥ 1")
+    from ..loading import check_device
+
+    check_device(device, name="--device", kinds=("cpu", "cuda"))
     if top_k not in ("auto", None) and not (isinstance(top_k, int) and top_k >= 0):
         raise bad_argument("--top-k", top_k, "a non-negative integer")
     if stats is not None:
@@ -348,9 +363,10 @@ def sweep(
     for c, task, path in plan:
         if path.is_file():
             saved = json.loads(path.read_text())
-            if saved.get("task") == task:  # same work asked: reuse
+            if _same_work(saved.get("task"), task):
                 results[path] = saved["result"]
                 continue
+        task = {**task, "device": device}
         where[id(task)] = path
         todo.append(task)
     reused = len(results)

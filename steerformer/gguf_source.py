@@ -1,0 +1,432 @@
+"""GGUF files (llama.cpp's format) as model sources: a fast header reader, the transformers config a
+GGUF stands for, its tensors read and dequantized one at a time, and a cached conversion for full
+loads.
+
+- :func:`read_gguf_header` parses the metadata and the tensor table with ``struct`` over a memory
+  map, validated against the file size (a truncated file is one :class:`CheckpointError`). It walks
+  the tokenizer's string arrays without decoding them: on SmolLM2-135M that takes well under a
+  second where ``gguf.GGUFReader`` (which builds a NumPy view per string) took 27 s on the 2-core
+  test machine under load.
+- :func:`gguf_config` builds the config from that metadata with transformers' own tables
+  (``GGUF_TO_TRANSFORMERS_MAPPING``, ``GGUF_CONFIG_DEFAULTS_MAPPING``), following the rules of its
+  ``load_gguf_checkpoint`` for the families steerformer has adapters for.
+- :class:`GGUFTensors` serves one tensor by its transformers name: the ``gguf`` package's tensor
+  name map finds the GGUF tensor, ``gguf.quants.dequantize`` turns its blocks into float32 and, for
+  the families llama.cpp stores with Q/K rows permuted (``adapters.runtimes.GGUF_LAYOUTS``), the
+  permutation is undone as transformers' ``LlamaTensorProcessor`` does. ``analyze --spectra-only``
+  of a GGUF so reads and dequantizes the value and output weights only.
+- :func:`converted_checkpoint` is the full load: transformers' GGUF loader (``from_pretrained(folder,
+  gguf_file=name)``: every tensor dequantized to float32) run once, its model and tokenizer saved
+  as a plain checkpoint folder in the cache (:func:`cache_root`), keyed by the file's SHA-256; the
+  next load of the same file reads that folder (seconds instead of minutes). The hash itself is
+  remembered per (path, size, mtime, inode), so an unchanged file is not hashed again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import CheckpointError, UnsupportedModelError, bad_argument
+
+GGUF_MAGIC = b"GGUF"
+#: GGUF metadata value types → struct format (8 = string, 9 = array).
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32, 7: np.bool_,
+          10: np.uint64, 11: np.int64, 12: np.float64}
+_STRING, _ARRAY = 8, 9
+#: Arrays longer than this are counted, not kept (the tokenizer's 49k tokens and merges).
+KEEP_ARRAYS_UP_TO = 1024
+#: The name steerformer gives the bundled GGUF (the Hub id of the model it was converted from).
+GGUF_SUFFIX = ".gguf"
+
+
+@dataclasses.dataclass(frozen=True)
+class GGUFTensorInfo:
+    """One entry of the tensor table: torch-order shape, GGML type id, absolute byte range."""
+
+    name: str
+    shape: tuple[int, ...]
+    qtype: int
+    start: int
+    nbytes: int
+
+
+@dataclasses.dataclass
+class GGUFHeader:
+    """A GGUF file's metadata (arrays up to :data:`KEEP_ARRAYS_UP_TO` kept, longer ones counted in
+    ``array_lengths``) and its tensor table."""
+
+    path: Path
+    version: int
+    metadata: dict[str, Any]
+    array_lengths: dict[str, int]
+    tensors: dict[str, GGUFTensorInfo]
+    data_start: int
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", ""))
+
+
+class _Cursor:
+    """Little-endian reads over a buffer, each checked against its end."""
+
+    def __init__(self, buf: Any, path: Path) -> None:
+        self.buf, self.pos, self.end, self.path = buf, 0, len(buf), path
+
+    def truncated(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.path} is not a complete GGUF file: it ends inside {what} (byte {self.end}). "
+                               "Download or copy it again.")
+
+    def take(self, fmt: str, what: str) -> Any:
+        size = struct.calcsize(fmt)
+        if self.pos + size > self.end:
+            raise self.truncated(what)
+        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += size
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.take("<Q", what)
+        if self.pos + n > self.end:
+            raise self.truncated(what)
+        raw = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def skip_strings(self, count: int, what: str) -> None:
+        buf, pos, end = self.buf, self.pos, self.end
+        for _ in range(count):  # each string's length says where the next one starts
+            if pos + 8 > end:
+                raise self.truncated(what)
+            pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+        if pos > end:
+            raise self.truncated(what)
+        self.pos = pos
+
+    def value(self, vtype: int, key: str) -> tuple[Any, int | None]:
+        """(value, array length or None); arrays longer than KEEP_ARRAYS_UP_TO come back as None."""
+        if vtype in _SCALAR:
+            return self.take(_SCALAR[vtype], f"the value of {key!r}"), None
+        if vtype == _STRING:
+            return self.string(f"the value of {key!r}"), None
+        if vtype != _ARRAY:
+            raise CheckpointError(f"{self.path}: metadata {key!r} has unknown value type {vtype}; not a GGUF this "
+                                  "reader understands (GGUF v2/v3).")
+        etype, count = self.take("<I", f"the array {key!r}"), self.take("<Q", f"the array {key!r}")
+        if etype == _STRING:
+            if count <= KEEP_ARRAYS_UP_TO:
+                return [self.string(f"the array {key!r}") for _ in range(count)], count
+            self.skip_strings(count, f"the array {key!r}")
+            return None, count
+        if etype not in _NUMPY:
+            raise CheckpointError(f"{self.path}: metadata array {key!r} has element type {etype}, which GGUF v3 "
+                                  "does not define.")
+        size = np.dtype(_NUMPY[etype]).itemsize * count
+        if self.pos + size > self.end:
+            raise self.truncated(f"the array {key!r}")
+        kept = None
+        if count <= KEEP_ARRAYS_UP_TO:
+            kept = np.frombuffer(self.buf, dtype=_NUMPY[etype], count=count, offset=self.pos).tolist()
+        self.pos += size
+        return kept, count
+
+
+def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
+    """Metadata and tensor table of a GGUF v2/v3 file, every offset checked against the file size."""
+    import gguf
+
+    p = Path(path)
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise CheckpointError(f"{p} is not a GGUF file: {size} bytes, shorter than the GGUF header.")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if mm[:4] != GGUF_MAGIC:
+                raise CheckpointError(f"{p} is not a GGUF file (it does not start with the bytes 'GGUF').")
+            cur = _Cursor(memoryview(mm), p)
+            try:
+                header = _parse(cur, p, size, gguf)
+            finally:
+                cur.buf.release()
+    return header
+
+
+def _parse(cur: _Cursor, p: Path, size: int, gguf: Any) -> GGUFHeader:
+    cur.pos = 4
+    version = cur.take("<I", "the version")
+    if version not in (2, 3):
+        raise CheckpointError(f"{p} is GGUF version {version}; steerformer reads versions 2 and 3 (llama.cpp's "
+                              "current format). Re-convert it with a recent llama.cpp.")
+    n_tensors, n_kv = cur.take("<Q", "the tensor count"), cur.take("<Q", "the metadata count")
+    if n_tensors > size // 8 or n_kv > size // 8:
+        raise cur.truncated("the tensor table (its counts exceed the file)")
+    metadata: dict[str, Any] = {}
+    lengths: dict[str, int] = {}
+    for _ in range(n_kv):
+        key = cur.string("a metadata key")
+        value, count = cur.value(cur.take("<I", f"the type of {key!r}"), key)
+        metadata[key] = value
+        if count is not None:
+            lengths[key] = count
+    infos = []
+    for _ in range(n_tensors):
+        name = cur.string("the tensor table")
+        n_dims = cur.take("<I", f"the shape of {name!r}")
+        if n_dims > 8:
+            raise CheckpointError(f"{p}: tensor {name!r} claims {n_dims} dimensions; the file is corrupt.")
+        dims = [cur.take("<Q", f"the shape of {name!r}") for _ in range(n_dims)]
+        infos.append((name, dims, cur.take("<I", f"the type of {name!r}"), cur.take("<Q", f"the offset of {name!r}")))
+    align = int(metadata.get("general.alignment", 32) or 32)
+    data_start = -(-cur.pos // align) * align
+    tensors: dict[str, GGUFTensorInfo] = {}
+    for name, dims, qtype, offset in infos:
+        try:
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+        except (ValueError, KeyError):
+            raise CheckpointError(f"{p}: tensor {name!r} has GGML type {qtype}, which the installed gguf package does "
+                                  "not know (pip install -U gguf).") from None
+        n = int(np.prod(dims)) if dims else 1
+        if dims and dims[0] % block:
+            raise CheckpointError(f"{p}: tensor {name!r} has rows of {dims[0]} values, not a whole number of "
+                                  f"{block}-value blocks; the file is corrupt.")
+        nbytes = n // block * type_size
+        start = data_start + offset
+        if start + nbytes > size:
+            raise CheckpointError(f"{p} is not a complete GGUF file: tensor {name!r} needs bytes up to {start + nbytes}"
+                                  f", the file has {size}. Download or copy it again.")
+        tensors[name] = GGUFTensorInfo(name, tuple(int(d) for d in reversed(dims)), qtype, start, nbytes)
+    return GGUFHeader(p, version, metadata, lengths, tensors, data_start)
+
+
+def gguf_config(header: GGUFHeader) -> Any:
+    """The transformers config the GGUF stands for, as transformers' ``load_gguf_checkpoint``
+    derives it (its key tables, its architecture renames, tied embeddings when there is no
+    ``output.weight``, the vocabulary size from the token list when the metadata has none)."""
+    from transformers import AutoConfig
+    from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES, GGUF_TO_TRANSFORMERS_MAPPING
+
+    arch = header.architecture
+    name = header.metadata.get("general.name")
+    updated = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}.get(arch, arch)
+    if "llama" in arch and name == "mistral":  # transformers' own rule (an exact name match)
+        updated = "mistral"
+    if arch not in GGUF_SUPPORTED_ARCHITECTURES and updated not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{header.path}: a GGUF of architecture {arch!r}, which transformers' GGUF loader does not read "
+            f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}). Use a checkpoint folder instead.")
+    config: dict[str, Any] = {"tie_word_embeddings": "output.weight" not in header.tensors or arch in ("falcon", "bloom")}
+    for key, value in GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(arch) or {}).items():
+        config.setdefault(key, value)
+    renames = GGUF_TO_TRANSFORMERS_MAPPING["config"]
+    for key, value in header.metadata.items():
+        if value is None:
+            continue
+        prefix, _, rest = key.replace(arch, updated).partition(".")
+        target = renames.get(prefix, {}).get(rest)
+        if target is None or target == -1:
+            continue
+        if isinstance(value, str) and arch in value:
+            value = value.replace(arch, updated)
+        config[target] = value
+    if config.get("model_type") in ("gemma3", "gemma4"):  # GGUFs hold the text backbone only
+        config["model_type"] += "_text"
+    if "vocab_size" not in config and "tokenizer.ggml.tokens" in header.array_lengths:
+        config["vocab_size"] = header.array_lengths["tokenizer.ggml.tokens"]
+    model_type = config.pop("model_type", updated)
+    config.pop("_model_name_or_path", None)
+    try:
+        return AutoConfig.for_model(model_type, **config)
+    except (ValueError, KeyError) as exc:
+        raise UnsupportedModelError(f"{header.path}: a GGUF of architecture {arch!r} (model type {model_type!r}) that "
+                                    f"transformers cannot configure ({str(exc).splitlines()[0][:160]}).") from None
+
+
+def permuted_qk(model_type: str) -> bool:
+    """Whether llama.cpp stores this family's Q/K rows permuted (``adapters.runtimes.GGUF_LAYOUTS``)."""
+    from .adapters.runtimes import GGUF_LAYOUTS
+
+    layout = GGUF_LAYOUTS.get(model_type)
+    return layout is not None and layout.permute_qk
+
+
+def lazily_readable(model_type: str) -> bool:
+    """Whether :class:`GGUFTensors` serves this family's tensors as transformers loads them: the
+    families of ``adapters.runtimes.GGUF_LAYOUTS`` (their storage is declared and tested); any
+    other family is loaded whole through transformers' GGUF loader."""
+    from .adapters.runtimes import GGUF_LAYOUTS
+
+    return model_type in GGUF_LAYOUTS
+
+
+def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """llama.cpp's interleaved rotary row order → transformers' rotate-half order, per head: rows
+    (head, i, half) become (head, half, i) (transformers' ``_reverse_permute_weights``; the inverse
+    of :func:`steerformer.formats.gguf_model.permute_qk`)."""
+    rows = w.shape[0]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+class GGUFTensors:
+    """``get(key)``: one tensor of a GGUF by its transformers name relative to the base model
+    (``layers.3.self_attn.v_proj.weight``), dequantized to float32; nothing else is read."""
+
+    def __init__(self, header: GGUFHeader, config: Any, prefix: str) -> None:
+        import gguf
+
+        self.header, self.config, self.prefix = header, config, prefix
+        arch = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == header.architecture), None)
+        if arch is None:
+            raise UnsupportedModelError(f"{header.path}: the gguf package has no tensor names for architecture "
+                                        f"{header.architecture!r}.")
+        self._names = gguf.get_tensor_name_map(arch, int(config.num_hidden_layers))
+        self._file = open(header.path, "rb")
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def gguf_name(self, key: str) -> str:
+        for cand in ((f"{self.prefix}.{key}", key) if self.prefix else (key,)):
+            stem, _, suffix = cand.rpartition(".")
+            name = self._names.get_name(stem)
+            if name is not None and f"{name}.{suffix}" in self.header.tensors:
+                return f"{name}.{suffix}"
+        raise CheckpointError(f"tensor {key!r} is not in the GGUF {self.header.path} (no GGUF tensor maps to it); is "
+                              f"the file a {self.config.model_type} model?")
+
+    def get(self, key: str) -> torch.Tensor:
+        from gguf import GGMLQuantizationType, quants
+
+        from .consistency import check_finite
+
+        name = self.gguf_name(key)
+        info = self.header.tensors[name]
+        raw = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.start)
+        if info.shape:  # rows of bytes: the blocks of one row of the tensor
+            raw = raw.reshape(*info.shape[:-1], -1)
+        values = quants.dequantize(raw, GGMLQuantizationType(info.qtype))
+        t = torch.from_numpy(np.array(values, dtype=np.float32)).reshape(info.shape)  # a copy: the map may close
+        if permuted_qk(self.config.model_type) and (".attn_q." in name or ".attn_k." in name):
+            heads = self.config.num_attention_heads if ".attn_q." in name else self.config.num_key_value_heads
+            t = unpermute_qk(t, int(heads))
+        check_finite(t, key, str(self.header.path))
+        return t
+
+    def close(self) -> None:
+        self._map.close()
+        self._file.close()
+
+
+# ---- the cached conversion of a full load ------------------------------------------------------
+def cache_root() -> Path:
+    """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
+    ~/.cache/steerformer."""
+    env = os.environ.get("STEERFORMER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steerformer"
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of the file, remembered in the cache per (path, size, mtime, inode)."""
+    st = path.stat()
+    stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    index = cache_root() / "gguf" / "hashes.json"
+    try:
+        known = json.loads(index.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if stamp in known:
+        return known[stamp]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    known[stamp] = digest
+    try:
+        index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index.with_name(f".{index.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known))
+        tmp.replace(index)
+    except OSError:  # a read-only cache: hash again next time
+        pass
+    return digest
+
+
+#: The file in a converted folder that names its GGUF (and marks the conversion complete).
+SOURCE_FILE = "steerformer_gguf.json"
+
+
+def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
+    """A plain checkpoint folder (config, float32 safetensors, tokenizer) holding what transformers'
+    GGUF loader makes of ``path``; converted on the first call, then read from the cache."""
+    path = Path(path).resolve()
+    header = read_gguf_header(path)  # a truncated or foreign file: one line, before transformers
+    gguf_config(header)  # an architecture transformers cannot load: one line
+    folder = cache_root() / "gguf" / file_sha256(path)
+    if (folder / SOURCE_FILE).is_file():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as exc:  # transformers' own failures on a file it cannot convert
+        raise CheckpointError(f"{path}: transformers' GGUF loader failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None
+    # The dequantized model is plain nn.Linear weights; transformers only marks it as a GGUF model
+    # (hf_quantizer), which makes save_pretrained refuse it. Saved without the mark, it loads back
+    # bit for bit (tested).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # written last: its presence marks a complete conversion
+        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "model_id": model_id or str(path),
+                                                   "sha256": folder.name}))
+        if not (folder / SOURCE_FILE).is_file():  # another process may have finished first
+            if folder.exists():
+                shutil.rmtree(folder)
+            tmp.rename(folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return folder
+
+
+def converted_source(folder: str | os.PathLike) -> dict | None:
+    """What a converted folder was converted from ({"gguf", "model_id", "sha256"}), or None."""
+    try:
+        return json.loads((Path(folder) / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def gguf_file_in(name: str | os.PathLike) -> Path | None:
+    """The GGUF a model argument points at: a ``.gguf`` file, or a folder without ``config.json``
+    that holds exactly one (several are refused, naming them); None for anything else."""
+    p = Path(name).expanduser()
+    if p.is_file():
+        return p.resolve() if p.suffix == GGUF_SUFFIX else None
+    if p.is_dir() and not (p / "config.json").is_file():
+        found = sorted(p.glob(f"*{GGUF_SUFFIX}"))
+        if len(found) > 1:
+            raise bad_argument("model", str(name), "a folder with one .gguf file, or the .gguf file itself",
+                               f"It holds {len(found)}: {', '.join(f.name for f in found[:5])}. Pass one of them.")
+        if found:
+            return found[0].resolve()
+    return None
