@@ -32,13 +32,13 @@ def _hashes(model) -> dict:
 
 def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> None:
     from steerformer.steering.calibrate import ContinuationProbe
-    from steerformer.steering.evaluate import evaluate_record
+    from steerformer.steering.evaluate import PROBE_QUESTIONS, evaluate_record
 
     model, tok = smol
-    probe = ContinuationProbe.of(model, sf.open_source(model).adapter, tok, ["How do I clean a laptop keyboard?",
-                                                                             "How can I reduce my screen time?"],
-                                 n_new=8)
-    rec = sf.steer(model, token="ocean", tokenizer=tok, layer=19, max_kl=0.3)
+    probe = ContinuationProbe.of(model, sf.open_source(model).adapter, tok, ["How do I clean a laptop keyboard?"],
+                                 n_new=6)
+    rec = sf.steer(model, token="ocean", tokenizer=tok, layer=19, max_kl=0.3, report=False,
+                   prompts=PROBE_QUESTIONS[:3])
     try:
         assert 0 < rec.kl <= 0.3 and rec.edits[0].writer == "mlp"
         # the search re-runs blocks 19… from cached inputs: a full forward must give the same KL
@@ -48,7 +48,7 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
         assert full > 0.01 and probe.kl(probe.logprobs(19)) == pytest.approx(full, rel=1e-6)
         ev = evaluate_record(model, tok, rec, questions=[
             "How can I improve my sleep?", "What should I pack for a weekend trip?",
-            "How do I choose a good laptop?"], max_new_tokens=20)
+            "How do I choose a good laptop?"], max_new_tokens=16)
         point = ev.points[0]
         assert point.concept_rate > ev.base_concept_rate
         assert point.kl < 2 * 0.3  # held-out prompts: the same order as the probe's budget (the paper edit: ~56)
@@ -60,7 +60,7 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
 def test_a_phrase_is_used_whole_and_undo_is_bit_exact(smol) -> None:
     model, tok = smol
     before = _hashes(model)
-    rec = sf.steer(model, token="ice cream", tokenizer=tok, layer=15, report=False)
+    rec = sf.steer(model, token="ice cream", tokenizer=tok, layer=15, report=False, prompts=["Tell me a story."])
     src = rec.direction_source
     assert src["phrase"] == "ice cream" and len(src["pieces"]) == 2 and src["read_at"] == "last token of the phrase"
     sf.unsteer(model)
