@@ -37,6 +37,9 @@ RUN_DTYPES = ("fp32", "fp16", "bf16", "fp64")
 #: Eigen-decomposition precisions (``analyze --eig-dtype``).
 EIG_DTYPES = ("float64", "float32")
 
+#: Corrections of the beyond-chance test across layers (``--correction``; stats/testing.py says why bh).
+CORRECTIONS = ("bh", "holm")
+
 
 def torch_dtype(value: Any, *, choices: Sequence[str] | None = None, name: str = "dtype") -> Any:
     """The torch dtype ``value`` names: a name of :data:`DTYPES` (or of ``choices`` when given), any
@@ -154,7 +157,15 @@ class StatsConfig(Config):
     layer_norm: bool | None = option(None, "Apply the model's own pre-attention norm (LayerNorm or RMSNorm: ln_1, "
                                            "input_layernorm) before attention, or not. Default: both, for pre-LN "
                                            "models.", flag="--layer-norm/--no-layer-norm", cli_type=bool)
-    null_draws: int = option(5, "Random-weight draws of the null model (beyond-chance verdict); 0 = off.")
+    null_draws: int = option(100, "Random-weight draws of the null model (the beyond-chance test); 0 = off.")
+    alpha: float = option(0.05, "Level of the beyond-chance test (adjusted p-values of Δρ and P both below it).")
+    correction: str = option("bh", "Correction across layers: bh (Benjamini–Hochberg, false discovery rate) | "
+                                   "holm (family-wise error).", choices=CORRECTIONS)
+    ci: float = option(0.95, "Confidence level of the intervals (percentile bootstrap over prompts); 0 = none.")
+    bootstrap: int = option(1000, "Bootstrap resamples of the prompts for the intervals.")
+    seeds: int = option(1, "Repeat the controlled dynamics and the test with token seeds seed..seed+K−1 and report "
+                           "how often each layer's verdicts hold (a layer beyond chance in fewer than 90 % of them "
+                           "is marked unstable).")
     bias: bool = option(False, "Keep the value/output biases in the dynamics.")
     prolong: int | None = option(None, "Prolonged run: apply the layers K times (default 10 for shared-weight "
                                        "models such as ALBERT).", cli_type=int)
@@ -171,6 +182,14 @@ class StatsConfig(Config):
         if self.prolong is not None:
             _positive_int("prolong", self.prolong, "an integer K >= 1 (the prolonged run applies the layers K times)")
         _positive_int("null_draws", self.null_draws, "an integer K >= 0 (0 turns the null model off)", low=0)
+        if isinstance(self.alpha, bool) or not _finite(self.alpha) or not 0 < float(self.alpha) < 1:
+            raise bad_argument("alpha", self.alpha, "a test level in (0, 1), e.g. 0.05")
+        if self.correction not in CORRECTIONS:
+            raise bad_argument("correction", self.correction, f"one of {', '.join(CORRECTIONS)}")
+        if isinstance(self.ci, bool) or not _finite(self.ci) or not (float(self.ci) == 0 or 0 < float(self.ci) < 1):
+            raise bad_argument("ci", self.ci, "a confidence level in (0, 1), e.g. 0.95, or 0 for no intervals")
+        _positive_int("bootstrap", self.bootstrap, "a number of resamples >= 100, e.g. 1000", low=100)
+        _positive_int("seeds", self.seeds, "an integer K >= 1 (token seeds seed..seed+K-1)")
         if self.layer_norm is not None and type(self.layer_norm).__name__ not in ("bool", "bool_"):
             raise bad_argument("layer_norm", self.layer_norm, "True, False or None (both, for pre-LN models)")
         if not _finite(self.tau):

@@ -63,7 +63,7 @@ def dynamics_step(
     return residual_map(x, attention_output(xin, w, A, bias=bias), tau=tau)
 
 
-def _layer_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
+def pre_attention_norms(source: ModelSource, ids: Sequence[int], dtype, device) -> dict[int, torch.nn.Module]:
     """The model's own pre-attention norms of pre-LN models (LayerNorm or RMSNorm with the model's
     ε, the family's own module class), loaded from the stored weights."""
     out: dict[int, torch.nn.Module] = {}
@@ -120,7 +120,7 @@ def run_dynamics(
     x = x.to(device)
     if weights is None:
         weights = read_attention_weights(source, ids, dtype=dtype, device=device)
-    norms = _layer_norms(source, ids, dtype, device) if layer_norm else {}
+    norms = pre_attention_norms(source, ids, dtype, device) if layer_norm else {}
     seq = list(ids) * int(repeat)
     states = torch.empty((len(seq) + 1, *x.shape), dtype=dtype, device=device)
     states[0] = x

@@ -3,6 +3,12 @@
 Ordering: eigenvalues by real part, descending (ALBERT-large's principal eigenvalue is real and
 positive but smaller in modulus than its most negative one, so ordering by modulus would pick
 the wrong one). Within a conjugate pair, the one with positive imaginary part comes first.
+
+Zeros are eigenvalues (MATH.md §1b): a rank-r layer matrix F = A·B (r < d) has d − r of them, and
+they take part in the ordering like any other. The factored path lists the zero eigenvalue
+min(2, d − r) times — enough for λ1 and λ2 — with null vectors of F as eigenvectors; the
+summary counts any |λ| ≤ :data:`RANK_TOL` · radius as 0 (the dense eig returns rounding noise
+there). So the dense and factored paths give one λ1, λ2, gap and case for one F.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .eig import dense_eig, factored_eig, resolve_device, solver_device, top_eig
+from .eig import dense_eig, factored_eig, null_vectors, resolve_device, solver_device, top_eig
 from .configs import progress_bar
 from .errors import bad_argument
 
@@ -24,6 +30,11 @@ REAL_TOL = 1e-10
 #: "de facto case 3": relative gap below this **and** |<v1, v2>| above DE_FACTO_OVERLAP.
 DE_FACTO_REL_GAP = 0.05
 DE_FACTO_OVERLAP = 0.9
+#: Eigenvalues with |λ| ≤ RANK_TOL · (spectral radius) are F's numerical null space (MATH.md §1b):
+#: the summary counts them as 0 and the baselines of the statistics leave them out. MATH.md writes
+#: |λ1|; the radius is used because λ1 (the largest real part) can be far below it (ALBERT-large)
+#: or be 0 itself — for every layer where λ1 is the radius, the two agree.
+RANK_TOL = 1e-8
 
 
 def lambda_is_complex(z: complex, radius: float) -> bool:
@@ -59,6 +70,8 @@ def spectral_summary(vals: torch.Tensor | np.ndarray | Sequence[complex], vecs: 
     if v.size == 0:
         raise bad_argument("vals", "an empty spectrum", "at least one eigenvalue")
     rad = float(np.abs(v).max()) if radius is None else float(radius)
+    # The null space's rounding noise (dense eig) is the exact zero of the factored path.
+    v = np.where(np.abs(v) <= RANK_TOL * rad, 0, v)
     l1 = complex(v[0])
     complex1 = lambda_is_complex(l1, rad)
     j2 = min(2 if complex1 else 1, v.size - 1)  # skip the conjugate partner of a complex λ1
@@ -114,8 +127,9 @@ class Spectra:
     ``eigenvectors[k][:, l]`` is the unit right eigenvector of ``eigenvalues[k, l]``, with its
     largest-modulus entry made real and positive (a deterministic sign/phase).
     ``lambda2`` is the next eigenvalue after λ1 — after the whole pair when λ1 is complex.
-    ``method[k]`` says how layer k was solved: "full", "factored r=…" (nonzero spectrum only,
-    m = r columns), "top-K" (the K eigenvalues of largest real part), or "top-K→full (why)".
+    ``method[k]`` says how layer k was solved: "full", "factored r=…" (the nonzero spectrum and
+    F's zero eigenvalue min(2, d − r) times, m = r + 2 columns when r ≤ d − 2), "top-K" (the K
+    eigenvalues of largest real part), or "top-K→full (why)".
     With shared slots (ALBERT) ``eigenvectors`` is a :class:`SharedStack` holding each distinct
     decomposition once.
     """
@@ -206,7 +220,9 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
     """Sorted (values, unit vectors (d, m), method) of one layer matrix F, given as ``matrix`` or as
     ``factors`` (A, B) with F = A·B. Factors with r < d use the r × r problem BA (F is never formed);
     ``top_k`` asks for the K eigenvalues of largest real part by Arnoldi, falling back to the full
-    path (recorded in the method string) when Arnoldi fails to converge or a residual is too big."""
+    path (recorded in the method string) when Arnoldi fails to converge or a residual is too big.
+    The factored path's values are the r nonzero ones plus F's zero eigenvalue min(2, d − r) times
+    (module docstring)."""
     A = B = None
     if factors is not None:
         A, B = (torch.as_tensor(t).to(torch.float64) for t in factors)
@@ -225,13 +241,15 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
             vals = torch.from_numpy(got.values.copy())
             W = torch.from_numpy(np.ascontiguousarray(got.vectors))
             vecs = W if A is None else A.to(W.dtype) @ W
+            if A is not None:
+                vals, vecs = with_zero_eigenvalues(vals, vecs, B)
             vals, vecs = _sort_phase(vals.to(_complex(dtype)), vecs.to(_complex(dtype)))
             vals, vecs = vals[:top_k], vecs[:, :top_k]
             return vals, vecs, f"top-{top_k}" + ("" if A is None else f" factored r={A.shape[1]}")
         fallback = f"top-{top_k}→full ({got.reason})"
         method = fallback if A is None else f"{fallback} factored r={A.shape[1]}"
     if A is not None:
-        vals, vecs = factored_eig(A, B, dtype=dtype, device=dev)
+        vals, vecs = with_zero_eigenvalues(*factored_eig(A, B, dtype=dtype, device=dev), B)
         vals, vecs = _sort_phase(vals.cpu(), vecs.cpu())
     else:
         vals, vecs = sorted_eig(matrix, dtype=dtype, device=dev)
@@ -239,6 +257,19 @@ def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
     if top_k is not None:
         vals, vecs = vals[:top_k], vecs[:, :top_k]
     return vals, vecs, method
+
+
+def with_zero_eigenvalues(vals: torch.Tensor, vecs: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nonzero spectrum of F = A·B (``vals`` (m,), unit ``vecs`` (d, m)) with F's zero
+    eigenvalue appended min(2, d − r) times, null vectors of F as its eigenvectors (unsorted), so
+    that λ1 or λ2 is 0 when fewer than two nonzero eigenvalues have a positive real part."""
+    r, d = B.shape
+    z = min(2, d - r)
+    if z <= 0:
+        return vals, vecs
+    N = null_vectors(B, z).to(device=vecs.device, dtype=vecs.real.dtype)
+    return (torch.cat([vals, torch.zeros(z, dtype=vals.dtype, device=vals.device)]),
+            torch.cat([vecs, N.to(vecs.dtype)], dim=1))
 
 
 def _complex(dtype: torch.dtype) -> torch.dtype:
@@ -289,7 +320,8 @@ def spectra(
     ``slot_ids`` marks layers that share weights (ALBERT): each distinct slot is decomposed once
     and its eigenvectors stored once. ``factors``: per layer (A, B) with F = A·B (a
     :class:`~steerformer.matrices.LayerMatrices` carries them when its layers have r < d); layers
-    with r < d get their exact nonzero spectrum from the r × r problem. ``top_k``: only the K
+    with r < d get their exact nonzero spectrum from the r × r problem, plus F's zero eigenvalue in
+    its place in the ordering (module docstring). ``top_k``: only the K
     eigenvalues of largest real part (Arnoldi, recorded fallback to full). ``workers`` > 1 runs
     the distinct layers in a process pool, each worker's BLAS single-threaded. ``progress``: a
     tqdm bar over the matrices (a string labels it).

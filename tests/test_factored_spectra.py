@@ -38,7 +38,10 @@ def test_factored_spectrum_equals_full_eig_on_planted_factors() -> None:
     A, B = rng.standard_normal((d, r)), rng.standard_normal((r, d))
     F = A @ B
     vals, vecs, method = layer_spectrum(factors=(torch.from_numpy(A), torch.from_numpy(B)))
-    assert method == f"factored r={r}" and vals.shape == (r,) and vecs.shape == (d, r)
+    # r nonzero eigenvalues and F's zero eigenvalue twice (MATH.md §1b: the zeros are ordered too)
+    assert method == f"factored r={r}" and vals.shape == (r + 2,) and vecs.shape == (d, r + 2)
+    assert int((vals == 0).sum()) == 2
+    vals, vecs = vals[vals != 0], vecs[:, vals != 0]
     full = scipy.linalg.eigvals(F)
     nonzero = full[np.argsort(-np.abs(full))][:r]  # the rest are rounding noise around 0
     nonzero = nonzero[np.lexsort((-nonzero.imag, -nonzero.real))]
@@ -66,9 +69,10 @@ def test_layer_factors_of_grouped_query_weights_and_their_spectrum() -> None:
     F = sum(w.W_O[h] @ w.W_V[h * H_kv // H] for h in range(H))
     assert torch.allclose(A @ B, F, atol=1e-12)
     sp = spectra(F[None], factors=[(A, B)])
-    assert sp.method == ["factored r=8"] and sp.eigenvalues.shape == (1, 8)
+    assert sp.method == ["factored r=8"] and sp.eigenvalues.shape == (1, 8 + 2)  # + the zero, twice
     ref = _sorted_ref(F.numpy())
-    ref = ref[np.abs(ref) > 1e-8 * np.abs(ref).max()]
+    ref = np.r_[ref[np.abs(ref) > 1e-8 * np.abs(ref).max()], 0, 0]  # 40 noise zeros: 2 kept, exact
+    ref = ref[np.lexsort((-ref.imag, -ref.real))]
     assert np.allclose(sp.eigenvalues[0].numpy(), ref, rtol=0, atol=1e-10 * np.abs(ref).max())
 
 

@@ -18,7 +18,8 @@ from ..errors import bad_argument
 from ..spectra import REAL_TOL, Spectra
 from .cumulative import cumulative_principal
 from .directions import Directions, chance_rho_S, eigen_directions, principal_subspace
-from .result import AlignmentStats, histogram
+from .result import CI_COLUMNS, AlignmentStats, histogram
+from .uncertainty import bootstrap_intervals, prompt_sums
 
 #: Statistics whose per-token values (steps, N) are kept for plots and the NPZ.
 PER_TOKEN = ("rho_before", "rho", "rho_re_v1", "rho_S", "rho_cumulative")
@@ -54,11 +55,13 @@ def intertoken_distance(x: torch.Tensor, lengths: Sequence[int]) -> tuple[float,
 
 
 def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions, S: torch.Tensor,
-                     extra: torch.Tensor | None = None) -> tuple[dict, dict]:
+                     extra: torch.Tensor | None = None) -> tuple[dict, dict, dict]:
     """Statistics of one step from tokens ``before``/``after`` (N, d).
 
     One GEMM projects all 2N tokens on every eigen-direction plus the subspace S (and the
-    cumulative direction(s) ``extra``). Returns (JSON-ready record, per-token arrays).
+    cumulative direction(s) ``extra``). Returns (JSON-ready record, per-token arrays of
+    :data:`PER_TOKEN`, and for every column of :data:`CI_COLUMNS` the per-token values whose mean
+    it is — what the bootstrap over prompts resamples).
     """
     N = before.shape[0]
     X = torch.cat([before, after]).to(torch.float64)
@@ -87,11 +90,16 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     # directions of eigenvalues above the numerical rank's cut (MATH.md §1b).
     in_rank = dirs.in_rank if dirs.in_rank is not None else torch.ones_like(dirs.is_pair)
     one_d = ~dirs.is_pair & in_rank
+    means = {"rho_mean": rho, "rho_before_mean": rho_before, "delta_rho_mean": dR[:, 0],
+             "P": (dR[:, 0] > 0).double(), "rho_re_v1_mean": rho_re, "rho_S_mean": rho_S}
     for tag, sel in (("baseline", in_rank), ("baseline1d", one_d)):
         ra, dr = Ra[:, sel], dR[:, sel]
         rec[f"{tag}_rho_mean"], rec[f"{tag}_rho_std"] = _mean_std(ra)
         rec[f"{tag}_delta_mean"], rec[f"{tag}_delta_std"] = _mean_std(dr)
         rec[f"{tag}_P"] = float((dr > 0).double().mean()) if dr.numel() else float("nan")
+        if dr.numel():  # a token's mean over the directions: the baseline is their mean over tokens
+            means[f"{tag}_rho_mean"], means[f"{tag}_delta_mean"] = ra.mean(1), dr.mean(1)
+            means[f"{tag}_P"] = (dr > 0).double().mean(1)
     rec["n_real_directions"] = int(one_d.sum())
     rec["n_pair_directions"] = int((dirs.is_pair & in_rank).sum())
     rec["numerical_rank"] = int(dirs.numerical_rank if dirs.numerical_rank is not None else 2 * int(
@@ -101,9 +109,23 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
         rho_c = torch.sqrt((C[N:, m + s:] ** 2).sum(-1)) / norms[N:]
         rec["cumulative_rho_mean"], rec["cumulative_rho_std"] = _mean_std(rho_c)
         tokens["rho_cumulative"] = rho_c
+        means["cumulative_rho_mean"] = rho_c
     rec["power_method_step"] = bool(rec["delta_rho_mean"] > 0 and rec["delta_rho_mean"] > rec["baseline_delta_mean"]
                                     and rec["P"] > rec["baseline_P"])
-    return rec, tokens
+    return rec, tokens, means
+
+
+def _add_intervals(records: list[dict], sums: list[tuple[list[str], torch.Tensor]], lengths: Sequence[int], *,
+                   level: float, resamples: int, seed: int) -> None:
+    """``<column>_lo`` / ``<column>_hi`` in every step's record (in place), all steps and columns
+    from the same resamples of the prompts."""
+    lo, hi = bootstrap_intervals(torch.cat([t for _, t in sums]), lengths, level=level, resamples=resamples,
+                                 seed=seed)
+    i = 0
+    for rec, (names, _) in zip(records, sums):
+        for name in names:
+            rec[f"{name}_lo"], rec[f"{name}_hi"] = float(lo[i]), float(hi[i])
+            i += 1
 
 
 def _flatten(states, lengths, step_layers, options):
@@ -149,6 +171,9 @@ def alignment_stats(
     variant: str = "controlled",
     options: dict | None = None,
     progress: bool | str = False,
+    ci: float = 0.95,
+    bootstrap: int = 1000,
+    ci_seed: int = 0,
 ) -> AlignmentStats:
     """Power-method statistics of every step of a token trajectory.
 
@@ -158,7 +183,8 @@ def alignment_stats(
     ``step_layers`` maps each step to its layer (a Trajectory brings its own, repeats included for
     prolonged runs). ``matrices`` (aligned with ``spectra_layers``) enables the cumulative-product
     statistic; without it, or with ``cumulative=False``, it is skipped. ``progress``: a tqdm bar
-    over the steps (a string labels it).
+    over the steps (a string labels it). ``ci``: level of the percentile-bootstrap intervals over
+    prompts (``bootstrap`` resamples drawn with ``ci_seed``; :mod:`.uncertainty`), 0 for none.
     """
     X, lengths, step_layers, options = _flatten(states, lengths, step_layers, options)
     L = len(spectra)
@@ -175,6 +201,8 @@ def alignment_stats(
         raise bad_argument("states", f"tokens of width {X.shape[-1]}", f"width d={d} of the layer matrices")
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise bad_argument("bins", bins, "a positive number of histogram bins")
+    if ci:  # checked before the work, not after it
+        bootstrap_intervals(torch.zeros((1, 1)), [1], level=ci, resamples=bootstrap, seed=ci_seed)
     cum_iter = None
     if cumulative and matrices is not None:
         mats = getattr(matrices, "matrices", matrices)
@@ -182,6 +210,7 @@ def alignment_stats(
 
     cache: dict[int, tuple[Directions, torch.Tensor, str]] = {}
     records, tokens = [], {name: [] for name in PER_TOKEN}
+    sums: list[tuple[list[str], torch.Tensor]] = []  # per step: (CI columns, per-prompt sums)
     dist0 = intertoken_distance(X[0].double(), lengths)
     steps = range(len(step_layers))
     for k in progress_bar(progress, "statistics", steps, unit="layer"):
@@ -194,7 +223,10 @@ def alignment_stats(
         extra, cum_complex = None, None
         if cum_iter is not None:
             _, extra, cum_complex = next(cum_iter)
-        rec, tok = layer_statistics(X[k], X[k + 1], dirs, S, extra)
+        rec, tok, means = layer_statistics(X[k], X[k + 1], dirs, S, extra)
+        if ci:
+            names = [c for c in CI_COLUMNS if c in means]
+            sums.append((names, prompt_sums(torch.stack([means[c] for c in names]), lengths)))
         dmean, dmax = intertoken_distance(X[k + 1].double(), lengths)
         lam1 = spectra.eigenvalues[i, 0]
         head = {"step": k, "layer": step_layers[k], "case": int(spectra.case[i]),
@@ -207,6 +239,8 @@ def alignment_stats(
         records.append(rec)
         for name, t in tok.items():
             tokens[name].append(t.cpu().numpy())
+    if ci and records:
+        _add_intervals(records, sums, lengths, level=ci, resamples=bootstrap, seed=ci_seed)
     per_token = {name: np.stack(v) for name, v in tokens.items() if v}
     hist = {
         "rho_v1": histogram(per_token["rho_re_v1"][-1], bins),
@@ -215,4 +249,7 @@ def alignment_stats(
     meta = {"variant": variant, "n_tokens": int(X.shape[1]), "n_prompts": len(lengths), "n_steps": len(records),
             "distance_initial": {"mean": dist0[0], "max": dist0[1]}, "options": options,
             "cumulative": cum_iter is not None}
+    if ci:
+        meta["ci"] = {"level": float(ci), "method": "percentile bootstrap over prompts", "resamples": int(bootstrap),
+                      "seed": int(ci_seed)}
     return AlignmentStats(meta=meta, layers=records, per_token=per_token, histograms=hist, lengths=lengths)

@@ -16,12 +16,7 @@ import math
 import numpy as np
 import torch
 
-from ..spectra import REAL_TOL
-
-#: Eigenvalues with |λ| ≤ RANK_TOL · (spectral radius) are F's numerical null space (MATH.md §1b).
-#: MATH.md writes |λ1|; the spectral radius is used because λ1 (the largest real part) can be far
-#: below the radius (ALBERT-large) — for every layer where λ1 is the radius, the two agree.
-RANK_TOL = 1e-8
+from ..spectra import RANK_TOL, REAL_TOL
 
 
 @dataclasses.dataclass

@@ -11,8 +11,6 @@ from matplotlib.figure import Figure
 from ..results import save_figure  # noqa: F401  (the one figure saver, re-exported)
 
 
-
-
 def _col(stats, key: str) -> np.ndarray:
     return np.array([np.nan if r.get(key) is None else r[key] for r in stats.layers], dtype=float)
 
@@ -23,33 +21,62 @@ def _band(ax, x, mean, std, color, label, ls="-"):
         ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
 
 
+def _stat(ax, st, key: str, std_key: str | None, color: str, label: str) -> None:
+    """The mean of ``key`` per step with its band: the confidence interval over prompts when the
+    statistics carry one (``<key>_lo``/``_hi``), else ± the std over tokens — the legend says which."""
+    x = _col(st, "step") + 1
+    level = st.meta.get("ci", {}).get("level")
+    if level and st.layers and f"{key}_lo" in st.layers[0]:
+        ax.plot(x, _col(st, key), "-", color=color, marker="o", ms=3, label=f"{label}, {level:.0%} CI over prompts")
+        ax.fill_between(x, _col(st, f"{key}_lo"), _col(st, f"{key}_hi"), color=color, alpha=0.2, lw=0)
+    elif std_key is not None:
+        _band(ax, x, _col(st, key), _col(st, std_key), color, f"{label} ± std over tokens")
+    else:
+        ax.plot(x, _col(st, key), "-o", ms=3, color=color, label=label)
+
+
+def _null(ax, st, tag: str) -> None:
+    """The null's central interval (gray) and the layers beyond chance (stars)."""
+    if not st.layers or f"null_{tag}_lo" not in st.layers[0]:
+        return
+    x = _col(st, "step") + 1
+    test = st.meta.get("test", {})
+    level = st.meta.get("ci", {}).get("level") or 0.95
+    ax.fill_between(x, _col(st, f"null_{tag}_lo"), _col(st, f"null_{tag}_hi"), color="0.5", alpha=0.25, lw=0,
+                    label=f"null: central {level:.0%} of {test.get('draws', '?')} random-weight draws")
+    hit = np.array([bool(r.get("beyond_chance")) for r in st.layers])
+    if hit.any():
+        y = _col(st, "delta_rho_mean" if tag == "delta" else "P")
+        name = {"bh": "BH", "holm": "Holm"}.get(test.get("correction"), "")
+        ax.plot(x[hit], y[hit], "*", ms=10, color="black", lw=0,
+                label=f"beyond chance ({name}-adjusted p < {test.get('alpha', 0.05):g})")
+
+
 def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = "") -> Figure:
-    """Three rows (ρ vs ρ̄, Δρ vs Δρ̄, P vs P̄; std bands over tokens), one column per statistics
-    set — e.g. the controlled dynamics next to the full model (Figs. 2(b), 7, 10, 11)."""
+    """Three rows (ρ vs ρ̄, Δρ vs Δρ̄, P vs P̄; bands: confidence intervals over prompts, or std over
+    tokens without them; the null's central interval and the layers beyond chance when tested), one
+    column per statistics set — e.g. the controlled dynamics next to the full model (Figs. 2(b), 7,
+    10, 11)."""
     ncol = len(stats_list)
     fig = Figure(figsize=(4.2 * ncol, 8))
     axes = fig.subplots(3, ncol, squeeze=False, sharex="col")
     for c, (st, lab) in enumerate(zip(stats_list, labels)):
         x = _col(st, "step") + 1
         ax = axes[0, c]
-        _band(ax, x, _col(st, "rho_mean"), _col(st, "rho_std"), "tab:red", "ρ_k (v1)")
-        _band(ax, x, _col(st, "baseline_rho_mean"), _col(st, "baseline_rho_std"), "tab:blue", "ρ̄_k (all, pairs 2-D)")
+        _stat(ax, st, "rho_mean", "rho_std", "tab:red", "ρ_k (v1)")
+        _stat(ax, st, "baseline_rho_mean", "baseline_rho_std", "tab:blue", "ρ̄_k (all, pairs 2-D)")
         ax.plot(x, _col(st, "baseline1d_rho_mean"), "--", color="tab:cyan", lw=1, label="ρ̄_k (real only)")
         ax.set_title(lab, fontsize=10)
         ax = axes[1, c]
-        _band(ax, x, _col(st, "delta_rho_mean"), _col(st, "delta_rho_std"), "tab:red", "Δρ_k")
-        _band(ax, x, _col(st, "baseline_delta_mean"), _col(st, "baseline_delta_std"), "tab:blue", "Δρ̄_k")
-        if st.layers and "null_delta_mean" in st.layers[0]:
-            m, sd = _col(st, "null_delta_mean"), _col(st, "null_delta_std")
-            ax.fill_between(x, m - 2 * sd, m + 2 * sd, color="0.5", alpha=0.25, lw=0, label="null: random weights, mean ± 2 std")
+        _stat(ax, st, "delta_rho_mean", "delta_rho_std", "tab:red", "Δρ_k")
+        _stat(ax, st, "baseline_delta_mean", "baseline_delta_std", "tab:blue", "Δρ̄_k")
+        _null(ax, st, "delta")
         ax.plot(x, _col(st, "baseline1d_delta_mean"), "--", color="tab:cyan", lw=1, label="Δρ̄_k (real only)")
         ax.axhline(0, color="0.6", lw=0.6)
         ax = axes[2, c]
-        ax.plot(x, _col(st, "P"), "-o", ms=3, color="tab:red", label="P_k")
-        ax.plot(x, _col(st, "baseline_P"), "-o", ms=3, color="tab:blue", label="P̄_k")
-        if st.layers and "null_P_mean" in st.layers[0]:
-            m, sd = _col(st, "null_P_mean"), _col(st, "null_P_std")
-            ax.fill_between(x, m - 2 * sd, m + 2 * sd, color="0.5", alpha=0.25, lw=0, label="null: mean ± 2 std")
+        _stat(ax, st, "P", None, "tab:red", "P_k")
+        _stat(ax, st, "baseline_P", None, "tab:blue", "P̄_k")
+        _null(ax, st, "P")
         ax.plot(x, _col(st, "baseline1d_P"), "--", color="tab:cyan", lw=1, label="P̄_k (real only)")
         ax.axhline(0.5, color="0.6", lw=0.6)
         ax.set_ylim(-0.02, 1.02)
@@ -73,7 +100,7 @@ def cumulative(stats, title: str = "") -> Figure:
     fig = Figure(figsize=(6, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     x = _col(stats, "step") + 1
-    _band(ax, x, _col(stats, "cumulative_rho_mean"), _col(stats, "cumulative_rho_std"), "tab:green", "ρ(x(k+1), w_k), w_k of F_k⋯F_1")
+    _stat(ax, stats, "cumulative_rho_mean", "cumulative_rho_std", "tab:green", "ρ(x(k+1), w_k), w_k of F_k⋯F_1")
     _band(ax, x, _col(stats, "rho_mean"), None, "tab:red", "ρ_k (v1 of F_k)", ls="--")
     ax.set_xlabel("layer k")
     ax.set_ylabel("correlation")

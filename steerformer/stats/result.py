@@ -21,8 +21,20 @@ COLUMNS = (
     "n_real_directions", "n_pair_directions", "numerical_rank",
     "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
     "distance_mean", "distance_max", "power_method_step",
-    # The null model (MATH.md §4b): K random draws of W_Q, W_K, W_V, W_O; absent with null_draws=0.
-    "null_delta_mean", "null_delta_std", "null_P_mean", "null_P_std", "beyond_chance",
+)
+#: Columns with a confidence interval, ``<name>_lo`` and ``<name>_hi`` (MATH.md §4c; absent with ci=0).
+CI_COLUMNS = ("rho_mean", "rho_before_mean", "delta_rho_mean", "P", "rho_re_v1_mean", "rho_S_mean",
+              "baseline_rho_mean", "baseline_delta_mean", "baseline_P",
+              "baseline1d_rho_mean", "baseline1d_delta_mean", "baseline1d_P", "cumulative_rho_mean")
+COLUMNS += tuple(f"{c}_{end}" for c in CI_COLUMNS for end in ("lo", "hi"))
+#: The test (MATH.md §4c): K random draws of W_Q, W_K, W_V, W_O (absent with null_draws=0) — the
+#: null's mean, std and central interval of Δρ and P, the p-values, adjusted across layers, and the
+#: verdict; then how often the verdicts hold over token seeds (with seeds > 1).
+COLUMNS += (
+    "null_delta_mean", "null_delta_std", "null_delta_lo", "null_delta_hi",
+    "null_P_mean", "null_P_std", "null_P_lo", "null_P_hi",
+    "p_delta", "p_P", "p_delta_adjusted", "p_P_adjusted", "beyond_chance",
+    "power_method_step_share", "beyond_chance_share", "unstable",
 )
 
 
@@ -59,15 +71,26 @@ class AlignmentStats:
         return sum(r["power_method_step"] for r in self.layers)
 
     def summary(self) -> str:
-        """"22 of 24 layers act as a power-method step (Δρ>0, Δρ>Δρ̄, P>P̄)"."""
+        """"22 of 24 layers act as a power-method step (Δρ>0, Δρ>Δρ̄, P>P̄)", with the test's and
+        the seeds' verdicts when computed."""
         n = len(self.layers)
         unit = "steps" if self.meta.get("options", {}).get("repeat", 1) > 1 else "layers"
         out = f"{self.n_power_steps} of {n} {unit} act as a power-method step"
-        if self.meta.get("null_draws"):
-            j = sum(bool(r.get("beyond_chance")) for r in self.layers)
-            return out + (f"; {j} of them beyond chance (Δρ, P > null mean + 2 std over "
-                          f"{self.meta['null_draws']} random-weight draws)")
-        return out + " (Δρ > 0, Δρ > Δρ̄, P > P̄)"
+        test = self.meta.get("test")
+        if not test:
+            return out + " (Δρ > 0, Δρ > Δρ̄, P > P̄)"
+        beyond = [r["layer"] for r in self.layers if r.get("beyond_chance")]
+        name = {"bh": "Benjamini–Hochberg", "holm": "Holm"}[test["correction"]]
+        out += (f"; {len(beyond)} of them beyond chance ({name}-adjusted p < {test['alpha']:g} for Δρ and P against "
+                f"{test['draws']} random-weight draws)")
+        stab = self.meta.get("stability")
+        if stab:
+            k = len(stab["seeds"])
+            unstable = [r["layer"] for r in self.layers if r.get("unstable")]
+            stable = [b for b in beyond if b not in unstable]
+            out += (f"; over token seeds {stab['seeds'][0]}–{stab['seeds'][-1]}, beyond chance in ≥ "
+                    f"{stab['stable_share']:.0%} of the {k}: {stable or 'none'}, unstable: {unstable or 'none'}")
+        return out
 
     def verdict_lines(self) -> list[str]:
         """One line per step saying whether it acts as a power-method step, and why not."""
@@ -82,10 +105,15 @@ class AlignmentStats:
                 why.append("P ≤ P̄")
             verdict = "power-method step" if r["power_method_step"] else "not a power-method step (" + ", ".join(why) + ")"
             if "beyond_chance" in r:
-                verdict += (f"; null Δρ {r['null_delta_mean']:+.4f}±{r['null_delta_std']:.4f}, "
-                            f"P {r['null_P_mean']:.2f}±{r['null_P_std']:.2f} → "
+                verdict += (f"; null Δρ {r['null_delta_mean']:+.4f}, P {r['null_P_mean']:.2f}; adjusted p "
+                            f"{r['p_delta_adjusted']:.3g} (Δρ), {r['p_P_adjusted']:.3g} (P) → "
                             + ("beyond chance" if r["beyond_chance"] else "not beyond chance"))
-            out.append(f"layer {r['layer']:>3}: ρ={r['rho_mean']:.3f} Δρ={r['delta_rho_mean']:+.4f} "
+            if "beyond_chance_share" in r:
+                k = len(self.meta["stability"]["seeds"])
+                verdict += (f" (beyond chance in {round(r['beyond_chance_share'] * k)} of {k} seeds"
+                            + (": unstable)" if r.get("unstable") else ")"))
+            ci = (lambda c: f" [{r[c + '_lo']:+.4f}, {r[c + '_hi']:+.4f}]" if c + "_lo" in r else "")  # noqa: E731
+            out.append(f"layer {r['layer']:>3}: ρ={r['rho_mean']:.3f} Δρ={r['delta_rho_mean']:+.4f}{ci('delta_rho_mean')} "
                        f"(Δρ̄={r['baseline_delta_mean']:+.4f}) P={r['P']:.2f} (P̄={r['baseline_P']:.2f}) → {verdict}")
         return out
 

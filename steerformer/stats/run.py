@@ -14,8 +14,8 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import renamed_parameters
-from ..errors import InvalidArgumentError
+from ..configs import SEED, renamed_parameters
+from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Default K of the prolonged run (K·L layers) for shared-weight models.
 DEFAULT_PROLONG = 10
+#: A layer beyond chance in fewer than this share of the token seeds is marked unstable (9 of 10).
+STABLE_SHARE = 0.9
 
 
 @dataclasses.dataclass
@@ -142,6 +144,32 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
     return _concat_steps(parts, passes)
 
 
+def stability(main: AlignmentStats, seeds: Sequence[int], trajectory: Any, spectra: Spectra, common: dict,
+              null_run: dict | None, test: dict) -> None:
+    """How often each step's verdicts hold over the main run and the runs ``trajectory(seed)`` of the
+    other token ``seeds``, one at a time (MATH.md §4c): ``power_method_step_share`` and, with the null model,
+    ``beyond_chance_share`` and ``unstable`` (beyond chance in the main run but in fewer than
+    :data:`STABLE_SHARE` of the seeds) in every record of ``main``; the per-seed verdicts in
+    ``main.meta["stability"]``."""
+    all_seeds = [main.meta["options"].get("seed", 0), *seeds]
+    verdicts = {"power_method_step": [[bool(r["power_method_step"]) for r in main.layers]]}
+    if null_run is not None:
+        verdicts["beyond_chance"] = [[bool(r["beyond_chance"]) for r in main.layers]]
+    for seed in seeds:
+        tr = trajectory(seed)
+        st = alignment_stats(tr, spectra, cumulative=False, **{**common, "ci": 0})
+        verdicts["power_method_step"].append([bool(r["power_method_step"]) for r in st.layers])
+        if null_run is not None:
+            annotate(st.layers, null_statistics(tokens=tr.states[0], **null_run), **test)
+            verdicts["beyond_chance"].append([bool(r["beyond_chance"]) for r in st.layers])
+    for i, rec in enumerate(main.layers):
+        for name, runs_ in verdicts.items():
+            rec[f"{name}_share"] = float(np.mean([v[i] for v in runs_]))
+        if null_run is not None:
+            rec["unstable"] = bool(rec["beyond_chance"] and rec["beyond_chance_share"] < STABLE_SHARE)
+    main.meta["stability"] = {"seeds": [int(s) for s in all_seeds], "stable_share": STABLE_SHARE, **verdicts}
+
+
 def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
     """One AlignmentStats for consecutive runs (steps renumbered, per-token values stacked; the
     histograms and the run options are those of the last step / the first run, repeat = passes)."""
@@ -179,6 +207,9 @@ def power_method_stats(
     """
     cfg = dataclasses.replace(config or StatsConfig(), **options) if options else (config or StatsConfig())
     tokens, prompts, prolong, cumulative = cfg.tokens, cfg.prompts, cfg.prolong, cfg.cumulative
+    if cfg.seeds > 1 and tokens is not None:
+        raise bad_argument("seeds", cfg.seeds, "1 with user-given tokens (the seeds draw new random tokens)",
+                           "Drop tokens= to repeat with random tokens, or seeds= to use your tokens.")
     source = as_source(model)
     if matrices is None:
         # Read Q/K/V/O once: this fills source.attention_cache, which layer_matrices reads V/O from.
@@ -196,17 +227,29 @@ def power_method_stats(
     dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=layer_norm, bias=cfg.bias, weights=weights,
                dtype=dtype, device=device, normalize_initial=cfg.normalize_initial)
     traj = run_dynamics(source, tokens, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
-    common = dict(spectra_layers=ids, matrices=matrices)
+    interval = dict(ci=cfg.ci, bootstrap=cfg.bootstrap, ci_seed=SEED)
+    common = dict(spectra_layers=ids, matrices=matrices, **interval)
     controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=progress and "statistics", **common)
     options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
                "tau": cfg.tau, "layer_norm": layer_norm, "layer_norm_both": both, "bias": cfg.bias,
                "user_tokens": tokens is not None, "normalize_initial": cfg.normalize_initial,
-               "cumulative": cumulative, "null_draws": int(cfg.null_draws)}
+               "cumulative": cumulative, "null_draws": int(cfg.null_draws), "alpha": cfg.alpha,
+               "correction": cfg.correction, "ci": cfg.ci, "bootstrap": cfg.bootstrap, "seeds": cfg.seeds}
+    bases: dict = {}  # the null's eigenproblems depend on the weights only: solved once for all seeds
+    null_run = dict(source=source, weights=weights, layers=ids, draws=int(cfg.null_draws), tau=cfg.tau, bias=cfg.bias,
+                    layer_norm=layer_norm, dtype=dtype, device=device, bases=bases)
+    test = dict(alpha=cfg.alpha, correction=cfg.correction, level=cfg.ci or 0.95)
     if cfg.null_draws:
-        null = null_statistics(source, weights, traj.states[0], ids, int(cfg.null_draws), tau=cfg.tau, bias=cfg.bias,
-                               layer_norm=layer_norm, dtype=dtype, device=device)
-        annotate(controlled.layers, null)
+        annotate(controlled.layers, null_statistics(tokens=traj.states[0], **null_run), **test)
         controlled.meta["null_draws"] = int(cfg.null_draws)
+        controlled.meta["test"] = {"draws": int(cfg.null_draws), "alpha": cfg.alpha, "correction": cfg.correction,
+                                   "smallest_p": 1 / (int(cfg.null_draws) + 1), "seed": SEED}
+    if cfg.seeds > 1:
+        def trajectory(seed: int):
+            return run_dynamics(source, None, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **{**dyn, "seed": seed})
+
+        stability(controlled, [cfg.seed + i for i in range(1, cfg.seeds)], trajectory, spectra, common,
+                  null_run if cfg.null_draws else None, test)
     with_ln = None
     if both:
         traj_ln = run_dynamics(source, traj.states[0], **{**dyn, "layer_norm": True, "normalize_initial": False})

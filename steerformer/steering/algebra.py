@@ -270,8 +270,11 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
 
     ``factors`` (A, B) with F = A·B (``AttentionWeights.layer_factors()``): when r < d the nonzero
     eigenvalues come from the r × r matrix BA (MATH.md §1b); ``F`` may be None (then F = A·B when r ≥ d)."""
+    zeros = 0
     if factors is not None and factors[0].shape[1] < factors[0].shape[0]:
         A = (factors[1].detach().to(torch.float64) @ factors[0].detach().to(torch.float64)).cpu().numpy()
+        # F = A·B also has d − r zero eigenvalues, ordered like any other (MATH.md §1b)
+        zeros = min(2, factors[0].shape[0] - factors[0].shape[1])
     elif F is None:
         if factors is None:
             raise TypeError("top_eigenvalues needs F or factors")
@@ -289,7 +292,7 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
             log.info("ARPACK failed on a %dx%d matrix (%s): full eig instead", d, d, exc)
     if vals is None:
         vals = np.linalg.eigvals(A)
-    vals = np.asarray(vals, dtype=np.complex128)
+    vals = np.concatenate([np.asarray(vals, dtype=np.complex128), np.zeros(zeros, dtype=np.complex128)])
     return vals[np.argsort(-vals.real, kind="stable")][:k]
 
 

@@ -37,6 +37,7 @@ from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
 from ..matrices import read_attention_weights, select_layers
 from ..results import parse_json
+from . import algebra
 from .common import is_path_like, vector_hash
 from .direction import Direction
 from .measure import encode, run_hooked
@@ -196,6 +197,8 @@ def eigvec_direction(F: torch.Tensor | None, k: int, *,
     from ..spectra import layer_spectrum
 
     vals, vecs, _ = layer_spectrum(F, factors=factors)
+    nonzero = vals != 0  # the factored path lists F's zero eigenvalue too: never a steering target
+    vals, vecs = vals[nonzero], vecs[:, nonzero]
     d, m = vecs.shape
     if not isinstance(k, (int, np.integer)) or not 0 <= k < m:
         raise bad_argument("eigvec", k, f"an eigenvector index in [0, {m - 1}] (0 = principal, by real part"
@@ -246,6 +249,7 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         return u, DirectionSource("token", info)
     if eigvec is not None:
         w = read_attention_weights(source, [layer], parts=("vo",), device="cpu")[layer]
+        algebra.check_value_map(w.value_matrix(), layer, source.model_id)  # a zero F has no eigenvector to give
         u, info = eigvec_direction(None, eigvec, factors=w.layer_factors())  # numbered as analyze reports
         return u, DirectionSource("eigvec", {**info, "layer": layer})
     u, info = text_direction(model, tokenizer, text, d)

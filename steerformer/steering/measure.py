@@ -154,6 +154,14 @@ def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = N
     return rho[m].mean()
 
 
+def mean_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """mean over tokens of the signed cos(x, u) = ⟨x, u⟩ / (‖x‖‖u‖): which side of u the tokens are on."""
+    x = x.to(torch.float64)
+    u = u.to(device=x.device, dtype=torch.float64)
+    cos = (x @ u) / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
+    return cos.mean() if mask is None else cos[mask.to(device=cos.device, dtype=torch.bool)].mean()
+
+
 # ---- controlled dynamics -----------------------------------------------------------------------
 @dataclasses.dataclass
 class DynamicsProbe:
@@ -421,6 +429,19 @@ class HeldOut:
         out = outputs(model, self.batch, self.tokenizer)
         if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
             raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
-        after = float(mean_abs_cos(out.states, target)) if full else self.probe.alignment(target)
+        with torch.no_grad():
+            final = out.states if full else self.probe.final_states()
+            mask = None if full else self.probe.mask
+            after = float(mean_abs_cos(final, target, mask))
+            one = target.ndim == 1  # a side of u exists for one direction only (ablation may remove several)
+            signed = {"signed_alignment_model_before": float(mean_cos(self.probe.final_before, target, self.probe.mask)),
+                      "signed_alignment_model_after": float(mean_cos(final, target, mask))} if one else {}
         return {"alignment_model_before": float(mean_abs_cos(self.probe.final_before, target, self.probe.mask)),
-                "alignment_model_after": after, **price(self.outputs_before, out)}
+                "alignment_model_after": after, **signed, **price(self.outputs_before, out)}
+
+    def predicted_u_shift(self, w_eff: torch.Tensor, gain: float) -> float:
+        """γ · mean w_effᵀx over the held-out tokens entering the edited layer: the coefficient of u
+        that F' = F + γ u w_effᵀ (the stacked-value picture) predicts the edit adds — its sign is the
+        side of u the final states should move to."""
+        X = self.probe.attn_inputs[self.probe.mask.to(self.probe.attn_inputs.device)]
+        return float(gain) * float((X @ w_eff.to(device=X.device, dtype=torch.float64)).mean())

@@ -72,6 +72,12 @@ class SteeringRecord:
     effective_strength: float | None = None  # γ |w_effᵀu| / |λ1|: comparable with the paper's s
     bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output
     compensate_bias: bool = False  # the shift was removed through b_O
+    # which side of u: the signed mean cos of the final states, and whether the edit moved them to
+    # the side that F' = F + γ u w_effᵀ predicts (sign of γ·mean w_effᵀx); False/None: agrees/unknown
+    signed_alignment_model_before: float | None = None
+    signed_alignment_model_after: float | None = None
+    predicted_u_shift: float | None = None
+    sign_disagreement: bool | None = None
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
     calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
@@ -180,6 +186,12 @@ class SteeringRecord:
                          + (" (compensated through b_O)" if self.compensate_bias else ""))
         if len(self.layers_changed) > 1:
             lines.append(f"shared weights: layers {self.layers_changed} all changed")
+        if self.sign_disagreement:
+            lines.append(f"SIGN DISAGREEMENT: F' = F + gain u w_eff^T predicts a shift toward "
+                         f"{'+' if self.predicted_u_shift > 0 else '-'}u, but the final states moved to the other "
+                         f"side (signed cos {self.signed_alignment_model_before:+.3f} -> "
+                         f"{self.signed_alignment_model_after:+.3f}); with solve='exact' the heads' different "
+                         "attention and the value bias can outweigh w^T x (docs/statistics.md)")
         if self.message:
             lines.append(self.message)
         return "\n".join(lines)
@@ -209,7 +221,8 @@ class SteeringRecord:
 
 #: the measurements a call may report (``None`` when not measured), by record field
 MEASURED = ("alignment_dynamics_before", "alignment_dynamics_after", "alignment_model_before",
-            "alignment_model_after", "spectrum_after", "kl", "kl_kind", "state_cosine")
+            "alignment_model_after", "spectrum_after", "kl", "kl_kind", "state_cosine",
+            "signed_alignment_model_before", "signed_alignment_model_after", "predicted_u_shift")
 #: record fields that must be finite when present (else the call is refused: nothing is kept)
 FINITE = ("gain", "strength", "weight_change", "alignment_dynamics_after", "alignment_model_after", "kl",
           "state_cosine", "w_eff_cos", "effective_strength", "bias_shift_norm")
@@ -248,6 +261,8 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
     slots = {e.slot for e in edits}
     adapter = source.adapter
     measured = {k: None for k in MEASURED} | dict(measured or {})
+    side = [measured.get(k) for k in ("predicted_u_shift", "signed_alignment_model_before", "signed_alignment_model_after")]
+    sign_disagreement = None if None in side else bool(side[0] * (side[2] - side[1]) < 0)
     record = SteeringRecord(
         model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type,
         layer=first.layer, slot=first.slot, module=first.module,
@@ -273,7 +288,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
         if steer and abs_lambda1 else None,
         bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
-        edits=list(edits), config=config, calibration=calibration, **measured,
+        edits=list(edits), config=config, calibration=calibration, sign_disagreement=sign_disagreement, **measured,
     )
     for n in FINITE:
         v = getattr(record, n)

@@ -390,6 +390,8 @@ def _apply_measure_record(model: Any, source: Any, plan: SteerPlan, cfg: SteerCo
         measured = {}
         if cfg.report:
             measured = held.after(model, plan.target, edit.gain)
+            if plan.through_ffn is None:  # the prediction is about u itself, not a pre-compensated target
+                measured["predicted_u_shift"] = held.predicted_u_shift(edit.w_eff, edit.gain)
             measured["alignment_dynamics_before"] = plan.dynamics.alignment(torch.zeros_like(edit.delta()), edit.u)
             measured["alignment_dynamics_after"] = plan.dynamics.alignment(edit.delta(), edit.u)
             W_new = adapter.output_weight_from_stored(param.detach().to(torch.float64).cpu())

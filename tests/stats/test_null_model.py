@@ -83,4 +83,4 @@ def test_null_draws_is_checked() -> None:
 
     with pytest.raises(InvalidArgumentError, match="null_draws=-1"):
         StatsConfig(null_draws=-1)
-    assert np.isclose(StatsConfig().null_draws, 5)
+    assert np.isclose(StatsConfig().null_draws, 100)
