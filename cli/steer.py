@@ -65,8 +65,10 @@ def steer_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
-    """Edit one attention layer's output weight so tokens align with a direction (or, with --mode
-    ablate, remove directions from every writer's weights); print the cost.
+    """Edit the weights toward a direction (a causal LM by default: activation addition as weights
+    after a scanned layer, the gain within --max-kl; else, or with --target-alignment/--gain/
+    --strength, the paper's rank-1 edit of the last attention layer), or with --mode ablate remove
+    directions from every writer's weights; print the cost.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
