@@ -135,3 +135,27 @@ def test_cli_evaluate_bad_input_exits_2(tiny_checkpoint, tmp_path, args: list, f
     res = run_cli(["evaluate", tiny_checkpoint, "--token", "x", "--out", tmp_path / "ev", *args])
     assert res.exit_code == 2 and flag in res.output
     assert not (tmp_path / "ev").exists()
+
+
+def test_model_card_carries_the_budget_and_the_evaluation() -> None:
+    from steerformer.steering.export import model_card
+
+    model = make_model("gpt2")
+    rec = sf.steer(model, random_vector(64, seed=2), max_kl=0.1, layer=1, report=False)
+    rec.evaluation = {"n_answers": 8, "concept_rate": 0.625, "base_concept_rate": 0.0, "kl": 0.25, "distinct2": 0.6,
+                      "fluency": 1.9}
+    text = str(model_card([rec], model=model))
+    assert "KL budget of 0.1 nats/token" in text and "after layer(s) [1]" in text
+    assert "concept rate 0.62 (base 0.00), KL 0.250" in text
+
+
+@pytest.mark.parametrize("positions", ["skip-first", "all"])  # rank-1 fitted edit / exact bias edit
+def test_kl_steered_model_saves_reloads_and_unsteers(tmp_path, positions: str) -> None:
+    model = make_model("gpt2", dtype=torch.float32)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    sf.steer(model, random_vector(64, seed=4), max_kl=0.1, layer=1, positions=positions, report=False)
+    sf.save_steered(model, tmp_path / "steered")
+    back = sf.load_for_steering(tmp_path / "steered")
+    assert all(torch.equal(v, back.state_dict()[k]) for k, v in model.state_dict().items())
+    sf.unsteer(back)
+    assert all(torch.equal(v, back.state_dict()[k]) for k, v in original.items())
