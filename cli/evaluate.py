@@ -44,9 +44,9 @@ def evaluate_cmd(
     from steerformer.loading import load_tokenizer, open_source
     from steerformer.matrices import select_layers
     from steerformer.outputs import EVALUATE, write_atomically
-    from steerformer.steering import activation_steering, evaluate_steering, load_for_steering, steered
-    from steerformer.steering.calibrate import addition_vectors
-    from steerformer.steering.evaluate import HELDOUT_QUESTIONS
+    from steerformer.steering import (
+        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
+    )
 
     with user_errors():
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])

@@ -37,6 +37,7 @@ from ..errors import bad_argument
 from ..prompts import PromptBatch
 
 #: held out from every fit (never used for a direction, a left vector or a gain)
+#: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
 HELDOUT_QUESTIONS = (
     "How can I stay focused while studying?",
     "What are some tips for saving money each month?",
