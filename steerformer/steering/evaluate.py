@@ -36,7 +36,6 @@ import torch
 from ..errors import bad_argument
 from ..prompts import PromptBatch
 
-#: held out from every fit (never used for a direction, a left vector or a gain)
 #: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
 HELDOUT_QUESTIONS = (
     "How can I stay focused while studying?",
