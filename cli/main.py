@@ -103,6 +103,7 @@ from steerformer_cli import analyze as _analyze  # noqa: E402,F401
 from steerformer_cli import collapse as _collapse  # noqa: E402,F401
 from steerformer_cli import simulate as _simulate  # noqa: E402,F401
 from steerformer_cli import steer as _steer  # noqa: E402,F401
+from steerformer_cli import evaluate as _evaluate  # noqa: E402,F401
 from steerformer_cli import direction as _direction  # noqa: E402,F401
 from steerformer_cli import models as _models  # noqa: E402,F401
 from steerformer_cli import sweep as _sweep  # noqa: E402,F401

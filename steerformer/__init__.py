@@ -50,6 +50,9 @@ _EXPORTS: dict[str, str] = {
     "ContrastiveDirection": ".steering", "contrastive_direction": ".steering",
     # ablation of every residual-stream writer, directions as shareable artefacts (issue 20)
     "ablate": ".steering", "Direction": ".steering",
+    # steering a chat model (issue 17): activation addition at run time and as weights, the evaluation
+    "activation_steering": ".steering", "addition_as_weights": ".steering", "evaluate_steering": ".steering",
+    "SteeringEvaluation": ".steering", "Baseline": ".steering",
     # the result protocol
     "ResultProtocol": ".results",
     # options as configs, prompts as model inputs (issue 12)
@@ -118,7 +121,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .results import ResultProtocol
     from .spectra import Spectra, spectra
     from .steering import (
-        ContrastiveDirection, Direction, Edit, Steering, SteeringRecord, ablate, contrastive_direction, is_steered,
+        Baseline, ContrastiveDirection, Direction, Edit, Steering, SteeringEvaluation, SteeringRecord, ablate,
+        activation_steering, addition_as_weights, contrastive_direction, evaluate_steering, is_steered,
         load_for_steering, load_model, push_to_hub, save_steered, steer, steered,
         steering_of, steering_records, unsteer, unsteer_checkpoint, verify_checkpoint,
     )

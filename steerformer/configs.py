@@ -279,10 +279,18 @@ class SteerConfig(Config):
 
     strength: float | None = option(None, "gain = strength x |lambda1(F_layer)|.", cli_type=float)
     gain: float | None = option(None, "Absolute gain (instead of --strength).", cli_type=float)
-    target_alignment: float = option(0.99, "Choose the smallest gain reaching this.")
+    target_alignment: float | None = option(None, "Choose the smallest gain reaching this alignment (the paper's "
+                                                   "calibration; default 0.99 where no KL budget applies).",
+                                            cli_type=float)
+    max_kl: float | None = option(None, "KL budget, nats/token: the largest gain whose teacher-forced KL on "
+                                        "probe prompts stays within it (default for causal LMs: 0.3).",
+                                  cli_type=float)
+    positions: str = option("skip-first", "KL-calibrated edit: where the addition acts (all | skip-first: not the "
+                                          "first token).", choices=("skip-first", "all"))
     measure: str = option("model", "Where the target is measured.", choices=MEASURES[::-1])
     solve: str = option("min-norm", "How wᵀV⁺ is obtained.", choices=SOLVES[::-1])
-    layer: int = option(-1, "Execution layer to edit (negative counts from the end).")
+    layer: int | None = option(None, "Execution layer to edit (negative counts from the end; default: a layer "
+                                     "scan for the KL-calibrated edit, else the last layer).", cli_type=int)
     mode: str = option("steer", "steer (toward u; a negative --gain/--strength steers away) | ablate (remove u "
                                 "from the writes of --ablate-layers).", choices=MODES)
     scale: float = option(1.0, "--mode ablate: W' = (I - s UU^T) W, s in (0, 1] (Python: also {layer: s}).",
@@ -301,12 +309,22 @@ class SteerConfig(Config):
     report: bool = option(True, "Measure everything the record reports (False: only what the edit needs).", cli=False)
     progress: bool = option(False, "No progress bars on stderr.", invert="--quiet")
 
+    @property
+    def target(self) -> float:
+        """The alignment target of the paper's calibration (0.99 unless given)."""
+        return 0.99 if self.target_alignment is None else float(self.target_alignment)
+
+    @property
+    def edit_layer(self) -> int:
+        """The layer of the paper's edit (the last unless given)."""
+        return -1 if self.layer is None else int(self.layer)
+
     def __post_init__(self) -> None:
         self.check_types()
         if self.mode not in MODES:
             raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
         if self.mode != "steer":  # ablation: W' = (I − s UUᵀ) W on the layers given by ``layers=``
-            for name, default in (("layer", -1), ("gain", None), ("strength", None)):
+            for name, default in (("layer", None), ("gain", None), ("strength", None), ("max_kl", None)):
                 if getattr(self, name) != default:
                     raise bad_argument(name, getattr(self, name), f"the default ({default}) with mode='ablate'",
                                        "Ablation takes layers=[...] (CLI --ablate-layers; default all) and "
@@ -332,10 +350,21 @@ class SteerConfig(Config):
             if v is not None and (isinstance(v, bool) or not _finite(v) or float(v) == 0):
                 raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
                                    "Milder steering is a value closer to 0.")
-        if self.strength is None and self.gain is None:
+        if self.max_kl is not None:
+            m = self.max_kl
+            if isinstance(m, bool) or not _finite(m) or float(m) <= 0:
+                raise bad_argument("max_kl", m, "a KL budget > 0 in nats per token (e.g. 0.3)",
+                                   "Smaller budgets change the answers less.")
+            for name in ("gain", "strength", "target_alignment"):
+                if getattr(self, name) is not None:
+                    raise bad_argument(name, getattr(self, name), f"no {name} with max_kl (the budget chooses the gain)",
+                                       "Pass one of max_kl, target_alignment, gain, strength.")
+        if self.strength is None and self.gain is None and self.target_alignment is not None:
             t = self.target_alignment
             if isinstance(t, bool) or not _finite(t) or not 0 < float(t) < 1:
                 raise bad_argument("target_alignment", t, "a number in (0, 1): the mean |cos| wanted")
+        if self.positions not in ("skip-first", "all"):
+            raise bad_argument("positions", self.positions, "'skip-first' or 'all'")
 
 
 def renamed(kwargs: dict[str, Any], renames: dict[str, str], where: str) -> dict[str, Any]:

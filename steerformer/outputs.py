@@ -62,7 +62,9 @@ COLLAPSE = OutputKind("collapse", ("run.json", "collapse.npz", "collapse.json"))
 SWEEP = OutputKind("sweep", ("sweep.json", "tasks/plan.json"))
 #: a shareable direction (``steering.Direction.save``)
 DIRECTION = OutputKind("direction", ("direction.json",))
-KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE, SWEEP, DIRECTION)}
+#: a steering evaluation (``steering.SteeringEvaluation.save``)
+EVALUATE = OutputKind("evaluate", ("evaluation.json",))
+KINDS = {k.command: k for k in (STEERED, UNSTEERED, ANALYZE, SIMULATE, COLLAPSE, SWEEP, DIRECTION, EVALUATE)}
 
 _TMP, _OLD = ".tmp-", ".old-"
 

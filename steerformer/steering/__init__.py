@@ -17,6 +17,9 @@ Modules, each one noun (lower ones never import higher ones):
     checkpoint  save, load (re-attaching the chain), unsteer a checkpoint, steer one on disk (lazy)
     verify      ``verify_checkpoint``
     ablation    ``ablate``: directional ablation of every residual-stream writer
+    activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
+    calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
+    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency): ``evaluate_steering``
     steer       ``steer``: plan → apply → measure → record; ``steered``
     hub         ``push_to_hub``
 """
@@ -33,10 +36,14 @@ from .record import SteeringRecord
 from .ablation import ablate
 from .direction import Direction
 from .steer import steer, steered
+from .activation import activation_steering, addition_as_weights, edits_applied
+from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+from .calibrate import addition_vectors
 from .verify import verify_checkpoint
 
 __all__ = [
-    "ContrastiveDirection", "Direction", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
+    "Baseline", "ContrastiveDirection", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
+    "edits_applied", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint",

@@ -513,7 +513,7 @@ def steer_checkpoint(
         raise bad_argument("checkpoint", str(checkpoint), "an unsteered checkpoint for a lazy edit (this one is "
                            "already steered)", "Steer it in memory (without --lazy) to extend its chain of edits.")
     adapter = source.adapter
-    L = select_layers(cfg.layer, adapter.n_layers, name="layer")[0]
+    L = select_layers(cfg.edit_layer, adapter.n_layers, name="layer")[0]
     slot = adapter.layer_sequence()[L]
     name = adapter.output_weight_name(slot)
     u, dsource = resolve_direction(None, source, L, direction=direction, eigvec=eigvec)

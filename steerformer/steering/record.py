@@ -80,6 +80,8 @@ class SteeringRecord:
     sign_disagreement: bool | None = None
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
+    calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
+    evaluation: dict | None = None  # held-out answers judged (steering.evaluate), when an evaluation ran
 
     def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
         def f(x):
@@ -149,6 +151,24 @@ class SteeringRecord:
                      f"weight change |dW|/|W| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
                      f"state cosine = {f(self.state_cosine)}"]
             return "\n".join(lines + ([self.message] if self.message else []))
+        if self.edits and self.edits[0].kind == "add":  # activation addition as weights, KL-calibrated
+            cal = self.calibration or {}
+            how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
+                            else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
+                                 f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
+                            for e in self.edits)
+            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}: {how}",
+                     f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
+                     f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
+                     f"weight change |dW|/|W| = {self.weight_change:.4g}"]
+            if cal.get("scan"):
+                lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
+                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" for r in cal["scan"]))
+            if self.evaluation:
+                ev = self.evaluation
+                lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                             f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+            return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
             f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
@@ -224,7 +244,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
                  choice: Any = None, measure: str | None = None, target_alignment: float | None = None,
                  message: str = "", measured: dict | None = None, through_ffn: dict | None = None,
                  heldout_prompts: Any = None, config: dict | None = None,
-                 direction: torch.Tensor | None = None) -> SteeringRecord:
+                 direction: torch.Tensor | None = None, calibration: dict | None = None) -> SteeringRecord:
     """The record of one call that made ``edits`` (applied, or with their hashes set) on the model
     opened as ``source``. ``originals``: the true original of each edited weight; ``weights``: the
     edited weights as stored now. ``target``: u* the alignment is measured against (default the
@@ -253,7 +273,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         gain=float(first.gain), strength=float(first.gain) / abs_lambda1 if abs_lambda1 else None,
         solve=dict(first.solve),
         measure=measure if choice is not None else None,
-        target_alignment=float(target_alignment) if choice is not None else None,
+        target_alignment=float(target_alignment) if choice is not None and target_alignment is not None else None,
         target_reached=choice.reached if choice is not None else None,
         message=choice.message if choice is not None else message,
         curve=[list(p) for p in choice.curve] if choice is not None else [],
@@ -268,7 +288,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
         if steer and abs_lambda1 else None,
         bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
-        edits=list(edits), config=config, sign_disagreement=sign_disagreement, **measured,
+        edits=list(edits), config=config, calibration=calibration, sign_disagreement=sign_disagreement, **measured,
     )
     for n in FINITE:
         v = getattr(record, n)

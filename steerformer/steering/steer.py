@@ -1,5 +1,7 @@
 """``steer``: edit a model in place, each call as plan → apply → measure → record.
 
+    causal LM: b' = b + γ u  or  W' = W + γ u a, a·z ≈ 1   (activation addition as weights, MATH.md §5d;
+              the gain within a KL budget, ``calibrate.py``)
     steer:    W_O' = W_O + γ u (wᵀV⁺)      (MATH.md §5; the algebra in ``algebra.py``)
     ablate:   W' = (I − s UUᵀ) W           (``mode="ablate"``: ``ablation.py``, MATH.md §5b, §5e)
 
@@ -57,6 +59,15 @@ def steer(
 ) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
+    Two edits. **Causal LMs, by default** (or ``max_kl=``): activation addition written as weights
+    (``activation.py``) — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers,
+    the one that raises the concept's tokens most wins), along the direction taken at that layer
+    (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``), with
+    the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (default
+    0.3 nats/token; docs/steering-chat.md). ``positions="skip-first"`` leaves the first token alone.
+    **The paper's edit** (every other model, or any of ``gain``, ``strength``, ``target_alignment``,
+    ``through_ffn``, ``solve="exact"``...; ``layer`` default -1), described below:
+
     Direction: ``direction`` (array/tensor or ``.npy`` path), ``token`` (the unembedding row for
     models with an LM head, else the input embedding row), ``eigvec`` (index of an eigenvector of
     F_layer, by real part) or ``text`` (mean final hidden state). ``left``: w (default u).
@@ -82,7 +93,7 @@ def steer(
     steers toward. ``mode="ablate"``: remove u from the write of every layer in ``layers`` (default
     all), W_O' = (I − scale·uuᵀ) W_O (see :func:`ablate`; gain/strength/solve do not apply).
 
-    The options (``target_alignment=0.99, strength, gain, layer=-1, solve="min-norm",
+    The options (``max_kl, positions="skip-first", target_alignment (0.99), strength, gain, layer, solve="min-norm",
     measure="model", through_ffn, untie_last, dynamics_n_prompts=30, dynamics_tokens=10, seed=0,
     report=True, compensate_bias, progress, mode="steer", scale=1.0``) come as a
     :class:`~steerformer.configs.SteerConfig` or as its fields by keyword; the record stores them
@@ -94,6 +105,13 @@ def steer(
         return run_ablation(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
                             tokenizer=tokenizer, heldout_prompts=heldout_prompts)
     model = model_object(model, "steer")
+    if calibration_of(cfg, model) == "kl":
+        return steer_by_kl(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
+                           prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer)
+    if layers is not None:
+        raise bad_argument("layers", layers, "no layers= with the paper's edit (gain, strength, target_alignment or "
+                           "its options): one layer=", "Several layers are for the KL-calibrated edit (max_kl) "
+                           "or mode='ablate'.")
     source = open_source(model)
     untied = None
     if cfg.untie_last:
@@ -104,7 +122,7 @@ def steer(
         untied = untie(model)
         source = open_source(model)
     adapter = source.adapter
-    L = select_layers(cfg.layer, adapter.n_layers, name="layer")[0]
+    L = select_layers(cfg.edit_layer, adapter.n_layers, name="layer")[0]
     slot = adapter.layer_sequence()[L]
     check_layer_materialized(model, adapter, L, slot)
     tokenizer = load_tokenizer(model, tokenizer)
@@ -130,6 +148,127 @@ def steer(
 
 def _searching(cfg: SteerConfig) -> bool:
     return cfg.strength is None and cfg.gain is None
+
+
+#: options that only the paper's edit (W_O' = W_O + γ u wᵀV⁺) has: any of them selects it
+PAPER_OPTIONS = {"gain": None, "strength": None, "target_alignment": None, "through_ffn": False,
+                 "untie_last": False, "compensate_bias": False, "solve": "min-norm", "measure": "model"}
+
+
+def calibration_of(cfg: SteerConfig, model: Any) -> str:
+    """"kl" (the residual edit calibrated by a KL budget) or "alignment" (the paper's edit: a gain, a
+    strength or an alignment target). Default: "kl" for a causal LM, whose output a KL can price."""
+    from .measure import head_kind
+
+    paper = [k for k, v in PAPER_OPTIONS.items() if getattr(cfg, k) != v]
+    if cfg.max_kl is not None:
+        if paper:
+            raise bad_argument(paper[0], getattr(cfg, paper[0]), f"no {paper[0]} with max_kl (an option of the "
+                               "paper's edit)", "Pass max_kl for the KL-calibrated edit, or drop it.")
+        if head_kind(model) != "causal-lm":
+            raise bad_argument("max_kl", cfg.max_kl, f"a causal LM (a next-token head); {type(model).__name__} has "
+                               "none", "Use target_alignment=, gain= or strength= on this model.")
+        return "kl"
+    if cfg.positions != "skip-first" and paper:
+        raise bad_argument("positions", cfg.positions, "the default with the paper's edit", "It is an option of the "
+                           "KL-calibrated edit.")
+    return "kl" if not paper and head_kind(model) == "causal-lm" else "alignment"
+
+
+# ---- the KL-calibrated edit (causal LMs) --------------------------------------------------------
+def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | None, eigvec: int | None,
+                text: str | None, layers: Any, prompts: Any, heldout_prompts: Any, tokenizer: Any) -> SteeringRecord:
+    """Activation addition written as weights (``activation.py``) after the layer(s) chosen by a scan,
+    along the concept's direction at each layer, with the largest gain within the KL budget
+    (``calibrate.py``): plan → apply → measure → record."""
+    from .activation import addition_edits, output_writer
+    from .calibrate import (DEFAULT_MAX_KL, ContinuationProbe, concept_directions, concept_token_ids,
+                            default_scan_layers, search_gain)
+
+    source = open_source(model)
+    adapter = source.adapter
+    tokenizer = load_tokenizer(model, tokenizer)
+    max_kl = DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl)
+    if layers is not None and cfg.layer is not None:
+        raise bad_argument("layers", layers, "either layer= or layers=, not both")
+    fixed = select_layers(layers if layers is not None else cfg.layer, adapter.n_layers,
+                          name="layers" if layers is not None else "layer") \
+        if layers is not None or cfg.layer is not None else None
+    candidates = fixed or default_scan_layers(adapter.n_layers)
+    writers = {k: output_writer(adapter, k, source.model_id) for k in candidates}  # refuses before any work
+    for k in candidates:
+        check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
+    phrase = token if token is not None else text
+    with source.memoized():
+        if phrase is not None and (direction is not None or eigvec is not None or (token and text)):
+            raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
+        if phrase is not None:
+            dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates)
+            dsource = DirectionSource("token" if token is not None else "text", info)
+            mass_ids = concept_token_ids(tokenizer, phrase)
+        else:
+            resolved = {k: resolve_direction(model, source, k, direction=direction, eigvec=eigvec, tokenizer=tokenizer)
+                        for k in candidates}
+            dirs = {k: u for k, (u, _) in resolved.items()}
+            dsource = resolved[candidates[0]][1]
+            mass_ids = []
+        probe = ContinuationProbe.of(model, adapter, tokenizer, prompts)
+
+        def plan(group: list[int]):
+            scales = {k: probe.residual_scale(k) for k in group}
+            inputs = {k: probe.writer_inputs(k, writers[k].module) for k in group}
+            unit = addition_edits(model, {k: dirs[k] * scales[k] for k in group}, 1.0, positions=cfg.positions,
+                                  inputs=inputs)
+
+            def at(alpha: float) -> list[Edit]:
+                return [dataclasses.replace(e, gain=e.gain * alpha,
+                                            bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
+                        for e in unit]
+
+            def kl_at(alpha: float):
+                trial = at(alpha)
+                for e in trial:
+                    e.apply(model, check=False)
+                try:
+                    lp = probe.logprobs(min(group))
+                finally:
+                    for e in reversed(trial):
+                        e.remove(model, check=False)
+                return probe.kl(lp), lp
+
+            found = search_gain(kl_at, max_kl, 1.0)  # the gain found is α (× each layer's residual norm)
+            return at(found.gain), found, scales
+
+        groups = [fixed] if fixed else [[k] for k in candidates]
+        scan = []
+        for group in groups:
+            edits, found, scales = plan(group)
+            scan.append({"layers": group, "alpha": found.gain, "kl": found.kl, "evals": len(found.curve),
+                         "concept_mass": probe.mass(found.logprobs, mass_ids), "residual_norm": scales,
+                         "edits": edits, "search": found})
+        best = max(scan, key=lambda r: r["concept_mass"]) if mass_ids else scan[len(scan) // 2]
+        edits, found = best["edits"], best["search"]
+        calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
+                       "layers": best["layers"], "positions": cfg.positions, "message": found.message,
+                       "concept_token_ids": mass_ids, "probe_prompts": len(probe.select),
+                       "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
+                       if len(scan) > 1 else None}
+        first = min(best["layers"])
+        held = HeldOut.before(model, adapter, first, heldout_prompts, tokenizer) if cfg.report else None
+        steering = steering_of(model) or Steering()
+        with steering.applying(model, edits):
+            measured = {"kl": found.kl, "kl_kind": "teacher-forced on the probe prompts' base continuations"}
+            if held is not None:
+                after = held.after(model, edits[0].u, found.gain)
+                measured.update({"kl_heldout": after["kl"], "state_cosine": after["state_cosine"]})
+            record = build_record(
+                source, edits, steering.originals,
+                {e.module: model.base_model.get_parameter(e.module).detach() for e in edits},
+                direction_source=dsource.to_dict(), choice=found, measure="kl", target_alignment=None,
+                measured={k: v for k, v in measured.items() if k != "kl_heldout"}, heldout_prompts=heldout_prompts,
+                config=cfg.to_dict(), calibration={**calibration, "kl_heldout": measured.get("kl_heldout")})
+        steering.push(model, record)
+    return record
 
 
 # ---- plan ----------------------------------------------------------------------------------------
@@ -195,7 +334,7 @@ def plan_steer(model: Any, source: Any, L: int, slot: int, u_target: torch.Tenso
             f = lambda g: probe.alignment(u_target, {name: stored(u, g)})  # noqa: E731
         curve = CountedCurve(f, desc, cfg.progress)
         try:
-            return algebra.choose_gain(curve, float(cfg.target_alignment), scale=abs_l1)
+            return algebra.choose_gain(curve, cfg.target, scale=abs_l1)
         finally:
             curve.close()
 
@@ -262,7 +401,7 @@ def _apply_measure_record(model: Any, source: Any, plan: SteerPlan, cfg: SteerCo
             source, [edit], steering.originals, {edit.module: param.detach()}, direction_source=dsource.to_dict(),
             target=plan.target, untied=steering.untie is not None,
             abs_lambda1=spec["abs_lambda1"] if spec else None, spectrum_before=spec, choice=plan.choice,
-            measure=cfg.measure, target_alignment=cfg.target_alignment, measured=measured,
+            measure=cfg.measure, target_alignment=cfg.target, measured=measured,
             through_ffn=plan.through_ffn, heldout_prompts=heldout_prompts, config=cfg.to_dict())
     steering.push(model, record)  # the edit is applied: push only appends
     return record

@@ -1,0 +1,81 @@
+"""`steerformer evaluate`: judge steering on held-out chat answers (thin; steerformer.steering.evaluate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from steerformer.errors import bad_argument
+from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
+from steerformer_cli.main import app
+
+
+def _floats(spec: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise bad_argument(name, spec, "comma-separated numbers such as '0.1,0.2'")
+    return values
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    model: str = typer.Argument(..., help="Checkpoint folder, Hub id or a bundled model name."),
+    token: str = typer.Option(..., "--token", help="The concept: a word or a phrase (its simple forms count)."),
+    out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
+    layers: str = typer.Option("12,15,19,22", "--layers", help="Activation addition at each of these layers."),
+    coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3)."),
+    questions: int = typer.Option(8, "--questions", help="Held-out questions (at most 16 built in)."),
+    max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per answer."),
+    sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy answers."),
+    seed: int = typer.Option(0, "--seed", help="Seed of --sample."),
+    chat: bool = typer.Option(True, "--chat/--no-chat", help="Prompts through the tokenizer's chat template."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier evaluation in --out."),
+) -> None:
+    """Judge the default steer and activation addition over layers x coefficients on held-out answers
+    (concept rate, KL, distinct-2, fluency); print the table and sample answers, write the curve.
+
+    Example: steerformer evaluate smollm2 --token ocean --out runs/ocean-eval
+    """
+    from steerformer.loading import load_tokenizer, open_source
+    from steerformer.matrices import select_layers
+    from steerformer.outputs import EVALUATE, write_atomically
+    from steerformer.steering import (
+        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
+    )
+
+    with user_errors():
+        check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])
+        hook_layers = parse_layers(layers, name="--layers")
+        cs = _floats(coeffs, "--coeffs")
+        if not 1 <= questions <= len(HELDOUT_QUESTIONS):
+            raise bad_argument("--questions", questions, f"a number in [1, {len(HELDOUT_QUESTIONS)}]")
+        if max_new_tokens < 1:
+            raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
+        m = load_for_steering(model)
+        select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
+        tok = load_tokenizer(m)
+        if tok is None:
+            raise bad_argument("model", model, "a checkpoint with its tokenizer (answers are generated from text)")
+        steer_kw = {} if max_kl is None else {"max_kl": max_kl}
+        methods = {"steer (default)": lambda s: steered(m, token=token, tokenizer=tok, **steer_kw)}
+        strengths: dict = {"steer (default)": [None]}
+        vectors = addition_vectors(m, tok, token, hook_layers)
+        for k, v in vectors.items():
+            methods[f"hook, layer {k}"] = (lambda vec: lambda c: activation_steering(
+                m, vec, coeff=c, positions="skip-first"))({k: v})
+            strengths[f"hook, layer {k}"] = cs
+        ev = evaluate_steering(m, tok, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
+                               chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed)
+        write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],
+                         name="--out")
+        typer.echo(ev.summary())
+        best = ev.points[0]
+        typer.echo("sample answers (base -> default steer):")
+        for b, s in list(zip(ev.base_answers, best.answers))[:3]:
+            typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
+        typer.echo(f"saved to {out}")

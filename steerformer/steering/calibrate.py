@@ -1,0 +1,332 @@
+"""Calibration of a generative model's edit by a KL budget (MATH.md §5d): where (a layer scan),
+along what (a concept's direction at each layer), how strong (the largest gain within the budget).
+
+* The probe (:class:`ContinuationProbe`): calibration prompts (chat template when the tokenizer has
+  one; held out from the evaluation's questions) and the base model's own greedy continuations, run
+  once with every block's inputs cached. An edit at layer ℓ leaves the blocks before ℓ unchanged,
+  so each trial re-runs only blocks ℓ… (``logprobs(start=ℓ)``) and compares the next-token
+  distributions at the continuation positions with the base model's: the teacher-forced KL.
+* The direction of a word or phrase at layer ℓ (:func:`concept_directions`, the *templated
+  contrast*): the residual state after layer ℓ at the last token of carrier sentences ending in
+  the phrase ("Today we are going to talk about ocean"), minus the same sentences ending in other
+  nouns, averaged and normalized. The state is read where the edit writes, so a direction made at
+  one layer is never used at another; the unembedding row of the token (the paper's direction)
+  lives in the final layer's basis and, added in the middle of the network, moves nothing
+  (docs/steering-chat.md).
+* The gain (:func:`search_gain`): γ = α·s_ℓ with s_ℓ the median residual norm after layer ℓ on the
+  probe; α by secant steps on log KL against log α (KL ∝ α² for small α), never returning a gain
+  whose measured KL exceeds the budget.
+* The layer (:func:`scan_layers`): each candidate calibrated to the budget, the one that puts the
+  most probability on the concept's tokens (at the probe's continuation positions) wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import bad_argument
+from ..prompts import PromptBatch
+from .evaluate import PROBE_QUESTIONS, chat_rows, generate_answers, has_chat_template, pad_id, word_forms
+from .measure import REFERENCE_SENTENCES, ModelProbe, model_probe
+
+#: the default KL budget, nats per token on the probe continuations (docs/steering-chat.md)
+DEFAULT_MAX_KL = 0.3
+
+#: carriers of the templated contrast: each ends right before the concept (or another noun)
+CARRIERS = (
+    "I have always been fascinated by",
+    "Today we are going to talk about",
+    "My favourite thing in the world is",
+    "She wrote a long essay about",
+    "All I could think about was",
+    "The documentary was entirely about",
+    "He spent the whole evening reading about",
+    "There is nothing more beautiful than",
+)
+OTHER_NOUNS = ("city", "table", "paper", "window", "car", "book", "family", "history", "work", "school", "food",
+               "money", "computer", "weather", "health", "law")
+
+
+def check_max_kl(max_kl: Any) -> float:
+    if isinstance(max_kl, bool) or not isinstance(max_kl, (int, float)) or not math.isfinite(float(max_kl)) \
+            or float(max_kl) <= 0:
+        raise bad_argument("max_kl", max_kl, "a KL budget > 0 in nats per token (e.g. 0.3)",
+                           "Smaller budgets change the answers less.")
+    return float(max_kl)
+
+
+# ---- the probe -----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class ContinuationProbe:
+    """Calibration prompts + the base model's continuations, every block's inputs cached."""
+
+    model: Any
+    adapter: Any
+    cache: ModelProbe  # calls from layer 0 on
+    batch: PromptBatch  # prompt + continuation, right-padded
+    select: torch.Tensor  # (P, n) bool: positions that predict a continuation token
+    first: torch.Tensor  # (P, n) bool: each row's first token
+    base_logprobs: torch.Tensor  # (N, vocab) float64
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, model: Any, adapter: Any, tokenizer: Any, prompts: Sequence[str] | None = None, *,
+           n_new: int = 16) -> "ContinuationProbe":
+        if tokenizer is not None and (prompts is not None or has_chat_template(tokenizer)):
+            texts = list(PROBE_QUESTIONS[:6] if prompts is None else prompts)
+            rows = chat_rows(tokenizer, texts, name="prompts")
+            pad = pad_id(tokenizer)
+        elif tokenizer is not None:
+            rows = [list(r) for r in tokenizer(list(REFERENCE_SENTENCES[:6]))["input_ids"]]
+            pad = pad_id(tokenizer)
+        else:  # no tokenizer: seeded random ids
+            g = torch.Generator().manual_seed(0)
+            rows = torch.randint(min(5, adapter.vocab_size - 1), adapter.vocab_size, (6, 12), generator=g).tolist()
+            pad = 0
+        cont = _greedy(model, rows, n_new, pad, tokenizer)
+        batch = PromptBatch.from_rows([r + c for r, c in zip(rows, cont)], pad_id=pad)
+        dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+        batch = batch.to(dev)
+        select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
+        for i, (r, c) in enumerate(zip(rows, cont)):
+            select[i, len(r) - 1:len(r) - 1 + len(c)] = True
+        first = torch.zeros_like(select)
+        first[:, 0] = True
+        cache = model_probe(model, adapter, 0, batch)
+        probe = cls(model=model, adapter=adapter, cache=cache, batch=batch, select=select, first=first,
+                    base_logprobs=torch.empty(0))
+        probe.base_logprobs = probe.logprobs(0)
+        return probe
+
+    @torch.no_grad()
+    def logprobs(self, start: int = 0) -> torch.Tensor:
+        """log p at the continuation positions, the model as it is now, blocks ``start``… re-run."""
+        h = dataclasses.replace(self.cache, calls=self.cache.calls[start:]).final_states()
+        head = self.model.get_output_embeddings()
+        return torch.log_softmax(head(h[self.select.to(h.device)]).to(torch.float64), -1).cpu()
+
+    def kl(self, logprobs: torch.Tensor) -> float:
+        """Mean over the continuation tokens of KL(p_base ‖ p), nats."""
+        b = self.base_logprobs
+        return float((b.exp() * (b - logprobs)).sum(-1).mean())
+
+    @staticmethod
+    def mass(logprobs: torch.Tensor, token_ids: Sequence[int]) -> float:
+        """Mean probability of ``token_ids`` at the continuation positions."""
+        return float(logprobs[:, list(token_ids)].exp().sum(-1).mean()) if token_ids else 0.0
+
+    @torch.no_grad()
+    def residual_scale(self, layer: int) -> float:
+        """Median norm of the residual state after ``layer`` at real, non-first tokens (base model)."""
+        calls = self.cache.calls
+        if layer + 1 < len(calls):  # the next block's input
+            _, args, kwargs = calls[layer + 1]
+            states = args[0] if args else kwargs["hidden_states"]
+        else:
+            name, args, kwargs = calls[layer]
+            out = self.model.base_model.get_submodule(name)(*args, **kwargs)
+            states = out[0] if isinstance(out, (tuple, list)) else out
+        keep = (self.batch.attention_mask.bool() & ~self.first).to(states.device)
+        return float(states.to(torch.float64)[keep].norm(dim=-1).median())
+
+    @torch.no_grad()
+    def writer_inputs(self, layer: int, module: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z, first): the inputs of ``module`` in block ``layer`` at the real tokens (base model)."""
+        base = self.model.base_model
+        seen = []
+        handle = base.get_submodule(module).register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
+        try:
+            name, args, kwargs = self.cache.calls[layer]
+            base.get_submodule(name)(*args, **kwargs)
+        finally:
+            handle.remove()
+        mask = self.batch.attention_mask.bool()
+        return seen[0].to(torch.float64)[mask.to(seen[0].device)].cpu(), self.first[mask].cpu()
+
+
+def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: Any) -> list[list[int]]:
+    if tokenizer is not None:
+        return generate_answers(model, tokenizer, rows, max_new_tokens=n_new)
+    # no tokenizer: greedy continuation by hand (no end-of-sequence known, every row gets n_new)
+    out = [list(r) for r in rows]
+    with torch.no_grad():
+        for _ in range(n_new):
+            batch = PromptBatch.from_rows(out, pad_id=pad, left=True)
+            dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+            kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+            logits = model(**batch.to(dev).inputs(), **kw).logits[:, -1]
+            for r, t in zip(out, logits.argmax(-1).tolist()):
+                r.append(int(t))
+    return [o[len(r):] for o, r in zip(out, rows)]
+
+
+# ---- directions ----------------------------------------------------------------------------------
+class _Enough(Exception):
+    """Raised by a hook once the last block needed has run (the rest of the forward is skipped)."""
+
+
+@torch.no_grad()
+def block_outputs(model: Any, adapter: Any, batch: PromptBatch, last: int) -> list[torch.Tensor]:
+    """The outputs of execution layers 0…``last`` on ``batch`` (one forward pass, stopped after ``last``)."""
+    if adapter.shares_weights:
+        raise bad_argument("layer", last, "a model whose blocks each run once (shared weights: ALBERT)")
+    base = model.base_model
+    seq = adapter.layer_sequence()
+    outs: list[torch.Tensor] = []
+
+    def keep(m, a, o):
+        outs.append((o[0] if isinstance(o, (tuple, list)) else o).detach())
+        if len(outs) > last:
+            raise _Enough
+
+    handles = [base.get_submodule(adapter.layer_block(seq[k])).register_forward_hook(keep) for k in range(last + 1)]
+    kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+    try:
+        base(**batch.inputs(), **kw)
+    except _Enough:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return outs
+
+
+def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
+    """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
+    ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
+    return tokenizer.convert_ids_to_tokens(ids)
+
+
+@torch.no_grad()
+def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, layers: Sequence[int]
+                       ) -> tuple[dict[int, torch.Tensor], dict]:
+    """{layer: unit direction} of the templated contrast (module docstring) and what was used."""
+    if tokenizer is None:
+        raise bad_argument("token", phrase, "a model whose tokenizer is known", "Pass tokenizer=... .")
+    word = " ".join(str(phrase).split())
+    if not word:
+        raise bad_argument("token", phrase, "a non-empty word or phrase")
+    others = [o for o in OTHER_NOUNS if o != word.lower()]
+    texts = [f"{c} {w}" for c in CARRIERS for w in [word, *others]]
+    batch = PromptBatch.from_texts(texts, tokenizer)
+    dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+    batch = batch.to(dev)
+    calls = block_outputs(model, adapter, batch, max(layers))
+    mask = batch.attention_mask.to(torch.float64).cpu()
+    last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
+    is_word = torch.tensor([i % (1 + len(others)) == 0 for i in range(len(texts))])
+    dirs = {}
+    for k in layers:
+        h = calls[k].to("cpu", torch.float64)[torch.arange(len(texts)), last]
+        diff = h[is_word].mean(0) - h[~is_word].mean(0)
+        dirs[k] = diff / torch.linalg.vector_norm(diff)
+    pieces = phrase_pieces(tokenizer, word)
+    return dirs, {"phrase": word, "pieces": pieces, "read_at": "last token of the phrase" if len(pieces) > 1
+                  else "the word's token", "carriers": len(CARRIERS), "other_nouns": len(others),
+                  "method": "templated contrast"}
+
+
+def concept_token_ids(tokenizer: Any, phrase: str) -> list[int]:
+    """Single-token spellings of the phrase's first word's forms (with/without a leading space,
+    lower/capitalized): the tokens whose probability the layer scan compares."""
+    first = str(phrase).split()[0] if str(phrase).split() else str(phrase)
+    ids = set()
+    for f in word_forms(first):
+        for s in (f, " " + f, f.capitalize(), " " + f.capitalize()):
+            t = tokenizer(s, add_special_tokens=False)["input_ids"]
+            if len(t) == 1:
+                ids.add(int(t[0]))
+    return sorted(ids)
+
+
+# ---- the gain ------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class GainSearch:
+    """The KL budget search of one candidate: the gain, its KL and the curve evaluated."""
+
+    gain: float
+    kl: float
+    scale: float  # s_ℓ: α = gain / scale
+    curve: list[tuple[float, float]]  # (gain, KL)
+    within_budget: bool
+    message: str
+    logprobs: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def reached(self) -> bool:
+        return self.within_budget
+
+
+def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: float, scale: float, *,
+                alpha0: float = 0.2, tol: float = 0.1, max_evals: int = 5, alpha_min: float = 1e-4,
+                alpha_max: float = 8.0) -> GainSearch:
+    """The largest gain γ = α·``scale`` with KL(γ) ≤ ``max_kl``: secant steps on log KL vs log α from
+    α0, stopping within ``tol`` below the budget. The gain returned was measured within budget;
+    when even α_min exceeds it, the budget is unreachable (an error naming max_kl)."""
+    pts: list[tuple[float, float, torch.Tensor]] = []
+    alpha, best = alpha0, None
+    for _ in range(max_evals):
+        kl, lp = kl_at(alpha * scale)
+        pts.append((alpha, kl, lp))
+        if kl <= max_kl and (best is None or alpha > best[0]):
+            best = (alpha, kl, lp)
+        if kl <= max_kl and (kl >= max_kl * (1 - tol) or alpha >= alpha_max):
+            break
+        below = [p for p in pts if p[1] <= max_kl]
+        above = [p for p in pts if p[1] > max_kl]
+        if below and above:  # bracketed: secant on log-log between the closest two
+            (a1, k1, _), (a2, k2, _) = max(below, key=lambda p: p[0]), min(above, key=lambda p: p[0])
+            power = math.log(max(k2, 1e-12) / max(k1, 1e-12)) / math.log(a2 / a1) if k1 > 0 and a2 != a1 else 2.0
+            power = min(max(power, 0.5), 4.0)
+            alpha = a1 * (max_kl * (1 - tol / 2) / max(k1, 1e-12)) ** (1 / power)
+            alpha = min(max(alpha, a1 * 1.01), a2 * 0.99)
+        else:
+            alpha = alpha * (max_kl * (1 - tol / 2) / max(kl, 1e-12)) ** 0.5
+        alpha = min(max(alpha, alpha_min), alpha_max)
+    if best is None:  # every trial exceeded the budget: shrink until one fits (KL → 0 as α → 0)
+        alpha = min(p[0] for p in pts)
+        while best is None and alpha > alpha_min:
+            alpha = max(alpha / 4, alpha_min)
+            kl, lp = kl_at(alpha * scale)
+            pts.append((alpha, kl, lp))
+            if kl <= max_kl:
+                best = (alpha, kl, lp)
+        if best is None:
+            raise bad_argument("max_kl", max_kl, f"a budget the smallest edit fits: at α = {alpha_min:g} of the "
+                               f"residual norm the KL is already {pts[-1][1]:.3g} nats/token",
+                               "Raise max_kl (--max-kl).")
+    alpha, kl, lp = best
+    full = alpha >= alpha_max and kl < max_kl * (1 - tol)
+    message = (f"KL {kl:.3g} <= budget {max_kl:g} at gain {alpha * scale:.4g} ({alpha:.3g} x residual norm)"
+               + (f"; the budget is not used up at the largest gain tried ({alpha_max:g} x residual norm)"
+                  if full else ""))
+    return GainSearch(gain=alpha * scale, kl=kl, scale=scale, curve=[(a * scale, k) for a, k, _ in pts],
+                      within_budget=True, message=message, logprobs=lp)
+
+
+def default_scan_layers(n_layers: int, count: int = 3) -> list[int]:
+    """Middle layers: ``count`` evenly spaced in [0.4 L, 0.65 L] (SmolLM2: 12, 16, 19). Above that
+    the scan's proxy misleads: at layer 22 the concept's tokens gain the most probability under
+    teacher forcing, yet the answers mention the concept less (docs/steering-chat.md)."""
+    lo, hi = round(0.4 * (n_layers - 1)), round(0.65 * (n_layers - 1))
+    if hi <= lo:
+        return sorted({max(0, n_layers // 2 - 1), n_layers // 2})[:count] or [0]
+    step = (hi - lo) / max(count - 1, 1)
+    return sorted({round(lo + i * step) for i in range(count)})
+
+
+def addition_vectors(model: Any, tokenizer: Any, phrase: str, layers: Sequence[int], *,
+                     probe: ContinuationProbe | None = None) -> dict[int, torch.Tensor]:
+    """{layer: u_ℓ · s_ℓ}: the phrase's direction at each layer scaled to that layer's median
+    residual norm on the probe, so that ``activation_steering(model, vectors, coeff=c)`` adds c
+    residual norms (the coefficient means the same at every layer)."""
+    from ..loading import open_source
+
+    adapter = open_source(model).adapter
+    probe = probe or ContinuationProbe.of(model, adapter, tokenizer)
+    dirs, _ = concept_directions(model, adapter, tokenizer, phrase, layers)
+    return {k: dirs[k] * probe.residual_scale(k) for k in layers}

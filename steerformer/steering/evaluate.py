@@ -1,0 +1,526 @@
+"""How a steered generative model is judged (MATH.md §5d; docs/math.md §5d): held-out chat
+prompts, the base model's answers and the steered model's answers, and five numbers.
+
+* concept rate — the share of answers that contain one of the concept's words (whole words, any
+  case; default words: the direction's token and its simple forms, ``word_forms``);
+* KL — the per-token KL(p_base ‖ p_steered) teacher-forced on the base model's own answers, in nats;
+* distinct-2 — distinct word 2-grams ÷ all word 2-grams of the answers (repetition lowers it);
+* fluency — the mean per-token NLL of the steered answers under the *base* model ÷ that of the base
+  model's own answers (in context: after the question), and ``fluency_free`` the same scored after
+  an empty user turn (whether the text is still text, whatever the topic).
+
+Prompts go through the tokenizer's chat template (``chat=None``: when it has one; ``chat=True``
+without one is refused in one line). Answers are greedy unless ``sample=True`` (seeded).
+
+The objects:
+
+    Baseline            the base model's answers on the held-out questions, scored once
+    AnswerScore         one steered model (or one strength of a method) measured against a Baseline
+    SteeringEvaluation  a result type: a curve over strengths, one line per method/layer; JSON, CSV,
+                        a labelled figure, sample answers before/after
+    evaluate_steering   runs the curve: ``methods`` maps a label to ``strength -> context manager``
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping, Sequence
+
+import torch
+
+from ..errors import bad_argument
+from ..prompts import PromptBatch
+
+#: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
+HELDOUT_QUESTIONS = (
+    "How can I stay focused while studying?",
+    "What are some tips for saving money each month?",
+    "How do I write a good cover letter?",
+    "What is a good way to start learning a new language?",
+    "How can I improve my sleep?",
+    "What should I consider when buying a used car?",
+    "How do I organize my closet?",
+    "What are some good habits for a productive morning?",
+    "How can I be a better listener?",
+    "What is the best way to prepare for a job interview?",
+    "How do I keep my houseplants healthy?",
+    "What are some ideas for a birthday gift for a friend?",
+    "How can I make my emails more polite?",
+    "What should I pack for a weekend trip?",
+    "How do I deal with stress at work?",
+    "How do I choose a good laptop?",
+)
+
+#: calibration prompts: the KL budget search and the fit of a left vector use these only
+PROBE_QUESTIONS = (
+    "What is a simple recipe for dinner tonight?",
+    "How do I clean a laptop keyboard?",
+    "Can you explain how a credit score works?",
+    "What are good ways to make new friends as an adult?",
+    "How should I start running as a beginner?",
+    "What is the difference between a loan and a lease?",
+    "How can I reduce my screen time?",
+    "How do I plan a small vegetable garden?",
+)
+
+
+# ---- words ---------------------------------------------------------------------------------------
+def word_forms(word: str) -> list[str]:
+    """``word`` and its simple forms (plural -s/-es/-ies, or the singular of a plural), lower case.
+    A phrase is kept whole (its last word gets the forms)."""
+    w = " ".join(str(word).split()).lower()
+    if not w:
+        raise bad_argument("concept", word, "a non-empty word or phrase")
+    head, _, last = w.rpartition(" ")
+    forms = {last}
+    if last.endswith("ies"):
+        forms.add(last[:-3] + "y")
+    elif last.endswith(("ses", "xes", "zes", "ches", "shes")):
+        forms.add(last[:-2])
+    elif last.endswith("s") and not last.endswith("ss"):
+        forms.add(last[:-1])
+    elif last.endswith("y") and last[-2:-1] not in "aeiou":
+        forms.add(last[:-1] + "ies")
+    else:
+        forms.add(last + ("es" if last.endswith(("s", "x", "z", "ch", "sh")) else "s"))
+    return sorted(f"{head} {f}" if head else f for f in forms)
+
+
+def concept_words(concept: str | Sequence[str]) -> list[str]:
+    """The words an answer must contain to count: a string → its :func:`word_forms`; a list → as given."""
+    if isinstance(concept, str):
+        return word_forms(concept)
+    words = sorted({" ".join(str(c).split()).lower() for c in concept} - {""})
+    if not words:
+        raise bad_argument("concept", list(concept), "a word, a phrase or a non-empty list of them")
+    return words
+
+
+def mentions(texts: Sequence[str], words: Sequence[str]) -> list[bool]:
+    """Whether each text contains one of ``words`` as a whole word (any case)."""
+    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    return [bool(pattern.search(t)) for t in texts]
+
+
+def distinct2(texts: Sequence[str]) -> float:
+    """Distinct word 2-grams ÷ all word 2-grams over ``texts`` (punctuation marks count as words)."""
+    grams: set = set()
+    total = 0
+    for t in texts:
+        w = re.findall(r"\w+|[^\w\s]", t.lower())
+        pairs = list(zip(w, w[1:]))
+        grams.update(pairs)
+        total += len(pairs)
+    return len(grams) / total if total else 0.0
+
+
+# ---- prompts and answers ------------------------------------------------------------------------
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_rows(tokenizer: Any, questions: Sequence[str], *, chat: bool | None = None,
+              name: str = "questions") -> list[list[int]]:
+    """Token ids of each question: a user turn through the chat template with the generation prompt
+    (``chat=None``: when the tokenizer has a template), else the plain text."""
+    if tokenizer is None:
+        raise bad_argument("tokenizer", None, "the model's tokenizer (answers are generated from text prompts)",
+                           "Pass tokenizer=... .")
+    questions = [str(q) for q in questions]
+    if not questions:
+        raise bad_argument(name, questions, "at least one prompt")
+    use_chat = has_chat_template(tokenizer) if chat is None else bool(chat)
+    if use_chat and not has_chat_template(tokenizer):
+        raise bad_argument("chat", True, f"a tokenizer with a chat template ({type(tokenizer).__name__} has none)",
+                           "Pass chat=False (--no-chat) to use the prompts as plain text.")
+    if not use_chat:
+        return [list(r) for r in tokenizer(questions)["input_ids"]]
+    rows = []
+    for q in questions:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        rows.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return rows
+
+
+def pad_id(tokenizer: Any) -> int:
+    for v in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if v is not None:
+            return int(v)
+    return 0
+
+
+def stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Tokens that end an answer: the generation config's and the tokenizer's end-of-sequence ids."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(ids) if isinstance(ids, (list, tuple)) else ([] if ids is None else [ids])
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted({int(i) for i in ids})
+
+
+def model_device(model: Any) -> torch.device:
+    return next(p.device for p in model.parameters() if p.device.type != "meta")
+
+
+@torch.no_grad()
+def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 40,
+                     sample: bool = False, seed: int = 0, batch_size: int = 16, temperature: float = 0.7,
+                     top_p: float = 0.9) -> list[list[int]]:
+    """The answer ids of each prompt (left-padded batches; cut at the first end-of-sequence token).
+    ``sample``: nucleus sampling seeded per batch (same seed, same answers)."""
+    stops = stop_ids(model, tokenizer)
+    pad = pad_id(tokenizer)
+    out: list[list[int]] = []
+    dev = model_device(model)
+    for start in range(0, len(prompts), batch_size):
+        batch = PromptBatch.from_rows(prompts[start:start + batch_size], pad_id=pad, left=True).to(dev)
+        kw: dict = {"max_new_tokens": int(max_new_tokens), "pad_token_id": pad, "eos_token_id": stops or None}
+        if sample:
+            torch.manual_seed(int(seed) + start)
+            kw.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        else:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        ids = model.generate(**batch.inputs(), **kw)[:, batch.input_ids.shape[1]:].tolist()
+        for row in ids:
+            cut = next((i for i, t in enumerate(row) if t in stops), len(row))
+            out.append(row[:cut])
+    return out
+
+
+@torch.no_grad()
+def answer_logprobs(model: Any, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], *,
+                    batch_size: int = 8) -> list[torch.Tensor]:
+    """log p(· | prompt, answer[:t]) at each answer position t, teacher-forced: one (len(answer),
+    vocab) float64 tensor per answer (right-padded batches, so positions are those of the text)."""
+    out: list[torch.Tensor] = []
+    dev = model_device(model)
+    for start in range(0, len(prompts), batch_size):
+        ps, as_ = prompts[start:start + batch_size], answers[start:start + batch_size]
+        batch = PromptBatch.from_rows([list(p) + list(a) for p, a in zip(ps, as_)]).to(dev)
+        logits = model(**batch.inputs()).logits
+        for i, (p, a) in enumerate(zip(ps, as_)):
+            rows = logits[i, len(p) - 1:len(p) - 1 + len(a)]
+            out.append(torch.log_softmax(rows.to(torch.float64), -1).cpu())
+    return out
+
+
+def mean_nll(logprobs: Sequence[torch.Tensor], answers: Sequence[Sequence[int]]) -> float:
+    total, n = 0.0, 0
+    for lp, a in zip(logprobs, answers):
+        if len(a):
+            total -= float(lp[torch.arange(len(a)), torch.as_tensor(list(a))].sum())
+            n += len(a)
+    return total / n if n else float("nan")
+
+
+def mean_kl(base: Sequence[torch.Tensor], steered: Sequence[torch.Tensor]) -> float:
+    """Mean over tokens of KL(p_base ‖ p_steered), nats."""
+    total, n = 0.0, 0
+    for b, s in zip(base, steered):
+        if len(b):
+            total += float((b.exp() * (b - s)).sum())
+            n += b.shape[0]
+    return total / n if n else float("nan")
+
+
+# ---- the baseline and one measurement ------------------------------------------------------------
+@dataclasses.dataclass
+class Baseline:
+    """The base model's answers on the held-out questions and their scores (computed once)."""
+
+    questions: list[str]
+    prompts: list[list[int]]
+    free_prompts: list[list[int]]  # the same turn with an empty question: fluency without context
+    answers: list[list[int]]
+    texts: list[str]
+    logprobs: list[torch.Tensor]
+    nll: float
+    nll_free: float
+    chat: bool
+    max_new_tokens: int
+    sample: bool
+    seed: int
+
+    @classmethod
+    def of(cls, model: Any, tokenizer: Any, questions: Sequence[str] | None = None, *, chat: bool | None = None,
+           max_new_tokens: int = 40, sample: bool = False, seed: int = 0) -> "Baseline":
+        questions = list(HELDOUT_QUESTIONS if questions is None else questions)
+        prompts = chat_rows(tokenizer, questions, chat=chat)
+        use_chat = has_chat_template(tokenizer) if chat is None else bool(chat)
+        free = chat_rows(tokenizer, [""] * len(questions), chat=use_chat) if use_chat else \
+            [list(p[:1]) or [pad_id(tokenizer)] for p in prompts]
+        answers = generate_answers(model, tokenizer, prompts, max_new_tokens=max_new_tokens, sample=sample, seed=seed)
+        lp = answer_logprobs(model, prompts, answers)
+        return cls(questions=questions, prompts=prompts, free_prompts=free, answers=answers,
+                   texts=[tokenizer.decode(a, skip_special_tokens=True) for a in answers], logprobs=lp,
+                   nll=mean_nll(lp, answers), nll_free=mean_nll(answer_logprobs(model, free, answers), answers),
+                   chat=use_chat, max_new_tokens=int(max_new_tokens), sample=bool(sample), seed=int(seed))
+
+
+@dataclasses.dataclass
+class AnswerScore:
+    """One steered model measured against a :class:`Baseline` (MATH.md §5d)."""
+
+    method: str
+    strength: float | None
+    concept_rate: float
+    kl: float
+    distinct2: float
+    fluency: float  # NLL of the steered answers under the base model ÷ the base answers' NLL
+    fluency_free: float  # the same, both scored after an empty user turn
+    n_answers: int
+    answers: list[str]
+    seconds: float
+    info: dict = dataclasses.field(default_factory=dict)  # e.g. layer, gain, coefficient
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "AnswerScore":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@torch.no_grad()
+def score_answers(model: Any, tokenizer: Any, baseline: Baseline, words: Sequence[str], *, method: str = "steered",
+                  strength: float | None = None, info: dict | None = None) -> tuple[AnswerScore, list[list[int]]]:
+    """Measure ``model`` as it is now (steered by an edit or inside a hook's ``with``) against the
+    unsteered ``baseline``: KL on the base answers, then its own answers and their scores; returns
+    the score (fluency still NaN: it needs the base model, :func:`fluency_of`) and the answer ids."""
+    t0 = time.perf_counter()
+    kl = mean_kl(baseline.logprobs, answer_logprobs(model, baseline.prompts, baseline.answers))
+    answers = generate_answers(model, tokenizer, baseline.prompts, max_new_tokens=baseline.max_new_tokens,
+                               sample=baseline.sample, seed=baseline.seed)
+    texts = [tokenizer.decode(a, skip_special_tokens=True) for a in answers]
+    seconds = time.perf_counter() - t0
+    return AnswerScore(method=method, strength=strength, concept_rate=sum(mentions(texts, words)) / len(texts),
+                       kl=kl, distinct2=distinct2(texts), fluency=float("nan"), fluency_free=float("nan"),
+                       n_answers=len(texts), answers=texts, seconds=seconds, info=dict(info or {})), answers
+
+
+def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]]) -> tuple[float, float]:
+    """(fluency, fluency_free) of ``answers`` under ``model`` (the base model: call it unsteered)."""
+    nll = mean_nll(answer_logprobs(model, baseline.prompts, answers), answers)
+    free = mean_nll(answer_logprobs(model, baseline.free_prompts, answers), answers)
+    return nll / baseline.nll, free / baseline.nll_free
+
+
+# ---- the result ----------------------------------------------------------------------------------
+CSV_FIELDS = ("method", "strength", "concept_rate", "kl", "distinct2", "fluency", "fluency_free", "n_answers",
+              "seconds")
+
+
+@dataclasses.dataclass
+class SteeringEvaluation:
+    """A steering method (or several) judged on held-out answers: one :class:`AnswerScore` per
+    (method, strength), the base model's answers and rates. Speaks the result protocol."""
+
+    model_id: str
+    words: list[str]
+    questions: list[str]
+    base_answers: list[str]
+    base_concept_rate: float
+    base_distinct2: float
+    base_nll: float
+    points: list[AnswerScore]
+    chat: bool
+    sample: bool
+    seed: int
+    max_new_tokens: int
+    info: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        from .. import __version__
+        from ..results import VERSION_KEY
+
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "points"}
+        d["points"] = [p.to_dict() for p in self.points]
+        d[VERSION_KEY] = __version__
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "SteeringEvaluation":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["points"] = [AnswerScore.from_dict(p) for p in d.get("points") or []]
+        return cls(**kw)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        from ..results import json_text
+
+        return json_text(self.to_dict(), path)
+
+    def csv_text(self) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(CSV_FIELDS + ("info",))
+        for p in self.points:
+            w.writerow([getattr(p, f) for f in CSV_FIELDS] + [";".join(f"{k}={v}" for k, v in p.info.items())])
+        return buf.getvalue()
+
+    def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
+        """``evaluation.json``, ``evaluation.csv`` and (``plots``) ``evaluation_curve.png``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = {"json": out / "evaluation.json", "csv": out / "evaluation.csv"}
+        self.to_json(written["json"])
+        written["csv"].write_text(self.csv_text())
+        if plots:
+            written.update({p.stem: p for p in self.plot(out)})
+        return written
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> "SteeringEvaluation":
+        from ..results import read_json
+
+        return cls.from_dict(read_json(Path(out_dir) / "evaluation.json"))
+
+    def lines(self) -> dict[str, list[AnswerScore]]:
+        """The points by method label, each line sorted by KL."""
+        out: dict[str, list[AnswerScore]] = {}
+        for p in self.points:
+            out.setdefault(p.method, []).append(p)
+        return {k: sorted(v, key=lambda p: p.kl) for k, v in out.items()}
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Concept rate and fluency against KL, one line per method/layer → ``evaluation_curve.png``."""
+        from matplotlib.figure import Figure
+
+        from ..results import save_figure
+
+        if not self.points:
+            return []
+        fig = Figure(figsize=(10, 4))
+        ax_rate, ax_flu = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        for label, pts in self.lines().items():
+            kl = [max(p.kl, 1e-4) for p in pts]
+            ax_rate.plot(kl, [p.concept_rate for p in pts], "o-", ms=3, label=label)
+            ax_flu.plot(kl, [p.fluency for p in pts], "o-", ms=3, label=label)
+        ax_rate.axhline(self.base_concept_rate, color="k", lw=0.8, ls=":", label="base model")
+        ax_flu.axhline(1.5, color="r", lw=0.8, ls=":", label="fluency bar 1.5")
+        for ax, ylabel in ((ax_rate, "concept rate (share of answers)"),
+                           (ax_flu, "fluency (NLL under base ÷ base answers' NLL)")):
+            ax.set_xscale("log")
+            ax.set_xlabel("KL(base ‖ steered), nats/token, teacher-forced")
+            ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{self.model_id}: steering toward {', '.join(self.words)} "
+                     f"({len(self.questions)} held-out {'chat ' if self.chat else ''}prompts)", fontsize=9)
+        return [save_figure(fig, Path(out_dir) / "evaluation_curve.png")]
+
+    def best(self, max_kl: float | None = None) -> AnswerScore | None:
+        """The point with the highest concept rate (KL ≤ ``max_kl`` when given); ties: lower KL."""
+        pts = [p for p in self.points if max_kl is None or p.kl <= max_kl]
+        return max(pts, key=lambda p: (p.concept_rate, -p.kl)) if pts else None
+
+    def summary(self) -> str:
+        lines = [f"{self.model_id}: concept {self.words}; base rate {self.base_concept_rate:.2f}, "
+                 f"distinct-2 {self.base_distinct2:.2f} on {len(self.questions)} held-out prompts "
+                 f"({'sampled, seed ' + str(self.seed) if self.sample else 'greedy'})"]
+        for p in self.points:
+            s = "" if p.strength is None else f" strength {p.strength:.4g}"
+            lines.append(f"  {p.method}{s}: rate {p.concept_rate:.2f}, KL {p.kl:.3f}, distinct-2 {p.distinct2:.2f}, "
+                         f"fluency {p.fluency:.2f} (free {p.fluency_free:.2f})")
+        return "\n".join(lines)
+
+
+def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable[[Any], ContextManager]],
+                      strengths: Sequence[Any] | Mapping[str, Sequence[Any]] = (None,), *,
+                      concept: str | Sequence[str], questions: Sequence[str] | None = None, chat: bool | None = None,
+                      max_new_tokens: int = 40, sample: bool = False, seed: int = 0,
+                      baseline: Baseline | None = None, info: Mapping[str, Callable[[Any], dict]] | None = None,
+                      ) -> SteeringEvaluation:
+    """Judge steering methods on held-out answers (MATH.md §5d).
+
+    ``methods`` maps a label (one line of the curve: a method and its layer) to a function of a
+    strength returning a context manager that steers ``model`` inside its ``with`` (an
+    ``activation_steering`` hook, ``steered(...)``, any edit applied on entry and removed on exit);
+    ``strengths``: the values tried, the same for every method or per label (``None``: the method's
+    own default, e.g. the calibrated ``steer``). ``concept``: a word (its simple forms count), a
+    phrase, or a list of words. ``baseline``: the base model's answers, when already computed
+    (:meth:`Baseline.of`). ``info``: per label, extra columns of a point (e.g. the gain chosen).
+    Fluency is scored after each ``with`` has closed, under the base model.
+    """
+    from ..loading import open_source
+
+    words = concept_words(concept)
+    if not methods:
+        raise bad_argument("methods", methods, "at least one label -> (strength -> context manager)")
+    if baseline is None:
+        baseline = Baseline.of(model, tokenizer, questions, chat=chat, max_new_tokens=max_new_tokens,
+                               sample=sample, seed=seed)
+    points = []
+    for label, make in methods.items():
+        values = strengths[label] if isinstance(strengths, Mapping) else strengths
+        for s in values:
+            with make(s) as handle:
+                point, ids = score_answers(model, tokenizer, baseline, words, method=label,
+                                           strength=None if s is None else float(s))
+                if info and label in info:
+                    point.info.update(info[label](handle))
+            point.fluency, point.fluency_free = fluency_of(model, baseline, ids)  # the base model again
+            points.append(point)
+    return evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=points)
+
+
+def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str],
+                  points: Sequence[AnswerScore]) -> SteeringEvaluation:
+    """The :class:`SteeringEvaluation` of ``points`` measured against ``baseline``."""
+    return SteeringEvaluation(
+        model_id=model_id, words=list(words), questions=baseline.questions, base_answers=baseline.texts,
+        base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
+        base_distinct2=distinct2(baseline.texts), base_nll=baseline.nll, points=list(points), chat=baseline.chat,
+        sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens)
+
+
+def record_concept(record: Any) -> str | None:
+    """The word or phrase a record steered toward (its token/text direction source), if any."""
+    src = record.direction_source or {}
+    return src.get("phrase") or src.get("token") or src.get("text")
+
+
+def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | Sequence[str] | None = None,
+                    questions: Sequence[str] | None = None, chat: bool | None = None, max_new_tokens: int = 40,
+                    sample: bool = False, seed: int = 0) -> SteeringEvaluation:
+    """Judge the last steering call of ``model`` (``record``, applied) on held-out answers, and store
+    the result in ``record.evaluation`` (the record's JSON and the model card carry it). The base
+    model's answers are taken with the record's edits removed (bit for bit) and put back."""
+    from ..errors import InvalidArgumentError
+    from ..loading import open_source
+    from .chain import steering_of
+
+    steering = steering_of(model)
+    if steering is None or not steering.records or steering.records[-1] is not record:
+        raise InvalidArgumentError("evaluate_record judges the model's last steering call: pass the record that "
+                                   "steer() just returned (and steer nothing else before evaluating).")
+    concept = record_concept(record) if concept is None else concept
+    if concept is None:
+        raise bad_argument("concept", None, "the words an answer must contain (the record's direction is no token "
+                           "or text)", "Pass concept='word' (--concept).")
+    words = concept_words(concept)
+
+    def without(fn):
+        for e in reversed(record.edits):
+            e.remove(model)
+        try:
+            return fn()
+        finally:
+            for e in record.edits:
+                e.apply(model)
+
+    baseline = without(lambda: Baseline.of(model, tokenizer, questions, chat=chat, max_new_tokens=max_new_tokens,
+                                           sample=sample, seed=seed))
+    point, ids = score_answers(model, tokenizer, baseline, words, method="steer")
+    point.fluency, point.fluency_free = without(lambda: fluency_of(model, baseline, ids))
+    ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point])
+    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k != "info"}, "words": words,
+                         "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
+                         "questions": baseline.questions, "sample": sample, "seed": seed}
+    return ev
