@@ -106,11 +106,12 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
 
 
 def cumulative(stats, title: str = "") -> Figure:
-    """Fig. 8: ρ(x(k+1), w_k) for the principal eigenvector w_k of F_k⋯F_1, next to ρ_k."""
+    """Fig. 8: ρ(x(k+1), w_k) for the principal eigenvector w_k of F_k⋯F_first (layer ids from 0), next to ρ_k."""
     fig = Figure(figsize=(6, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     x, xlabel = _x(stats)
-    _stat(ax, stats, "cumulative_rho_mean", "cumulative_rho_std", "tab:green", "ρ(x(k+1), w_k), w_k of F_k⋯F_1")
+    first = int(x[0]) if len(x) else 0
+    _stat(ax, stats, "cumulative_rho_mean", "cumulative_rho_std", "tab:green", f"ρ(x(k+1), w_k), w_k of F_k⋯F_{first}")
     _band(ax, x, _col(stats, "rho_mean"), None, "tab:red", "ρ_k (v1 of F_k)", ls="--")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("correlation")
