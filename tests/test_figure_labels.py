@@ -126,3 +126,42 @@ def test_sweep_figure_labels_and_layer_ids(captured, tmp_path) -> None:
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [f"layer {k}" for k in csv_layers]
     assert csv_layers == [0, 2]
     assert np.isfinite(fig.axes[0].lines[0].get_ydata()).all()
+
+
+def test_statistics_figures_number_layers_from_zero_and_name_every_band(tmp_path, monkeypatch) -> None:
+    """power_method.png and cumulative.png put each layer at its model id (as report.json and the
+    table), and every shaded band — interval over prompts, std over tokens, the null's interval —
+    has its own legend entry."""
+    import steerformer.stats.plots as stats_plots
+    from steerformer.stats import power_method_stats
+
+    figs = {}
+
+    def keep(fig, path, **_):
+        figs[path.name] = fig
+        return path
+
+    monkeypatch.setattr(stats_plots, "save_figure", keep)
+    rep = power_method_stats(_tiny_gpt2(), layers=[1, 2], n_prompts=6, n_tokens=4, null_draws=4, bootstrap=200,
+                             full_model=False)
+    assert [r["layer"] for r in rep.controlled.layers] == [1, 2]
+    rep.plot(tmp_path)
+    assert {"power_method.png", "cumulative.png", "histograms_last_layer.png"} <= set(figs)
+    for fig in figs.values():
+        assert_labelled(fig)
+    for name in ("power_method.png", "cumulative.png"):
+        for ax in figs[name].axes:
+            assert ax.get_xlabel() == "layer k"
+            data = [line for line in ax.lines if not line.get_label().startswith("_")]  # not the reference lines
+            assert data and all(list(line.get_xdata()) == [1, 2] for line in data), name
+    shown = {t.get_text() for ax in figs["power_method.png"].axes for t in ax.get_legend().get_texts()}
+    assert any(s.startswith("null: central 95% of 4") for s in shown)
+    assert "Δρ_k: 95% CI over prompts" in shown
+    # without intervals the bands are ± std over tokens, named as such
+    figs.clear()
+    power_method_stats(_tiny_gpt2(), n_prompts=6, n_tokens=4, null_draws=0, ci=0, full_model=False).plot(tmp_path)
+    ax = figs["power_method.png"].axes[0]
+    assert "ρ_k (v1): ± std over tokens" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert list(ax.lines[0].get_xdata()) == [0, 1, 2] and ax.get_xlabel() == "layer k"
+    for fig in figs.values():
+        assert_labelled(fig)

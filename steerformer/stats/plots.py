@@ -15,22 +15,33 @@ def _col(stats, key: str) -> np.ndarray:
     return np.array([np.nan if r.get(key) is None else r[key] for r in stats.layers], dtype=float)
 
 
+def _x(stats) -> tuple[np.ndarray, str]:
+    """The x of every per-layer figure and its axis label: the model's layer ids (from 0, as in the
+    terminal table, report.json and the CSV) for one pass through the layers; the step number for a
+    prolonged run, whose steps revisit the same layers."""
+    layers = _col(stats, "layer") if stats.layers and "layer" in stats.layers[0] else None
+    if layers is not None and len(np.unique(layers)) == len(layers):
+        return layers, "layer k"
+    return _col(stats, "step"), "step k (layer applications)"
+
+
 def _band(ax, x, mean, std, color, label, ls="-"):
     ax.plot(x, mean, ls, color=color, marker="o", ms=3, label=label)
     if std is not None:
-        ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0)
+        ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.15, lw=0, label=f"{label}: ± std over tokens")
 
 
 def _stat(ax, st, key: str, std_key: str | None, color: str, label: str) -> None:
     """The mean of ``key`` per step with its band: the confidence interval over prompts when the
     statistics carry one (``<key>_lo``/``_hi``), else ± the std over tokens — the legend says which."""
-    x = _col(st, "step") + 1
+    x = _x(st)[0]
     level = st.meta.get("ci", {}).get("level")
     if level and st.layers and f"{key}_lo" in st.layers[0]:
-        ax.plot(x, _col(st, key), "-", color=color, marker="o", ms=3, label=f"{label}, {level:.0%} CI over prompts")
-        ax.fill_between(x, _col(st, f"{key}_lo"), _col(st, f"{key}_hi"), color=color, alpha=0.2, lw=0)
+        ax.plot(x, _col(st, key), "-", color=color, marker="o", ms=3, label=label)
+        ax.fill_between(x, _col(st, f"{key}_lo"), _col(st, f"{key}_hi"), color=color, alpha=0.2, lw=0,
+                        label=f"{label}: {level:.0%} CI over prompts")
     elif std_key is not None:
-        _band(ax, x, _col(st, key), _col(st, std_key), color, f"{label} ± std over tokens")
+        _band(ax, x, _col(st, key), _col(st, std_key), color, label)
     else:
         ax.plot(x, _col(st, key), "-o", ms=3, color=color, label=label)
 
@@ -39,7 +50,7 @@ def _null(ax, st, tag: str) -> None:
     """The null's central interval (gray) and the layers beyond chance (stars)."""
     if not st.layers or f"null_{tag}_lo" not in st.layers[0]:
         return
-    x = _col(st, "step") + 1
+    x = _x(st)[0]
     test = st.meta.get("test", {})
     level = st.meta.get("ci", {}).get("level") or 0.95
     ax.fill_between(x, _col(st, f"null_{tag}_lo"), _col(st, f"null_{tag}_hi"), color="0.5", alpha=0.25, lw=0,
@@ -58,10 +69,10 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
     column per statistics set — e.g. the controlled dynamics next to the full model (Figs. 2(b), 7,
     10, 11)."""
     ncol = len(stats_list)
-    fig = Figure(figsize=(4.2 * ncol, 8))
+    fig = Figure(figsize=(4.6 * ncol, 9))
     axes = fig.subplots(3, ncol, squeeze=False, sharex="col")
     for c, (st, lab) in enumerate(zip(stats_list, labels)):
-        x = _col(st, "step") + 1
+        x, xlabel = _x(st)
         ax = axes[0, c]
         _stat(ax, st, "rho_mean", "rho_std", "tab:red", "ρ_k (v1)")
         _stat(ax, st, "baseline_rho_mean", "baseline_rho_std", "tab:blue", "ρ̄_k (all, pairs 2-D)")
@@ -80,15 +91,14 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
         ax.plot(x, _col(st, "baseline1d_P"), "--", color="tab:cyan", lw=1, label="P̄_k (real only)")
         ax.axhline(0.5, color="0.6", lw=0.6)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("layer k (step)")
+        for ax in axes[:, c]:
+            ax.set_xlabel(xlabel, fontsize=8)
     for r, name in enumerate(("correlation", "increment", "probability of increment")):
-        axes[r, 0].set_ylabel(name)
-        axes[r, -1].legend(fontsize=7, loc="best")
-        # the null band is drawn on the controlled-dynamics column only: name it there too
-        labels0 = axes[r, 0].get_legend_handles_labels()[1]
-        if ncol > 1 and any(lab.startswith("null") for lab in labels0):
-            axes[r, 0].legend(fontsize=7, loc="best")
+        for ax in axes[r]:
+            ax.set_ylabel(name)
     for ax in axes.flat:
+        # every column: each has its own bands (intervals; the null only where it was tested)
+        ax.legend(fontsize=6, loc="best")
         ax.grid(alpha=0.3)
     fig.suptitle(title or "power-method statistics per layer", fontsize=11)
     fig.tight_layout()
@@ -96,13 +106,14 @@ def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = 
 
 
 def cumulative(stats, title: str = "") -> Figure:
-    """Fig. 8: ρ(x(k+1), w_k) for the principal eigenvector w_k of F_k⋯F_1, next to ρ_k."""
+    """Fig. 8: ρ(x(k+1), w_k) for the principal eigenvector w_k of F_k⋯F_first (layer ids from 0), next to ρ_k."""
     fig = Figure(figsize=(6, 3.6))
     ax = fig.add_subplot(1, 1, 1)
-    x = _col(stats, "step") + 1
-    _stat(ax, stats, "cumulative_rho_mean", "cumulative_rho_std", "tab:green", "ρ(x(k+1), w_k), w_k of F_k⋯F_1")
+    x, xlabel = _x(stats)
+    first = int(x[0]) if len(x) else 0
+    _stat(ax, stats, "cumulative_rho_mean", "cumulative_rho_std", "tab:green", f"ρ(x(k+1), w_k), w_k of F_k⋯F_{first}")
     _band(ax, x, _col(stats, "rho_mean"), None, "tab:red", "ρ_k (v1 of F_k)", ls="--")
-    ax.set_xlabel("layer k")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("correlation")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -122,7 +133,9 @@ def last_layer_histograms(stats, title: str = "") -> Figure:
         h = stats.histograms.get(key)
         if h:
             e = np.asarray(h["edges"])
-            ax.bar(e[:-1], h["counts"], width=np.diff(e), align="edge", color="tab:blue", alpha=0.7)
+            ax.bar(e[:-1], h["counts"], width=np.diff(e), align="edge", color="tab:blue", alpha=0.7,
+                   label=f"{int(np.sum(h['counts']))} tokens after the last layer")
+            ax.legend(fontsize=7)
         ax.set_xlabel(label)
         ax.set_ylabel("tokens")
     fig.suptitle(title or "last layer", fontsize=10)
@@ -156,8 +169,8 @@ def token_trajectories(stats, title: str = "", max_lines: int = 200) -> Figure:
         ax.plot(xs, t.mean(axis=1), color="tab:red", lw=1.8)
         ax.set_ylabel(label)
         ax.set_ylim(-0.02, 1.02)
-    axes[-1].set_xlabel("step (layer applications)")
     for ax in axes:
+        ax.set_xlabel("step (layer applications; 0 = initial tokens)", fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(title or "token trajectories", fontsize=10)
     fig.tight_layout()
