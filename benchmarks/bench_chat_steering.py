@@ -1,5 +1,5 @@
 """Steering a chat model (SmolLM2-135M-Instruct): the default ``steer`` judged on held-out answers
-(MATH.md §5d; docs/steering-chat.md), against activation addition and the paper's last-layer edit.
+(docs/math.md §5d; docs/steering-chat.md), against activation addition and the paper's last-layer edit.
 
 Per concept (greedy answers to held-out chat questions):
 1. the default ``sf.steer(model, token=concept, tokenizer=tok)`` (layer scan + KL budget): concept

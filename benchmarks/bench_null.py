@@ -1,4 +1,4 @@
-"""Cost of the beyond-chance test against the statistics it tests (MATH.md §4c, issue 19):
+"""Cost of the beyond-chance test against the statistics it tests (docs/math.md §4c, issue 19):
 
     ratio = time(statistics + null) / time(statistics alone)           target ≤ 1.5
 

@@ -1,6 +1,6 @@
 """What the edit really applies, on the bundled MiniLM: ``solve="min-norm"`` vs ``"exact"`` (the
 paper's F' = F + γ u wᵀ). Any edit ΔW_O = γ u a gives F' = F + γ u w_effᵀ with w_eff = Vᵀaᵀ
-(MATH.md §5b); this prints, for a random unit u = w on the last layer at fixed nominal strengths
+(docs/math.md §5b); this prints, for a random unit u = w on the last layer at fixed nominal strengths
 s (γ = s·|λ1|) and at the default target alignment 0.99: cos(w_eff, w), the effective strength
 γ|w_effᵀu|/|λ1|, λ1 of F' vs the predicted λ1 + γ w_effᵀu, ‖ΔW_O‖/‖W_O‖, the bias shift
 ‖γ(a·b_V)u‖, the real-model alignment on held-out sentences, and the ratio of the effective to the

@@ -2,7 +2,7 @@
 each with the ``exact`` and the ``min-norm`` solve (ablation has no solve: W_O' = (I − uuᵀ)W_O).
 
 Directions: a random unit u (seed 0), and the contrastive direction of 16 music vs 16 everyday
-sentences (mean difference of the last layer's mean-pooled states, MATH.md §5b). Steering edits the
+sentences (mean difference of the last layer's mean-pooled states, docs/math.md §5b). Steering edits the
 last layer at nominal strength ±10 (γ = ±10·|λ1|) with the left vector w = the unit mean of the
 states *entering* the last layer on steerformer's reference sentences (the component every token
 shares, so F' = F + γ u wᵀ pushes every token to +u, and "away" to −u); ablation edits all six
@@ -10,7 +10,7 @@ layers with s = 1.
 
 Columns, all on steerformer's 8 held-out sentences: mean signed cos(h, u) of the final states
 (plain forward passes here) before → after; mean |cos(h, u)| (the record's real-model alignment);
-the effective strength γ|w_effᵀu|/|λ1| (MATH.md §5b); ‖ΔW_O‖/‖W_O‖ (over all edited weights); the
+the effective strength γ|w_effᵀu|/|λ1| (docs/math.md §5b); ‖ΔW_O‖/‖W_O‖ (over all edited weights); the
 KL of the embedding-readout distributions; and the size of the edit exported as a PEFT LoRA adapter
 (``save_steered(model, dir, format="peft")``; the full checkpoint is 91 MB), and the ratio of the
 mean |cos(h, u)| after ÷ before (the unsteered model: the baseline, same run).

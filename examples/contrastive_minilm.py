@@ -2,7 +2,7 @@
 
 ``contrastive_direction`` takes the mean hidden state after the last layer of each sentence (MiniLM
 is an encoder, so the mean over tokens) and returns the normalized difference of the two groups'
-means (MATH.md §5b). The last layer's attention output weight is then edited in place inside the
+means (docs/math.md §5b). The last layer's attention output weight is then edited in place inside the
 SentenceTransformer's BertModel; held-out sentences of both kinds move toward the music centroid.
 Runs offline on the bundled MiniLM in a few seconds:  python examples/contrastive_minilm.py
 """

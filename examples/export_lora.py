@@ -1,7 +1,7 @@
 """Export a steering edit of MiniLM as a PEFT LoRA adapter and load it back with PEFT.
 
 The rank-1 edit ΔW_O = γ u a of the last layer's attention output is exactly a rank-1 LoRA
-(lora_B = γ u, lora_A = a, scaling 1; MATH.md §5c). ``save_steered(model, dir, format="peft")``
+(lora_B = γ u, lora_A = a, scaling 1; docs/math.md §5c). ``save_steered(model, dir, format="peft")``
 writes it as an adapter folder of a few KB instead of a 91 MB checkpoint; PEFT loads it onto the
 unedited model and computes what the steered model computes. Runs offline on the bundled MiniLM:
 python examples/export_lora.py

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
-#: The math the docstrings cite as "MATH.md §N"; the reference cites this file's section N instead.
+#: The math the docstrings cite as "docs/math.md §N"; the reference links each to that section.
 MATH = ROOT / "docs" / "math.md"
 #: The packages whose ``__all__`` is public API, in the order of the reference.
 PACKAGES = ("steerformer", "steerformer.adapters", "steerformer.stats", "steerformer.steering",
@@ -101,15 +101,15 @@ def math_sections() -> dict[str, str]:
 
 
 def cite_math(text: str) -> str:
-    """Rewrite the docstrings' "MATH.md §N" (a planning file users do not have) as a link to
-    section N of docs/math.md, the reference that ships with the repository."""
+    """Rewrite the docstrings' "docs/math.md §N" as a link to section N of docs/math.md (the older
+    "MATH.md §N", the planning file's name, is read the same way)."""
     sections = math_sections()
 
     def link(m: re.Match) -> str:
         anchor = sections.get(m.group(2))
         return f"[docs/math.md §{m.group(1)}](math.md#{anchor})" if anchor else f"docs/math.md §{m.group(1)}"
 
-    return re.sub(r"MATH\.md §((\d+[a-z]?)(?:[–-]\d+[a-z]?)?)", link, text).replace("MATH.md", "docs/math.md")
+    return re.sub(r"(?:docs/math|MATH)\.md §((\d+[a-z]?)(?:[–-]\d+[a-z]?)?)", link, text).replace("MATH.md", "docs/math.md")
 
 
 def render() -> str:

@@ -15,7 +15,7 @@ def attention_probs(x: torch.Tensor, w: AttentionWeights) -> torch.Tensor:
     """Attention matrices A^h (rows sum to 1) for tokens ``x`` (..., n, d) → (..., H, n, n).
 
     Uses the layer's own query/key weights and biases, its query/key norm modules, its position
-    rotation (positions 0..n−1), its own score scale, soft-cap and mask (MATH.md §1b, in the
+    rotation (positions 0..n−1), its own score scale, soft-cap and mask (docs/math.md §1b, in the
     order the models apply them). Grouped-query heads read key head g(h).
     """
     if w.W_Q is None or w.W_K is None:

@@ -145,7 +145,7 @@ def _finite(v: Any) -> bool:
 
 @dataclasses.dataclass
 class StatsConfig(Config):
-    """Options of the power-method statistics (MATH.md §3–4)."""
+    """Options of the power-method statistics (docs/math.md §3–4)."""
 
     n_prompts: int = option(100, "Random prompts of the controlled dynamics.")
     n_tokens: int = option(10, "Tokens per random prompt.")

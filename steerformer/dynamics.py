@@ -1,4 +1,4 @@
-"""The controlled layer dynamics of the power-method paper (MATH.md §3, eq. (1)/(3)):
+"""The controlled layer dynamics of the power-method paper (docs/math.md §3, eq. (1)/(3)):
 
     x_i(k+1) = N( x_i(k) + τ Σ_h W_h V_h Σ_j A^h_ij(x(k)) x_j(k) )
 
@@ -57,7 +57,7 @@ def dynamics_step(
     probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention
-    pre-attention norm applied to the attention input (option of MATH.md §3); the skip uses raw ``x``."""
+    pre-attention norm applied to the attention input (option of docs/math.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
     A = attention_probs(xin, w) if probs is None else probs
     return residual_map(x, attention_output(xin, w, A, bias=bias), tau=tau)
@@ -100,7 +100,7 @@ def run_dynamics(
     ``tokens``: initial tokens (prompts, tokens, d); default ``n_prompts × n_tokens`` random unit
     tokens drawn with ``seed``. ``weights`` lets a caller reuse already-read layer weights.
     ``normalize_initial``: put the initial tokens (random or user-given) on the unit sphere first
-    (default, MATH.md §3); False runs them as drawn / given — Appendix B of the paper says only
+    (default, docs/math.md §3); False runs them as drawn / given — Appendix B of the paper says only
     "drawn from a normal distribution". The first step's output is normalized either way.
     """
     if not (isinstance(repeat, (int, np.integer)) and repeat >= 1):

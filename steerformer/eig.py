@@ -1,13 +1,13 @@
 """The eigen-solvers behind every spectrum steerformer computes, chosen in one place.
 
-Three exact paths (MATH.md §1b, §2; issue 14):
+Three exact paths (docs/math.md §1b, §2; issue 14):
 
 - :func:`dense_eig` — the full general eigenproblem of a real (d, d) matrix. On CPU the LAPACK
   ``geev`` wrapper is the one :data:`CPU_BACKEND` names (picked by ``benchmarks/bench_eig.py``);
   on CUDA it is ``torch.linalg.eig``.
 - :func:`factored_eig` — F = A·B with A (d, r), B (r, d), r < d: the nonzero eigenvalues of AB are
   those of BA (r, r), and BA w = λw gives F (Aw) = λ (Aw). Never forms the (d, d) F. F also has
-  d − r zero eigenvalues (MATH.md §1b): :func:`null_vectors` gives eigenvectors for them, so the
+  d − r zero eigenvalues (docs/math.md §1b): :func:`null_vectors` gives eigenvectors for them, so the
   zeros take part in the ordering like any other eigenvalue.
 - :func:`top_eig` — the k eigenvalues of largest real part by implicitly restarted Arnoldi
   (ARPACK, ``which="LR"``), accepted only when every residual ‖Mv − λv‖ ≤ tol·‖M‖; otherwise the
@@ -17,7 +17,7 @@ Results are unsorted (values, unit-norm column vectors) as NumPy/torch complex a
 :func:`steerformer.spectra.sorted_eig` applies the ordering and phase convention.
 
 :func:`rightmost_eig` gives only the eigenvalue of largest real part and its vector, for a batch of
-matrices (the null model of MATH.md §4c needs one per random layer and draw): one batched LAPACK
+matrices (the null model of docs/math.md §4c needs one per random layer and draw): one batched LAPACK
 call below :data:`ARNOLDI_FROM`, ARPACK per matrix above it (measured: d = 384, one thread,
 0.07–0.09 s against 0.28–0.31 s for the full eig; d = 192, 0.045–0.055 s against 0.06–0.08 s).
 """

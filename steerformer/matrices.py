@@ -1,4 +1,4 @@
-"""Per-layer weights and layer matrices F_k = W_O(k)·V(k) (MATH.md §1), lazily or from memory."""
+"""Per-layer weights and layer matrices F_k = W_O(k)·V(k) (docs/math.md §1), lazily or from memory."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class LayerMatrices:
     n_layers: int  # of the model, not of this selection
     source: dict
     #: per entry (A, B) with F = A @ B when r = H_kv·d_h < d (grouped-query / low-rank layers), else
-    #: None; spectra() then solves the r × r problem (MATH.md §1b). None when no layer is low-rank.
+    #: None; spectra() then solves the r × r problem (docs/math.md §1b). None when no layer is low-rank.
     factors: list[tuple[torch.Tensor, torch.Tensor] | None] | None = None
 
     def __len__(self) -> int:

@@ -1,10 +1,10 @@
-"""Spectra of layer matrices and the three cases of MATH.md §2 (pure functions on tensors).
+"""Spectra of layer matrices and the three cases of docs/math.md §2 (pure functions on tensors).
 
 Ordering: eigenvalues by real part, descending (ALBERT-large's principal eigenvalue is real and
 positive but smaller in modulus than its most negative one, so ordering by modulus would pick
 the wrong one). Within a conjugate pair, the one with positive imaginary part comes first.
 
-Zeros are eigenvalues (MATH.md §1b): a rank-r layer matrix F = A·B (r < d) has d − r of them, and
+Zeros are eigenvalues (docs/math.md §1b): a rank-r layer matrix F = A·B (r < d) has d − r of them, and
 they take part in the ordering like any other. The factored path lists the zero eigenvalue
 min(2, d − r) times — enough for λ1 and λ2 — with null vectors of F as eigenvectors; the
 summary counts any |λ| ≤ :data:`RANK_TOL` · radius as 0 (the dense eig returns rounding noise
@@ -30,8 +30,8 @@ REAL_TOL = 1e-10
 #: "de facto case 3": relative gap below this **and** |<v1, v2>| above DE_FACTO_OVERLAP.
 DE_FACTO_REL_GAP = 0.05
 DE_FACTO_OVERLAP = 0.9
-#: Eigenvalues with |λ| ≤ RANK_TOL · (spectral radius) are F's numerical null space (MATH.md §1b):
-#: the summary counts them as 0 and the baselines of the statistics leave them out. MATH.md writes
+#: Eigenvalues with |λ| ≤ RANK_TOL · (spectral radius) are F's numerical null space (docs/math.md §1b):
+#: the summary counts them as 0 and the baselines of the statistics leave them out. docs/math.md writes
 #: |λ1|; the radius is used because λ1 (the largest real part) can be far below it (ALBERT-large)
 #: or be 0 itself — for every layer where λ1 is the radius, the two agree.
 RANK_TOL = 1e-8
@@ -46,7 +46,7 @@ def lambda_is_complex(z: complex, radius: float) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class SpectralSummary:
-    """λ1, λ2, the complex test, gap and case of one sorted spectrum (MATH.md §2)."""
+    """λ1, λ2, the complex test, gap and case of one sorted spectrum (docs/math.md §2)."""
 
     lambda1: complex
     lambda2: complex
@@ -122,7 +122,7 @@ class SharedStack:
 
 @dataclasses.dataclass
 class Spectra:
-    """Eigen-decomposition of each layer matrix, plus the per-layer summary of MATH.md §2.
+    """Eigen-decomposition of each layer matrix, plus the per-layer summary of docs/math.md §2.
 
     ``eigenvectors[k][:, l]`` is the unit right eigenvector of ``eigenvalues[k, l]``, with its
     largest-modulus entry made real and positive (a deterministic sign/phase).

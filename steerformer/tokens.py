@@ -1,5 +1,5 @@
 """Initial tokens: the one random draw and the one argument check that the controlled dynamics
-(MATH.md §3), the steering measurements and the reference ODE module (§7) all use.
+(docs/math.md §3), the steering measurements and the reference ODE module (§7) all use.
 
 Tokens are the rows of the last two axes, ``x[..., i, :]`` (the papers' column vector x_i); any
 leading axes are prompts / independent runs.

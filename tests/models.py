@@ -1,7 +1,7 @@
 """The one factory of tiny random models, built from configs (no network): ``make_model(name)``.
 
 Two sets of names: ``FAMILIES``, the hand-written adapters (GPT-2, GPT-Neo, BERT, ALBERT and their
-head variants), and ``DECLARED_FAMILIES``, the declared families (MATH.md §1b: Llama, Mistral,
+head variants), and ``DECLARED_FAMILIES``, the declared families (docs/math.md §1b: Llama, Mistral,
 Qwen, Gemma, Falcon, OPT, RoBERTa, ...). Float64 and eager attention unless asked otherwise.
 """
 

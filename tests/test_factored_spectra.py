@@ -30,7 +30,7 @@ def _sorted_ref(M: np.ndarray) -> np.ndarray:
     return vals[np.lexsort((-vals.imag, -vals.real))]
 
 
-# ---- factored spectra (MATH.md §1b) ----------------------------------------------------------
+# ---- factored spectra (docs/math.md §1b) ----------------------------------------------------------
 
 def test_factored_spectrum_equals_full_eig_on_planted_factors() -> None:
     rng = np.random.default_rng(0)
@@ -38,7 +38,7 @@ def test_factored_spectrum_equals_full_eig_on_planted_factors() -> None:
     A, B = rng.standard_normal((d, r)), rng.standard_normal((r, d))
     F = A @ B
     vals, vecs, method = layer_spectrum(factors=(torch.from_numpy(A), torch.from_numpy(B)))
-    # r nonzero eigenvalues and F's zero eigenvalue twice (MATH.md §1b: the zeros are ordered too)
+    # r nonzero eigenvalues and F's zero eigenvalue twice (docs/math.md §1b: the zeros are ordered too)
     assert method == f"factored r={r}" and vals.shape == (r + 2,) and vecs.shape == (d, r + 2)
     assert int((vals == 0).sum()) == 2
     vals, vecs = vals[vals != 0], vecs[:, vals != 0]

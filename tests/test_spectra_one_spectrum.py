@@ -1,4 +1,4 @@
-"""One spectrum for one F (MATH.md §1b, §2): the factored path (the r × r problem BA) and the dense
+"""One spectrum for one F (docs/math.md §1b, §2): the factored path (the r × r problem BA) and the dense
 eig of F give the same λ1, λ2, gap and case, the d − r zero eigenvalues of a rank-r F included."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Canonical layout (the papers' convention: tokens are column vectors, a linear ma
     W_O           : (H, d, d_h)     attention output = sum_h W_O[h] z_h + b_O
     b_O           : (d,)
 
-so the layer matrix of MATH.md §1/§1b is F = sum_h W_O[h] @ W_V[g(h)] (H_kv = H: one KV head per
+so the layer matrix of docs/math.md §1/§1b is F = sum_h W_O[h] @ W_V[g(h)] (H_kv = H: one KV head per
 query head; d_h need not be d/H). Adapters convert from each
 family's storage (``nn.Linear`` is (out, in); GPT-2's ``Conv1D`` is (in, out); fused QKV...) in
 exactly one place, and convert back for the write of the output weight.
@@ -131,7 +131,7 @@ class AttentionWeights:
 
     def layer_factors(self, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(A, B) with F = A @ B: A = W_O·R (d × r), B = W_V stacked (r × d), r = H_kv·d_h.
-        Column block g of A is Σ_{h: g(h)=g} W_O[h] (MATH.md §1b, factored spectra); the query
+        Column block g of A is Σ_{h: g(h)=g} W_O[h] (docs/math.md §1b, factored spectra); the query
         heads of one KV head are consecutive (g(h) = h·H_kv // H), so A is a reshape and a sum of
         the stored (d, H·d_h) output weight. ``dtype``: the factors' dtype, the sum accumulated
         in it straight from the stored weights (bf16 weights are never copied whole to float)."""
@@ -202,7 +202,7 @@ WRITER_LAYOUTS = ("out_in", "in_out", "experts")
 
 @dataclasses.dataclass(frozen=True)
 class Writer:
-    """One module that writes into the residual stream, as a family declares it (MATH.md §5e).
+    """One module that writes into the residual stream, as a family declares it (docs/math.md §5e).
 
     Canonically the write is y = W z + b with W of shape (d_model, in): column j of W is what input
     coordinate j writes (for an embedding, token j's vector). ``module`` holds the weight
@@ -289,7 +289,7 @@ class Adapter(abc.ABC):
     #: attribute name of the base model inside head classes (``GPT2LMHeadModel.transformer``)
     base_model_prefix: ClassVar[str]
 
-    # ---- declared facts (MATH.md §1b): shared code reads these, never ``model_type`` ----------
+    # ---- declared facts (docs/math.md §1b): shared code reads these, never ``model_type`` ----------
     #: how positions enter: "learned" (absolute, added to the embeddings), "rotary", "alibi"
     position_kind: ClassVar[str] = "learned"
     #: "layernorm", "rmsnorm" (x/√(mean x²+ε)·w) or "rmsnorm+1" (Gemma: ·(1+w))
@@ -417,7 +417,7 @@ class Adapter(abc.ABC):
         (used by tests and verification hooks)."""
         raise NotImplementedError
 
-    # ---- residual-stream writers (MATH.md §5e) -------------------------------------------------
+    # ---- residual-stream writers (docs/math.md §5e) -------------------------------------------------
     #: declared: the writers of one block, paths relative to ``layer_block(slot)``
     block_writer_specs: ClassVar[tuple[Writer, ...]] = ()
     #: declared: the embedding writers, paths relative to the base model
@@ -439,7 +439,7 @@ class Adapter(abc.ABC):
             out += [w for w in self.block_writers(slot) if w.kind in kinds]
         return out
 
-    # ---- running the model block by block (looped-model collapse, MATH.md §6) -----------------
+    # ---- running the model block by block (looped-model collapse, docs/math.md §6) -----------------
     # ``base`` below is always the base model (``model.base_model``: GPT2Model, BertModel...).
 
     @property

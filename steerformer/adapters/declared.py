@@ -72,7 +72,7 @@ class Family:
     softcap_field: str | None = None
     causal: bool = True
     supported: Callable = _cfg(None, None)  # config -> None, or why this config is refused
-    # residual-stream writers (MATH.md §5e): the MLP's output projection (relative to a block) and
+    # residual-stream writers (docs/math.md §5e): the MLP's output projection (relative to a block) and
     # whether it has a bias; the RMS norms applied to the attention and MLP writes before the
     # residual add (Gemma-2/3 sandwich, OLMo-2); the embeddings (relative to the base model)
     mlp_writer: Writer = Writer("mlp", "mlp.down_proj")

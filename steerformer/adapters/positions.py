@@ -1,4 +1,4 @@
-"""How attention scores see positions, run through the model's own modules (MATH.md §1b).
+"""How attention scores see positions, run through the model's own modules (docs/math.md §1b).
 
 Rotary: q_i = R(i)(W_Q x_i + b_Q), k_j = R(j)(W_K x_j + b_K) with cos/sin for positions 0..n−1
 from the family's own rotary embedding module (theta, scaling, partial rotary dimension all live

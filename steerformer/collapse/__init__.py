@@ -1,4 +1,4 @@
-"""Looped-model collapse (consensus paper §5.2, MATH.md §6): loop a model many times over the same
+"""Looped-model collapse (consensus paper §5.2, docs/math.md §6): loop a model many times over the same
 prompts and watch its tokens reach consensus."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How close the tokens of each prompt are to consensus (pure tensor functions, MATH.md §6).
+"""How close the tokens of each prompt are to consensus (pure tensor functions, docs/math.md §6).
 
 E has two precisions (``e_precision``):
 

@@ -1,4 +1,4 @@
-"""``collapse()``: run prompts through a model looped many times and measure consensus (MATH.md §6)."""
+"""``collapse()``: run prompts through a model looped many times and measure consensus (docs/math.md §6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """llama.cpp control vectors (GGUF): per-layer directions that llama.cpp and Ollama add to the
-residual stream (MATH.md §5e; docs/ecosystem.md).
+residual stream (docs/math.md §5e; docs/ecosystem.md).
 
 The file, as llama.cpp's ``cvector-generator`` and repeng's ``ControlVector.export_gguf`` write it:
 

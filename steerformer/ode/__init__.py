@@ -1,7 +1,7 @@
 """Reference ODE and discrete-map module of attention dynamics (consensus paper; power-method paper App. D).
 
 Tokens are rows: an array of shape (n, d) or (runs, n, d); y[..., i, :] is the papers' y_i.
-Everything runs in float64 torch. See MATH.md §7–8 for the formulas.
+Everything runs in float64 torch. See docs/math.md §7–8 for the formulas.
 """
 
 from .bridge import layer_matrix_dynamics, principal_eigenvector, random_layer_matrix

@@ -1,4 +1,4 @@
-"""The discrete map (3) driven by a real layer matrix F = W_O·V (MATH.md §3 and §7).
+"""The discrete map (3) driven by a real layer matrix F = W_O·V (docs/math.md §3 and §7).
 
 Array-based: F comes from anywhere — typically ``steerformer.layer_matrices(model).matrices[k]``
 — and the attention is either random (random P_η = Q_ηᵀK_η/√d_h) or given (the checkpoint's
@@ -20,10 +20,10 @@ from .results import SetupResult
 
 
 def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:
-    """λ1 ordered by real part (MATH.md §2) and its unit right eigenvector.
+    """λ1 ordered by real part (docs/math.md §2) and its unit right eigenvector.
 
     For a complex λ1 this returns the real part of its eigenvector only; the proper measure
-    there is the 2-D subspace correlation of MATH.md §4, which belongs to the statistics module.
+    there is the 2-D subspace correlation of docs/math.md §4, which belongs to the statistics module.
     """
     from ..spectra import sorted_eig
 

@@ -31,7 +31,7 @@ def lyapunov(y: object, v: object) -> torch.Tensor:
 
 
 def alignment(y: object, v: object) -> torch.Tensor:
-    """ρ(y_i, v) = |⟨y_i, v⟩| / (‖y_i‖‖v‖) per token (MATH.md §4)."""
+    """ρ(y_i, v) = |⟨y_i, v⟩| / (‖y_i‖‖v‖) per token (docs/math.md §4)."""
     yt, vt = as_tensor(y, "y"), as_tensor(v, "v")
     if vt.shape != yt.shape[-1:]:
         raise bad_argument("v", f"shape {tuple(vt.shape)}", f"a vector of length d={yt.shape[-1]}")

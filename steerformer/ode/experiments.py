@@ -1,4 +1,4 @@
-"""The papers' simulations as named, seeded setups (MATH.md §7).
+"""The papers' simulations as named, seeded setups (docs/math.md §7).
 
 Continuous setups (5.1.1, 5.1.2, 5.1.3) integrate model (6); ``t1`` is the final time and
 ``dt`` switches from the adaptive DOP853 (default) to fixed-step RK4. Discrete setups
@@ -30,7 +30,7 @@ from .stability import bipartite_point, bipartite_stability, consensus_eigenvalu
 
 log = logging.getLogger(__name__)
 
-# The 4-decimal matrices of the arXiv version (MATH.md §7); the ICML print rounds them to 2.
+# The 4-decimal matrices of the arXiv version (docs/math.md §7); the ICML print rounds them to 2.
 P1_511 = [[0.0805, -0.1929, 0.1991], [-0.2312, 0.3131, -0.2335], [0.1788, -0.1732, -0.1594]]
 P2_511 = [[-0.3067, 0.0349, 0.1107], [0.0572, -0.0557, 0.1343], [0.1375, 0.1083, 0.1018]]
 P_513 = [[0.3598, 0.4150, 0.1319], [0.0971, -0.0668, -0.2046], [0.1548, -0.2102, 0.1220]]

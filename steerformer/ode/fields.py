@@ -1,4 +1,4 @@
-"""Vector fields and maps of the attention dynamics (MATH.md §7).
+"""Vector fields and maps of the attention dynamics (docs/math.md §7).
 
 * :class:`AttentionField` — the continuous model (6) of the consensus paper on the W-ellipsoid:
   ẏ_i = (I − y_i y_iᵀ W) Σ_η Σ_j α^η_ij(t, y) U_η(t) y_j, h heads, full or causal attention,

@@ -1,4 +1,4 @@
-"""Local stability at equilibria of the maps (MATH.md §8; power-method paper Appendix D).
+"""Local stability at equilibria of the maps (docs/math.md §8; power-method paper Appendix D).
 
 * Numeric: :func:`map_jacobian` (autograd or central finite differences) and
   :func:`tangent_jacobian`, its restriction to the tangent space of (S^{d−1})^n, whose spectrum
@@ -158,7 +158,7 @@ def find_equilibria(step: Map, V: object, n: int, *, tol: float = 1e-10, with_ei
     return found
 
 
-# -- analytic spectra (MATH.md §8) ------------------------------------------------------------
+# -- analytic spectra (docs/math.md §8) ------------------------------------------------------------
 def consensus_eigenvalues(V: object, m: int, n: int, tau: float) -> np.ndarray:
     """Intrinsic eigenvalues at the consensus x_i = v_m of map (9) (and of (8), (3) there):
     (1 + τλ_l)/|1 + τλ_m| for l ≠ m, and 1/|1 + τλ_m| with multiplicity (n−1)(d−1)."""
@@ -182,7 +182,7 @@ class BipartiteSpectrum:
 
 
 def bipartite_spectrum(V: object, QK: object, m: int, n1: int, n2: int, tau: float) -> BipartiteSpectrum:
-    """σ = v_mᵀQᵀKv_m, Z_s, α_s, β_s, γ_s, c_s = 1 + τλ_mγ_s and the M_l blocks (MATH.md §8)."""
+    """σ = v_mᵀQᵀKv_m, Z_s, α_s, β_s, γ_s, c_s = 1 + τλ_mγ_s and the M_l blocks (docs/math.md §8)."""
     lam, vec = _symmetric_eig(V)
     d = len(lam)
     m = _check_index(m, d)

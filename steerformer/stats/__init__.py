@@ -1,4 +1,4 @@
-"""Power-method statistics (MATH.md §3–4): per-layer alignment of tokens with the principal
+"""Power-method statistics (docs/math.md §3–4): per-layer alignment of tokens with the principal
 eigenvector of each layer matrix, baselines, cumulative products, and the full-model variant."""
 
 from __future__ import annotations

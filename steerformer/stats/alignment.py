@@ -1,4 +1,4 @@
-"""Per-layer power-method statistics of MATH.md §4 (pure functions on tensors).
+"""Per-layer power-method statistics of docs/math.md §4 (pure functions on tensors).
 
 For step k (one application of layer ℓ = step_layers[k]) with inputs x_i(k) and outputs x_i(k+1):
 ρ_k, Δρ_k (eq. 4), P_k (eq. 5), their baselines over all eigen-directions of F_ℓ (mixed: conjugate
@@ -87,7 +87,7 @@ def layer_statistics(before: torch.Tensor, after: torch.Tensor, dirs: Directions
     rec["subspace_dim"] = int(s)
     rec["rho_S_chance"] = chance_rho_S(int(s), int(before.shape[1]))
     # Baselines: mean over directions and tokens; std over all (token, direction) values; only the
-    # directions of eigenvalues above the numerical rank's cut (MATH.md §1b).
+    # directions of eigenvalues above the numerical rank's cut (docs/math.md §1b).
     in_rank = dirs.in_rank if dirs.in_rank is not None else torch.ones_like(dirs.is_pair)
     one_d = ~dirs.is_pair & in_rank
     means = {"rho_mean": rho, "rho_before_mean": rho_before, "delta_rho_mean": dR[:, 0],

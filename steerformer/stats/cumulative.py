@@ -1,4 +1,4 @@
-"""Principal eigenvector of the cumulative product Φ_k = F_k ⋯ F_1 (Fig. 8, MATH.md §4).
+"""Principal eigenvector of the cumulative product Φ_k = F_k ⋯ F_1 (Fig. 8, docs/math.md §4).
 
 Only w_k is needed, so each step costs one d×d×d product plus an Arnoldi run (ARPACK) warm-started
 from w_{k-1} — never a second full ``eig`` per layer, which alone would cost as much as the spectra.

@@ -1,5 +1,5 @@
 """Eigen-directions of a layer matrix as one real basis, so that correlations of many tokens with
-all eigenvectors cost one GEMM (MATH.md §4).
+all eigenvectors cost one GEMM (docs/math.md §4).
 
 Every eigenvector becomes a *group* of orthonormal real columns:
 - a real eigenvalue: one column, the unit real eigenvector v (1-D correlation |<x, v>|);
@@ -32,7 +32,7 @@ class Directions:
     second: torch.Tensor  # (G,) long
     is_pair: torch.Tensor  # (G,) bool
     eig_index: torch.Tensor  # (G,) column of the eigenvalue in the sorted spectrum (first of a pair)
-    #: (G,) whether the group's |λ| > RANK_TOL · spectral radius (MATH.md §1b): the baselines
+    #: (G,) whether the group's |λ| > RANK_TOL · spectral radius (docs/math.md §1b): the baselines
     #: average over these only; the others are rounding noise in F's null space.
     in_rank: torch.Tensor | None = None
     numerical_rank: int | None = None  # eigenvalues (a pair counts 2) with |λ| > RANK_TOL · radius
@@ -150,7 +150,7 @@ def chance_rho_S(dim: int, d: int) -> float:
 
 
 def principal_subspace(eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, index2: int) -> tuple[torch.Tensor, str]:
-    """Orthonormal basis (d, s) of the subspace S of MATH.md §4 and its kind.
+    """Orthonormal basis (d, s) of the subspace S of docs/math.md §4 and its kind.
 
     λ1 complex (case 2): S = span{Re v1, Im v1} ("pair", s = 2). λ1 real and λ2 real:
     S = span{v1, v2} ("v1v2", s = 2), the case-3 / de-facto-case-3 subspace. λ1 real and λ2 one of

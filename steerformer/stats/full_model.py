@@ -1,4 +1,4 @@
-"""The full-model variant (Figs. 10/11, MATH.md §3): the model's own hidden states on real prompts —
+"""The full-model variant (Figs. 10/11, docs/math.md §3): the model's own hidden states on real prompts —
 embeddings, FFN and the affine LayerNorm kept — so the same statistics can be compared with the
 controlled dynamics. The states are exactly ``output_hidden_states`` (padding removed).
 

@@ -1,4 +1,4 @@
-"""The null model of the power-method verdict (MATH.md §4b, §4c) and its draws, batched.
+"""The null model of the power-method verdict (docs/math.md §4b, §4c) and its draws, batched.
 
 Draw s replaces every layer's W_Q, W_K, W_V, W_O by Gaussian matrices with that matrix's own
 standard deviation, in the layout the layer has (grouped-query layers stay grouped; shared-weight
@@ -6,7 +6,7 @@ layers share their draw), with every bias zero, and keeps the masks, score scale
 (with ``layer_norm``) the model's pre-attention norm. The same initial tokens run through the
 controlled dynamics of the random layers; Δρ_k and P_k are measured against each random layer's own
 principal eigenvector (largest real part; the 2-D span{Re v1, Im v1} when λ1 is complex, as for the
-trained layers; F's zero eigenvalue takes part in the ordering, MATH.md §1b).
+trained layers; F's zero eigenvalue takes part in the ordering, docs/math.md §1b).
 
 Each (draw, layer) has its own seed, derived from (seed, draw, slot), so a draw is the same whatever
 the chunking, the device or the number of draws asked for. The draws of a chunk run as one tensor
@@ -172,7 +172,7 @@ def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: t
 def annotate(records: list[dict], null: dict[str, np.ndarray], *, alpha: float = 0.05, correction: str = "bh",
              level: float = 0.95) -> None:
     """Add the null columns, the p-values and the beyond-chance verdict to each step's record (in
-    place; MATH.md §4c, :mod:`.testing`): the null's mean, std (K − 1 in the denominator; 0 for
+    place; docs/math.md §4c, :mod:`.testing`): the null's mean, std (K − 1 in the denominator; 0 for
     K = 1) and central ``level`` interval of Δρ and P, the one-sided p-values of the observed Δρ
     and P among the draws, the same adjusted across the steps by ``correction``, and
     ``beyond_chance`` = a power-method step whose two adjusted p-values are both < ``alpha``."""

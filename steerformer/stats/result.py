@@ -22,12 +22,12 @@ COLUMNS = (
     "cumulative_rho_mean", "cumulative_rho_std", "cumulative_complex",
     "distance_mean", "distance_max", "power_method_step",
 )
-#: Columns with a confidence interval, ``<name>_lo`` and ``<name>_hi`` (MATH.md §4c; absent with ci=0).
+#: Columns with a confidence interval, ``<name>_lo`` and ``<name>_hi`` (docs/math.md §4c; absent with ci=0).
 CI_COLUMNS = ("rho_mean", "rho_before_mean", "delta_rho_mean", "P", "rho_re_v1_mean", "rho_S_mean",
               "baseline_rho_mean", "baseline_delta_mean", "baseline_P",
               "baseline1d_rho_mean", "baseline1d_delta_mean", "baseline1d_P", "cumulative_rho_mean")
 COLUMNS += tuple(f"{c}_{end}" for c in CI_COLUMNS for end in ("lo", "hi"))
-#: The test (MATH.md §4c): K random draws of W_Q, W_K, W_V, W_O (absent with null_draws=0) — the
+#: The test (docs/math.md §4c): K random draws of W_Q, W_K, W_V, W_O (absent with null_draws=0) — the
 #: null's mean, std and central interval of Δρ and P, the p-values, adjusted across layers, and the
 #: verdict; then how often the verdicts hold over token seeds (with seeds > 1).
 COLUMNS += (

@@ -1,4 +1,4 @@
-"""The power-method experiment of one model, as `analyze` runs it: controlled dynamics (MATH.md §3),
+"""The power-method experiment of one model, as `analyze` runs it: controlled dynamics (docs/math.md §3),
 the full-model variant (Figs. 10/11) and, for shared-weight models, the prolonged K·L run (Fig. 6(c)),
 each reduced to :class:`AlignmentStats` against the spectra `analyze` already computed."""
 
@@ -147,7 +147,7 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
 def stability(main: AlignmentStats, seeds: Sequence[int], trajectory: Any, spectra: Spectra, common: dict,
               null_run: dict | None, test: dict) -> None:
     """How often each step's verdicts hold over the main run and the runs ``trajectory(seed)`` of the
-    other token ``seeds``, one at a time (MATH.md §4c): ``power_method_step_share`` and, with the null model,
+    other token ``seeds``, one at a time (docs/math.md §4c): ``power_method_step_share`` and, with the null model,
     ``beyond_chance_share`` and ``unstable`` (beyond chance in the main run but in fewer than
     :data:`STABLE_SHARE` of the seeds) in every record of ``main``; the per-seed verdicts in
     ``main.meta["stability"]``."""
@@ -219,7 +219,7 @@ def power_method_stats(
         spectra = compute_spectra(matrices, dtype=dtype, device=device)
     ids = matrices.layer_ids
     weights = read_attention_weights(source, ids, dtype=dtype, device=device)
-    # MATH.md §3 / Appendix B: whether the pre-attention norm of a pre-LN model is part of the
+    # docs/math.md §3 / Appendix B: whether the pre-attention norm of a pre-LN model is part of the
     # "attention sublayer" is ambiguous; by default both readings run (docs/statistics.md).
     pre_ln = any(source.adapter.pre_attention_norm(k) is not None for k in ids)
     both = cfg.layer_norm is None and pre_ln

@@ -1,4 +1,4 @@
-"""The test behind "beyond chance" (MATH.md §4c): Monte Carlo p-values against the null draws and a
+"""The test behind "beyond chance" (docs/math.md §4c): Monte Carlo p-values against the null draws and a
 correction across layers.
 
 - p-value of an observed statistic t among K null draws t_1..t_K (one-sided, large is extreme):

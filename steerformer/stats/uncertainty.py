@@ -1,4 +1,4 @@
-"""Confidence intervals of the power-method statistics (MATH.md §4c): a percentile bootstrap over
+"""Confidence intervals of the power-method statistics (docs/math.md §4c): a percentile bootstrap over
 prompts.
 
 Every statistic of §4 is a mean over tokens (the baselines: over tokens and eigen-directions, i.e.

@@ -1,4 +1,4 @@
-"""Rank-1 steering of an attention layer (MATH.md §5) and ablation of every residual-stream writer
+"""Rank-1 steering of an attention layer (docs/math.md §5) and ablation of every residual-stream writer
 (§5e): edit, choose the strength, verify, save, publish, undo; directions as shareable artefacts.
 
 Modules, each one noun (lower ones never import higher ones):

@@ -1,5 +1,5 @@
 """Directional ablation ("abliteration") of every residual-stream writer, as plan → apply → measure →
-record (MATH.md §5b, §5e):
+record (docs/math.md §5b, §5e):
 
     W' = (I − s UUᵀ) W,   b' = (I − s UUᵀ) b   (with ``bias=True``)
 
@@ -207,7 +207,7 @@ def plan_ablation(model: Any, source: Any, dirs: Any, kinds: tuple[str, ...], by
                                "writer": w.kind, "directions": int(Uw.reshape(Uw.shape[0], -1).shape[1]),
                                "norm_preserving": cfg.norm_preserving, "residue": ab.residue,
                                **({"through_norm": w.norm} if w.norm is not None else {})})
-            if w.kind == "attention" and edit.rank == 1:  # what the layer matrix sees (MATH.md §5b)
+            if w.kind == "attention" and edit.rank == 1:  # what the layer matrix sees (docs/math.md §5b)
                 _layer_matrix_view(source, edit)
             edits.append(edit)
     return edits

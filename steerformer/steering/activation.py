@@ -1,4 +1,4 @@
-"""Activation addition (MATH.md §5d), at run time and as weights.
+"""Activation addition (docs/math.md §5d), at run time and as weights.
 
 At run time (what steering-vectors, repeng and llama.cpp control vectors do): after execution
 layer ℓ, every position's residual state h_t ← h_t + c·v::

@@ -1,7 +1,7 @@
 """The steering math on plain tensors (no model objects): the row a = wᵀV⁺, the edit ΔW_O = γ u a,
 the top of a layer's spectrum, and the choice of the gain from a target alignment.
 
-The rank-1 algebra (MATH.md §5):
+The rank-1 algebra (docs/math.md §5):
 
     W_O' = W_O + γ u a,   a V = wᵀ   ⇒   F' = W_O' V = F + γ u wᵀ
 
@@ -9,7 +9,7 @@ The rank-1 algebra (MATH.md §5):
 
 * ``exact`` (the paper): solve Vᵀ aᵀ = w by LU; when V is numerically singular (reciprocal
   condition estimate below ``RCOND_LSTSQ``) or not square (grouped-query heads, H·d_h ≠ d: V is
-  (H·d_h) × d, MATH.md §1b) the minimum-norm least squares a = wᵀV⁺ (SVD). Then aV = (Pw)ᵀ with P
+  (H·d_h) × d, docs/math.md §1b) the minimum-norm least squares a = wᵀV⁺ (SVD). Then aV = (Pw)ᵀ with P
   the projector onto V's row space, so F' = F + γ u (Pw)ᵀ; ``written_fraction`` = ‖Pw‖/‖w‖ says
   how much of w the layer can write at all.
 * ``min-norm``: a ridge fit a ≈ wᵀV⁺ on the states X that actually enter the layer,
@@ -145,7 +145,7 @@ def delta_output(u: torch.Tensor, a: torch.Tensor, gain: float) -> torch.Tensor:
     return D
 
 
-# ---- directional ablation (MATH.md §5b, §5e) -----------------------------------------------------
+# ---- directional ablation (docs/math.md §5b, §5e) -----------------------------------------------------
 #: directions whose smallest singular value (rows normalized) is below this share of the largest
 #: are linearly dependent: refused, not silently orthonormalized into noise
 DEPENDENT_TOL = 1e-6
@@ -213,7 +213,7 @@ def _safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 def ablation(W: torch.Tensor, U: torch.Tensor, s: float, *, norm_preserving: str | None = None,
              b: torch.Tensor | None = None) -> Ablation:
     """The ablation of the directions U (orthonormal columns (d, k), or one unit vector (d,)) from
-    W (d, in), float64, with P = UUᵀ (MATH.md §5e):
+    W (d, in), float64, with P = UUᵀ (docs/math.md §5e):
 
     * plain: W' = (I − sP) W = W + (−s) U (UᵀW): rank k, exactly a LoRA (B = −sU, A = UᵀW);
     * ``norm_preserving="rows"`` (Heretic's "full" row normalization, read from its ``abliterate``):
@@ -259,7 +259,7 @@ def ablation(W: torch.Tensor, U: torch.Tensor, s: float, *, norm_preserving: str
 
 # ---- the top of the spectrum --------------------------------------------------------------------
 # Steering needs |λ1(F_L)| (to turn a strength into a gain) and reports λ1' and the gap after the
-# edit. ARPACK's implicitly restarted Arnoldi ('LR': largest real part — MATH.md §2 orders by real
+# edit. ARPACK's implicitly restarted Arnoldi ('LR': largest real part — docs/math.md §2 orders by real
 # part) gets them from a few dozen matrix-vector products; small matrices, or an Arnoldi run that
 # does not converge, fall back to the full ``eig``.
 
@@ -269,11 +269,11 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
     """The ``k`` eigenvalues of largest real part, sorted by real part (descending), complex128.
 
     ``factors`` (A, B) with F = A·B (``AttentionWeights.layer_factors()``): when r < d the nonzero
-    eigenvalues come from the r × r matrix BA (MATH.md §1b); ``F`` may be None (then F = A·B when r ≥ d)."""
+    eigenvalues come from the r × r matrix BA (docs/math.md §1b); ``F`` may be None (then F = A·B when r ≥ d)."""
     zeros = 0
     if factors is not None and factors[0].shape[1] < factors[0].shape[0]:
         A = (factors[1].detach().to(torch.float64) @ factors[0].detach().to(torch.float64)).cpu().numpy()
-        # F = A·B also has d − r zero eigenvalues, ordered like any other (MATH.md §1b)
+        # F = A·B also has d − r zero eigenvalues, ordered like any other (docs/math.md §1b)
         zeros = min(2, factors[0].shape[0] - factors[0].shape[1])
     elif F is None:
         if factors is None:
@@ -298,7 +298,7 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
 
 def top_summary(F: torch.Tensor | None, *, factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """{"lambda1": [re, im], "lambda2": [re, im], "gap": Re λ1 − Re λ2} (λ2 after the pair when
-    λ1 is complex, as in MATH.md §2)."""
+    λ1 is complex, as in docs/math.md §2)."""
     from ..spectra import spectral_summary
 
     s = spectral_summary(top_eigenvalues(F, 4, factors=factors))

@@ -1,4 +1,4 @@
-"""Calibration of a generative model's edit by a KL budget (MATH.md §5d): where (a layer scan),
+"""Calibration of a generative model's edit by a KL budget (docs/math.md §5d): where (a layer scan),
 along what (a concept's direction at each layer), how strong (the largest gain within the budget).
 
 * The probe (:class:`ContinuationProbe`): calibration prompts (chat template when the tokenizer has

@@ -11,7 +11,7 @@ Stable API:
     modules() -> list[str]         touched weights (the biases edits change excluded), in order
     edits_of(module) -> list[Edit]
     factors(module) -> (B, A)      B = [γ₁U₁ … γ_k U_k] (out × k), A = [A₁; …; A_k] (k × in), float64,
-                                   canonical layout: Σ ΔW = B @ A (a rank-k LoRA, MATH.md §5c)
+                                   canonical layout: Σ ΔW = B @ A (a rank-k LoRA, docs/math.md §5c)
     applying(model, edits)         context manager: apply the edits; if the block raises, remove
                                    them bit for bit (the one rollback of every steering call)
     push(model, record)            apply a record's edits (undone if any fails), append it and
@@ -25,7 +25,7 @@ the model through ``copy.deepcopy`` / ``torch.save`` together with the weights i
 registry keyed by identity would make a deep copy look unsteered while its weights are steered),
 and it needs no weak-reference bookkeeping.
 
-ALBERT runs layer i with group ⌊i / (L / G)⌋ (MATH.md §1). The only value of G for which that
+ALBERT runs layer i with group ⌊i / (L / G)⌋ (docs/math.md §1). The only value of G for which that
 arithmetic gives the last layer a group of its own is G = L, so :func:`untie` copies each layer's
 shared group into its own slot (the checkpoint grows by (L − 1)/G group copies) and sets
 ``num_hidden_groups = L``: plain transformers loads it as an ordinary ALBERT. :func:`retie` undoes it.

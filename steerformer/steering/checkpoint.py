@@ -24,7 +24,7 @@ the loaded bytes), so ``unsteer(model)`` works after a reload.
 Steering a checkpoint that does not fit in memory (:func:`steer_checkpoint`, ``steer CKPT --lazy``).
 With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass:
 
-    W_O' = W_O + γ u a,   a = wᵀV⁻¹    (MATH.md §5; least squares when V is singular)
+    W_O' = W_O + γ u a,   a = wᵀV⁻¹    (docs/math.md §5; least squares when V is singular)
 
 so only V and W_O of the edited layer are read, with the project's lazy safetensors reader. The new
 checkpoint is written next to the old one without ever building the model: every file is copied
@@ -86,7 +86,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     st_model = as_sentence_transformer(model)  # a SentenceTransformer: save its whole module stack
     if st_model is not None:
         model = inner_model(st_model)
-    if format == "peft":  # the edits alone, as a LoRA adapter (MATH.md §5c)
+    if format == "peft":  # the edits alone, as a LoRA adapter (docs/math.md §5c)
         return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank)
     if format != "checkpoint":
         raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")

@@ -5,7 +5,7 @@ contrasting prompts. Every source ends as a finite unit float64 vector of the mo
 says what it was (``DirectionSource``); :func:`resolve_direction` picks the one source a call
 names, :func:`ablation_directions` the k directions per layer an ablation removes.
 
-Contrastive directions (activation addition / representation engineering, MATH.md §5b): from
+Contrastive directions (activation addition / representation engineering, docs/math.md §5b): from
 positive and negative prompts p_i⁺, p_i⁻, with h(p) the hidden state *after* execution layer ℓ
 (the output of block ℓ, before any final norm) reduced over the prompt's tokens:
 
@@ -192,7 +192,7 @@ def eigvec_direction(F: torch.Tensor | None, k: int, *,
     """The k-th right eigenvector of F (sorted by real part, descending); its real part when complex.
 
     ``factors`` (A, B) with F = A·B: when the layer's rank r < d the eigenvectors are those of the
-    nonzero spectrum (the r × r problem, MATH.md §1b), numbered exactly as ``analyze`` reports them —
+    nonzero spectrum (the r × r problem, docs/math.md §1b), numbered exactly as ``analyze`` reports them —
     the d − r null-space directions of F are rounding noise and never a steering target."""
     from ..spectra import layer_spectrum
 

@@ -6,7 +6,7 @@ true original weights, are a :class:`~steerformer.steering.chain.Steering` (``ch
 Stable API (other modules — LoRA export, ablation, activation addition — build on it):
 
 ``Edit``  W' = diag(r) W diag(c) + γ Σ_k u_k a_k  (and b' = b + δ), on one writer's weight W
-          in the canonical layout (d_model × in, MATH.md §5, §5b, §5e); r, c and δ optional
+          in the canonical layout (d_model × in, docs/math.md §5, §5b, §5e); r, c and δ optional
     module: str            stored weight, relative to ``model.base_model``
     layer, slot: int       execution layer / weight slot (ALBERT: one slot runs several layers;
                            -1 for an embedding)

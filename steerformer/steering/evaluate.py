@@ -1,4 +1,4 @@
-"""How a steered generative model is judged (MATH.md §5d; docs/math.md §5d): held-out chat
+"""How a steered generative model is judged (docs/math.md §5d; docs/math.md §5d): held-out chat
 prompts, the base model's answers and the steered model's answers, and five numbers.
 
 * concept rate — the share of answers that contain one of the concept's words (whole words, any
@@ -265,7 +265,7 @@ class Baseline:
 
 @dataclasses.dataclass
 class AnswerScore:
-    """One steered model measured against a :class:`Baseline` (MATH.md §5d)."""
+    """One steered model measured against a :class:`Baseline` (docs/math.md §5d)."""
 
     method: str
     strength: float | None
@@ -437,7 +437,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                       max_new_tokens: int = 40, sample: bool = False, seed: int = 0,
                       baseline: Baseline | None = None, info: Mapping[str, Callable[[Any], dict]] | None = None,
                       ) -> SteeringEvaluation:
-    """Judge steering methods on held-out answers (MATH.md §5d).
+    """Judge steering methods on held-out answers (docs/math.md §5d).
 
     ``methods`` maps a label (one line of the curve: a method and its layer) to a function of a
     strength returning a context manager that steers ``model`` inside its ``with`` (an

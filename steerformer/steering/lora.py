@@ -1,4 +1,4 @@
-"""A steered model's edits as a PEFT LoRA adapter (MATH.md §5c), vLLM's route to per-request
+"""A steered model's edits as a PEFT LoRA adapter (docs/math.md §5c), vLLM's route to per-request
 steering, and the choice of the adapter's rank under a cost budget.
 
 Every low-rank edit is ΔW = γ U A on one stored writer weight. The edits of one module stack into

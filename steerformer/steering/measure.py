@@ -2,7 +2,7 @@
 
 * Prompts (``encode``): the reference and held-out sentences (seeded random ids for a model
   without tokenizer), as model inputs on the model's device.
-* Probes: the controlled dynamics (MATH.md §3) and the real model's final states, re-run from a
+* Probes: the controlled dynamics (docs/math.md §3) and the real model's final states, re-run from a
   cache so that only what an edit changes is recomputed (``dynamics_probe``, ``model_probe``).
 * Price: the KL divergence of the model's output distributions (``outputs``, ``price``).
 * FFN pre-compensation (``compensate``).
@@ -10,7 +10,7 @@
 
 Probes. Both reuse the states entering the edited layer and recompute only what the edit changes:
 
-* controlled dynamics (MATH.md §3): the layer's attention output is out₀ + γ u (a·z_i), z_i the
+* controlled dynamics (docs/math.md §3): the layer's attention output is out₀ + γ u (a·z_i), z_i the
   concatenated head outputs, so the next state N(x + out₀ + γ c_i u) is closed-form in γ;
 * real model: every block from the edited one on is re-run on the inputs it received in one
   cached forward pass (same masks and positional arguments), then the final norm. Only the edited
@@ -140,7 +140,7 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
 
 
 def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """mean over tokens of ρ(x, u) = |⟨x, u⟩| / (‖x‖‖u‖) (MATH.md §4); ``mask`` selects tokens. For
+    """mean over tokens of ρ(x, u) = |⟨x, u⟩| / (‖x‖‖u‖) (docs/math.md §4); ``mask`` selects tokens. For
     k orthonormal directions u (k, d): ρ = ‖U x‖ / ‖x‖, the share of x in their span."""
     x = x.to(torch.float64)
     u = u.to(device=x.device, dtype=torch.float64)

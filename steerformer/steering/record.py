@@ -67,7 +67,7 @@ class SteeringRecord:
     heldout_prompts: list[str] | None = None  # None: steerformer's default held-out set
     custom_heldout_ids: bool = False  # held-out prompts were given as token ids (not recorded)
     format: str = RECORD_FORMAT
-    # honest reporting (MATH.md §5b): the left vector actually applied and what it means
+    # honest reporting (docs/math.md §5b): the left vector actually applied and what it means
     w_eff_cos: float | None = None  # cos(w_eff, w), w_eff = Vᵀaᵀ (1 for an exact solve of a regular V)
     effective_strength: float | None = None  # γ |w_effᵀu| / |λ1|: comparable with the paper's s
     bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output

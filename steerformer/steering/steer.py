@@ -1,9 +1,9 @@
 """``steer``: edit a model in place, each call as plan → apply → measure → record.
 
-    causal LM: b' = b + γ u  or  W' = W + γ u a, a·z ≈ 1   (activation addition as weights, MATH.md §5d;
+    causal LM: b' = b + γ u  or  W' = W + γ u a, a·z ≈ 1   (activation addition as weights, docs/math.md §5d;
               the gain within a KL budget, ``calibrate.py``)
-    steer:    W_O' = W_O + γ u (wᵀV⁺)      (MATH.md §5; the algebra in ``algebra.py``)
-    ablate:   W' = (I − s UUᵀ) W           (``mode="ablate"``: ``ablation.py``, MATH.md §5b, §5e)
+    steer:    W_O' = W_O + γ u (wᵀV⁺)      (docs/math.md §5; the algebra in ``algebra.py``)
+    ablate:   W' = (I − s UUᵀ) W           (``mode="ablate"``: ``ablation.py``, docs/math.md §5b, §5e)
 
 * plan (the model is not changed): the direction, the row a, the gain (given, from a strength, or
   searched), FFN pre-compensation — ending in the edits as values (:class:`~.edit.Edit`);

@@ -1,4 +1,4 @@
-"""Every declared family (MATH.md §1b) against the model's own modules: tiny random models built
+"""Every declared family (docs/math.md §1b) against the model's own modules: tiny random models built
 from each config class, float64, eager attention, random biases and norm weights.
 
 (a) lazy F = in-memory F = a reference written here from the raw stored tensors;
@@ -111,7 +111,7 @@ def test_layer_matrices_lazy_memory_and_raw_reference(tmp_path: Path, family: st
     torch.testing.assert_close(lazy.matrices, F_ref, atol=1e-10, rtol=0)
     torch.testing.assert_close(mem.biases, b_ref, atol=1e-10, rtol=0)
     torch.testing.assert_close(lazy.biases, b_ref, atol=1e-10, rtol=0)
-    # Factored form (MATH.md §1b): F = A B with r = H_kv·d_h columns.
+    # Factored form (docs/math.md §1b): F = A B with r = H_kv·d_h columns.
     ad = get_adapter(model.config)
     w = read_attention_weights(open_source(model), [0], parts=("vo",))[0]
     A, B = w.layer_factors()
@@ -256,7 +256,7 @@ def test_steer_save_reload_unsteer_verify(tmp_path: Path, family: str) -> None:
     u = torch.randn(ad.d_model, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     u = u / u.norm()
     rec = steer(model, u, gain=0.5, solve="exact", report=False)
-    # F' = F + γ u (Pw)ᵀ with P the projector onto V's row space (MATH.md §1b), w = u.
+    # F' = F + γ u (Pw)ᵀ with P the projector onto V's row space (docs/math.md §1b), w = u.
     V = read_attention_weights(open_source(model), [ad.n_layers - 1], parts=("vo",))[ad.n_layers - 1].value_matrix()
     P = torch.linalg.pinv(V) @ V
     dF = layer_matrices(model, [-1]).matrices[0] - F0

@@ -1,4 +1,4 @@
-"""Every family's declared residual-stream writers (MATH.md §5e) against the model's own modules:
+"""Every family's declared residual-stream writers (docs/math.md §5e) against the model's own modules:
 the declared weights and biases exist with the declared layout, each writer's module computes
 y = W z + b with the declared W, and what the blocks (and the embeddings) add to the residual
 stream is exactly the sum of the declared writes — read with hooks on one forward pass."""

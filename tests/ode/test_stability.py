@@ -1,4 +1,4 @@
-"""Analytic eigenvalues of MATH.md §8 against autograd and finite-difference Jacobians."""
+"""Analytic eigenvalues of docs/math.md §8 against autograd and finite-difference Jacobians."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def test_theorem_4_5_tokens_go_to_the_top_eigenvector_of_U():
     U = np.array([[-0.2590, 0.4965, 0.5609], [0.4965, -0.7174, -0.5003], [0.5609, -0.5003, -0.0247]])
     lam, vec = np.linalg.eigh(U)
     v = vec[:, -1] * np.sign(vec[0, -1])
-    assert np.allclose(lam, [-1.418, -0.021, 0.439], atol=1e-3)  # as MATH.md lists them
+    assert np.allclose(lam, [-1.418, -0.021, 0.439], atol=1e-3)  # as docs/math.md lists them
     traj = r.trajectory["tokens"]  # (T, runs, n, 3)
     assert (traj[0] @ v).min() > 0  # starts in the hemisphere vᵀy > 0
     assert np.linalg.norm(traj[-1] - v, axis=-1).max() < 1e-4  # every token → +v

@@ -1,4 +1,4 @@
-"""Statistics against independent computations: baselines over the numerical rank (MATH.md §1b),
+"""Statistics against independent computations: baselines over the numerical rank (docs/math.md §1b),
 ρ_S independent of an eigenvector's phase (λ1 real, λ2 complex)."""
 
 from __future__ import annotations

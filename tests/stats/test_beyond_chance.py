@@ -1,4 +1,4 @@
-"""The test behind "beyond chance" (MATH.md §4c): Monte Carlo p-values, the corrections across
+"""The test behind "beyond chance" (docs/math.md §4c): Monte Carlo p-values, the corrections across
 layers against transcriptions of their textbook procedures, and the false-positive rate on models
 whose weights *are* draws of the null model."""
 

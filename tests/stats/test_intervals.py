@@ -1,4 +1,4 @@
-"""Confidence intervals over prompts (MATH.md §4c): the bootstrap's matrix form against a loop over
+"""Confidence intervals over prompts (docs/math.md §4c): the bootstrap's matrix form against a loop over
 resamples, its coverage when tokens within a prompt are correlated, and the intervals of
 `alignment_stats` against the per-token values it saved."""
 

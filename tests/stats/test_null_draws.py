@@ -1,4 +1,4 @@
-"""The null model's draws (MATH.md §4b, §4c), batched, against an independent path: each draw's
+"""The null model's draws (docs/math.md §4b, §4c), batched, against an independent path: each draw's
 weights written into the controlled dynamics one draw at a time, and each random layer's principal
 eigenvector from the full sorted spectrum — for encoders, decoders with rotary grouped-query
 attention, query/key norms, score caps, ALiBi, local masks and shared weights."""
@@ -72,7 +72,7 @@ def test_shared_layers_share_their_draw_and_each_draw_has_its_own_seed() -> None
 
 def test_principal_basis_of_a_rank_deficient_F_with_only_negative_eigenvalues_is_a_null_vector() -> None:
     """W_O[h] = −W_V[g(h)]ᵀ: F is negative semidefinite of rank r < d, so its rightmost eigenvalue is
-    F's zero (MATH.md §1b) and v1 a null vector — as the dense, sorted spectrum says."""
+    F's zero (docs/math.md §1b) and v1 a null vector — as the dense, sorted spectrum says."""
     model = make_model("llama")
     w = read_attention_weights(open_source(model))[0]
     W_O = -w.W_V[w.kv_index()].transpose(-1, -2).contiguous()

@@ -1,4 +1,4 @@
-"""The null model of the power-method verdict (MATH.md §4b) on a tiny model whose verdict is known
+"""The null model of the power-method verdict (docs/math.md §4b) on a tiny model whose verdict is known
 by construction: a layer with a planted dominant eigenvector passes beyond chance, a Gaussian
 layer does not."""
 

@@ -1,4 +1,4 @@
-"""Stability over token seeds (MATH.md §4c): `seeds=K` reports, per layer, the share of the seeds
+"""Stability over token seeds (docs/math.md §4c): `seeds=K` reports, per layer, the share of the seeds
 seed..seed+K−1 in which each verdict holds — the same as K separate runs — and marks a layer that
 is beyond chance in the main run but in fewer than 90 % of the seeds as unstable."""
 

@@ -1,4 +1,4 @@
-"""Steering away (negative gain) and direction ablation W_O' = (I − s uuᵀ) W_O (MATH.md §5b),
+"""Steering away (negative gain) and direction ablation W_O' = (I − s uuᵀ) W_O (docs/math.md §5b),
 checked on the real modules' forward outputs through hooks."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Directional ablation of every residual-stream writer (MATH.md §5e), checked against the modules'
+"""Directional ablation of every residual-stream writer (docs/math.md §5e), checked against the modules'
 real outputs (hooks on one forward pass): after s = 1 each ablated write has no component along U
 for random inputs — behind Gemma-2's and OLMo-2's RMS norms too —, the residual stream of a pre-LN
 model stays orthogonal to U when every writer and the embeddings are ablated, s < 1 and the

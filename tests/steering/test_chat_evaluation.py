@@ -1,4 +1,4 @@
-"""The evaluation's pieces (MATH.md §5d) against hand counts, its result protocol, and a chat prompt
+"""The evaluation's pieces (docs/math.md §5d) against hand counts, its result protocol, and a chat prompt
 with a tokenizer that has no chat template."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Contrastive directions (MATH.md §5b): mean difference and PCA of hidden states after a layer.
+"""Contrastive directions (docs/math.md §5b): mean difference and PCA of hidden states after a layer.
 
 The states are recomputed here with plain forward passes (one prompt at a time, no padding), so
 the hook-and-batch path of steerformer is checked against an independent computation."""

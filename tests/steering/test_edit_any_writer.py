@@ -1,4 +1,4 @@
-"""The ``Edit`` value on any writer's weight (MATH.md §5e): rank-k factors, row and column scales,
+"""The ``Edit`` value on any writer's weight (docs/math.md §5e): rank-k factors, row and column scales,
 a bias change and one expert of a stacked weight — applied as the formula says (checked with a
 matrix product written here), removed bit for bit, and carried through JSON exactly."""
 

@@ -1,4 +1,4 @@
-"""The edits of a steered model as a PEFT LoRA adapter (MATH.md §5c): PEFT itself loads the folder,
+"""The edits of a steered model as a PEFT LoRA adapter (docs/math.md §5c): PEFT itself loads the folder,
 its outputs equal the in-place steered model's, and merge_and_unload gives the steered weights."""
 
 from __future__ import annotations

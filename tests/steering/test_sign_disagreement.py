@@ -1,5 +1,5 @@
 """The steering record says when the edit moved the final states to the other side of u than
-F' = F + γ u w_effᵀ predicts (MATH.md §5b; docs/statistics.md, "When `exact` can be trusted"): on
+F' = F + γ u w_effᵀ predicts (docs/math.md §5b; docs/statistics.md, "When `exact` can be trusted"): on
 MiniLM the exact solve toward u lands on the −u side and is flagged, the min-norm solve is not;
 the numbers behind the flag match plain forward passes."""
 

@@ -1,5 +1,5 @@
 """`steerformer sweep`: three tiny checkpoints, numbers against an independent eig of each layer's
-F = (c_attn[:, 2d:3d] @ c_proj).T (MATH.md §1 table), resume after an interruption, and the same
+F = (c_attn[:, 2d:3d] @ c_proj).T (docs/math.md §1 table), resume after an interruption, and the same
 numbers on a local Ray instance."""
 
 from __future__ import annotations
