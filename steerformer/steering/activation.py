@@ -60,11 +60,14 @@ def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any,
             raise bad_argument("layers", layers, f"the layers of the vector mapping {sorted(keys)} (or None)")
         raw = {k: vector[orig] for k, orig in zip(keys, vector)}
     else:
+        is_direction = hasattr(vector, "vector") and callable(vector.vector)  # one vector per layer
+        if layers is None and is_direction:
+            layers = vector.layers  # a control vector steers the layers it holds, as llama.cpp and repeng do
         if layers is None:
             raise bad_argument("layers", None, "the layer(s) whose output gets c·v, e.g. layers=[12]",
                                f"The model has {n} layers; a middle one is the usual choice.")
         chosen = select_layers(layers, n)
-        if hasattr(vector, "vector") and callable(vector.vector):  # a Direction: one vector per layer
+        if is_direction:
             raw = {k: vector.vector(k) for k in chosen}
         else:
             raw = {k: getattr(vector, "vector", vector) for k in chosen}
