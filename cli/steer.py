@@ -48,6 +48,10 @@ def steer_cmd(
                                   "(concept rate, KL, distinct-2, fluency); the record and model card carry it."),
     concept: Optional[str] = typer.Option(None, "--concept", help="--evaluate: the word(s) an answer must contain, "
                                           "comma-separated (default: --token/--text and its simple forms)."),
+    judge: Optional[str] = typer.Option(None, "--judge", help="--evaluate: who rates each answer 0-2 on concept, "
+                                        "relevance, fluency: offline (default), an OpenAI-compatible server's URL, "
+                                        "or none."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="--judge URL: the served model's name."),
     lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
                               "(needs --solve exact, --gain/--strength, --direction/--eigvec and --out)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Save the steered checkpoint here."),
@@ -103,6 +107,14 @@ def steer_cmd(
             layers = parse_layers(layers_opt, name="--layers")
         if concept is not None and not evaluate:
             raise bad_argument("--concept", concept, "--evaluate (the words the evaluation counts)", "Add --evaluate.")
+        if judge is not None and not evaluate:
+            raise bad_argument("--judge", judge, "--evaluate (the judge rates the evaluation's answers)",
+                               "Add --evaluate.")
+        the_judge = None
+        if evaluate:
+            from steerformer.steering import make_judge
+
+            the_judge = make_judge(judge or "offline", model=judge_model, name="--judge")
 
         def write_record(rec) -> None:  # after the checkpoint: a failed save leaves no record behind
             if record_json is not None:
@@ -140,7 +152,8 @@ def steer_cmd(
             from steerformer.loading import load_tokenizer
             from steerformer.steering import evaluate_record
 
-            ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None)
+            ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None,
+                                 judge=the_judge)
             typer.echo(ev.summary())
             typer.echo("sample answers (base -> steered):")
             for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:

@@ -19,7 +19,8 @@ Modules, each one noun (lower ones never import higher ones):
     ablation    ``ablate``: directional ablation of every residual-stream writer
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
     calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
-    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency): ``evaluate_steering``
+    judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
+    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
     steer       ``steer``: plan → apply → measure → record; ``steered``
     hub         ``push_to_hub``
 """
@@ -37,6 +38,7 @@ from .ablation import ablate
 from .direction import Direction
 from .steer import steer, steered
 from .activation import activation_steering, addition_as_weights, edits_applied
+from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
 from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
 from .calibrate import addition_vectors
 from .verify import verify_checkpoint
@@ -46,5 +48,6 @@ __all__ = [
     "edits_applied", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
-    "verify_checkpoint",
+    "verify_checkpoint", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
+    "make_judge",
 ]

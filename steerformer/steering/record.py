@@ -168,6 +168,10 @@ class SteeringRecord:
                 ev = self.evaluation
                 lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
                              f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+                if ev.get("aggregate") is not None:
+                    lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                                 f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                                 f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
             return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
