@@ -287,6 +287,10 @@ class SteerConfig(Config):
                                   cli_type=float)
     positions: str = option("skip-first", "KL-calibrated edit: where the addition acts (all | skip-first: not the "
                                           "first token).", choices=("skip-first", "all"))
+    layer_choice: str = option("judged", "KL-calibrated edit's layer scan: judged (the judge's mean aggregate on "
+                                         "short answers to selection questions; concept when MiniLM is missing) "
+                                         "| concept (the concept tokens' probability on the probe).",
+                               choices=("judged", "concept"))
     measure: str = option("model", "Where the target is measured.", choices=MEASURES[::-1])
     solve: str = option("min-norm", "How wᵀV⁺ is obtained.", choices=SOLVES[::-1])
     layer: int | None = option(None, "Execution layer to edit (negative counts from the end; default: a layer "

@@ -76,6 +76,13 @@ PROBE_QUESTIONS = (
     "How do I plan a small vegetable garden?",
 )
 
+#: the split, in one place (AxBench): every automatic choice of a steering call (the KL probe, the
+#: layer scan, the judged layer choice) sees the selection questions only; evaluations report on the
+#: report questions (tests/steering/test_selection_split.py checks they never meet)
+SELECTION_QUESTIONS = PROBE_QUESTIONS
+REPORT_QUESTIONS = HELDOUT_QUESTIONS
+SPLITS = {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
+
 
 # ---- words (word_forms, concept_words, mentions: judge.py) ---------------------------------------
 def distinct2(texts: Sequence[str]) -> float:
@@ -582,6 +589,8 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         judge_point(point, baseline, concept, words, judge)
     ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point],
                        concept=concept, judge=judge)
+    if isinstance(record.calibration, dict):  # the KL the budget bounds (probe) beside the one users see (answers)
+        record.calibration["kl_report_answers"] = point.kl
     record.evaluation = {**{k: v for k, v in point.to_dict().items() if k not in ("info", "nll_free_each")},
                          "words": words, "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
                          "questions": baseline.questions, "sample": sample, "seed": seed, "judge": ev.judge,

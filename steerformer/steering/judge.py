@@ -266,21 +266,25 @@ class OfflineRules:
     """The offline judge's thresholds (docs/math.md §5d, chosen on SmolLM2 answers read by hand:
     docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine."""
 
-    #: concept: the best sentence's s(sentence, concept) at which the concept counts without its word (1)
+    #: concept 1 without the word: the best sentence's s(sentence, concept) at least this
     concept_sim_1: float = 0.45
-    #: concept 2: a mention whose answer is about the concept, s(answer, concept) ≥ this; or 2 mentions
+    #: concept 2: one mention in an answer about the concept, s(answer, concept) at least this (or 2 mentions)
     concept_sim_2: float = 0.30
-    #: relevance: s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
-    relevance_1: float = 0.5
-    relevance_2: float = 0.8
+    #: relevance: ρ = s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
+    relevance_1: float = 0.33
+    relevance_2: float = 0.70
     #: relevance without a base answer: s(question, answer) at least this for 1, and for 2
     relevance_abs_1: float = 0.25
-    relevance_abs_2: float = 0.45
-    #: fluency: repeated word 3-gram share at which the text is a loop (0), or loops in part (1)
+    relevance_abs_2: float = 0.55
+    #: fluency 0: a loop (repeated word 3-gram share at least this) ...
     repetition_0: float = 0.5
-    repetition_1: float = 0.25
-    #: fluency: NLL after an empty user turn ÷ the base answers' at which the text is broken (0) / awkward (1)
+    #: ... or unlikely text (NLL after an empty user turn ÷ the base answers' at least this) ...
     nll_0: float = 2.0
+    #: ... or both in part (repetition and NLL ratio at least these two)
+    broken_repetition: float = 0.3
+    broken_nll: float = 1.3
+    #: fluency 1: repeats in part, or awkward (NLL ratio at least this)
+    repetition_1: float = 0.25
     nll_1: float = 1.5
 
     def __post_init__(self) -> None:
@@ -299,9 +303,10 @@ class OfflineJudge:
     * relevance — ρ = s(question, answer) ÷ s(question, base answer): 2 when ρ ≥ ``relevance_2``,
       1 when ρ ≥ ``relevance_1``, else 0 (no base answer: s(question, answer) against absolute
       thresholds); an empty answer: 0;
-    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``) or its NLL
-      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers'; 1 when it
-      loops in part or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
+    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``), or its NLL
+      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers', or both
+      are high in part (≥ ``broken_repetition`` and ≥ ``broken_nll``); 1 when it repeats in part
+      (≥ ``repetition_1``) or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
 
     ``embedder``: texts -> (n, d) unit vectors (default :class:`MiniLM`, loaded on first use)."""
 
@@ -363,7 +368,8 @@ class OfflineJudge:
             x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
         relevance = 2 if x >= hi else 1 if x >= lo else 0
         nll = f["nll_ratio"]
-        if f["repetition"] >= r.repetition_0 or (nll is not None and nll >= r.nll_0):
+        if f["repetition"] >= r.repetition_0 or (nll is not None and (
+                nll >= r.nll_0 or (f["repetition"] >= r.broken_repetition and nll >= r.broken_nll))):
             fluency = 0
         elif f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1):
             fluency = 1

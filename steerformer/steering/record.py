@@ -162,8 +162,17 @@ class SteeringRecord:
                      f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
                      f"weight change |dW|/|W| = {self.weight_change:.4g}"]
             if cal.get("scan"):
-                lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
-                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" for r in cal["scan"]))
+                lines.append("layer scan (concept-token probability at the budget" + (
+                    "; judged aggregate / good steers on selection answers" if any("judged" in r for r in cal["scan"])
+                    else "") + "): " + ", ".join(
+                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
+                        f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
+                    for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
+            if cal.get("budget_bounds"):
+                held = cal.get("kl_report_answers")
+                lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
+                             "questions' answers: " + (f"{held:.3g}" if held is not None else
+                                                       "not measured (evaluate_record / --evaluate)"))
             if self.evaluation:
                 ev = self.evaluation
                 lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "

@@ -246,11 +246,14 @@ def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | No
             scan.append({"layers": group, "alpha": found.gain, "kl": found.kl, "evals": len(found.curve),
                          "concept_mass": probe.mass(found.logprobs, mass_ids), "residual_norm": scales,
                          "edits": edits, "search": found})
-        best = max(scan, key=lambda r: r["concept_mass"]) if mass_ids else scan[len(scan) // 2]
+        best, layer_choice = choose_layer(model, tokenizer, scan, phrase, cfg, mass_ids)
         edits, found = best["edits"], best["search"]
         calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
                        "layers": best["layers"], "positions": cfg.positions, "message": found.message,
                        "concept_token_ids": mass_ids, "probe_prompts": len(probe.select),
+                       "budget_bounds": "KL(base || steered) per token, teacher-forced on the base model's "
+                                        "continuations of the probe (selection) prompts",
+                       "layer_choice": layer_choice,
                        "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
                        if len(scan) > 1 else None}
         first = min(best["layers"])
@@ -269,6 +272,30 @@ def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | No
                 config=cfg.to_dict(), calibration={**calibration, "kl_heldout": measured.get("kl_heldout")})
         steering.push(model, record)
     return record
+
+
+def choose_layer(model: Any, tokenizer: Any, scan: list[dict], phrase: str | None, cfg: SteerConfig,
+                 mass_ids: list[int]) -> tuple[dict, str]:
+    """The scan's winner and how it was chosen (docs/math.md §5d, "Selection and report"): by the
+    judge's mean aggregate on short answers to selection questions (``layer_choice="judged"``, a
+    concept phrase, the bundled MiniLM), else by the concept tokens' probability on the probe."""
+    if len(scan) == 1:
+        return scan[0], "given"
+    by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if mass_ids else scan
+    if cfg.layer_choice == "judged" and phrase is not None:
+        from .judge import MiniLM, OfflineJudge
+        from .selection import judged_choice
+
+        if MiniLM.available():
+            choice = judged_choice(model, tokenizer, [r["edits"] for r in by_mass], phrase, judge=OfflineJudge())
+            for r, sc in zip(by_mass, choice["scores"]):
+                r["judged"] = {k: sc[k] for k in ("aggregate", "good", "concept", "relevance", "fluency")}
+            return by_mass[choice["best"]], (f"judged: mean aggregate of the offline judge on {len(choice['questions'])} "
+                                             f"selection questions, {choice['max_new_tokens']} greedy tokens")
+        log.info("layer_choice='judged' needs the bundled MiniLM; choosing by the concept tokens' probability")
+    if not mass_ids:
+        return scan[len(scan) // 2], "the middle of the scan (no concept tokens)"
+    return by_mass[0], "concept-token probability on the probe continuations"
 
 
 # ---- plan ----------------------------------------------------------------------------------------

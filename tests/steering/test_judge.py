@@ -227,7 +227,7 @@ def test_a_server_that_refuses_the_connection_is_one_line() -> None:
 
 
 def test_judge_spec_is_offline_or_a_url() -> None:
-    assert isinstance(make_judge("offline"), OfflineJudge) and isinstance(make_judge(None), OfflineJudge)
+    assert isinstance(make_judge("offline"), OfflineJudge) and make_judge(None) is None and make_judge("none") is None
     assert make_judge("http://127.0.0.1:8080").endpoint == "http://127.0.0.1:8080/v1/chat/completions"
     with pytest.raises(SteerformerError, match="judge") as exc:
         make_judge("gpt-4")
