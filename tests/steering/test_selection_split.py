@@ -1,0 +1,64 @@
+"""Choices are made on the selection questions and never see the report questions (docs/math.md §5d,
+"Selection and report"): every prompt the model runs on during the default ``steer`` (probe, layer
+scan, judged layer choice) is recorded at the input embedding and none is a report question; the
+judged choice does run on selection questions (the recorder works). A tiny GPT-2 with a
+character tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import steerformer as sf
+from steerformer.steering.evaluate import REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS
+from steerformer.steering.judge import MiniLM
+
+from ..models import make_model
+
+
+class CharTokenizer:
+    """One id per ASCII character (id = 3 + code; 0 pad, 1 end of text), no chat template: invertible,
+    so a recorded row decodes to the exact text the model saw."""
+
+    chat_template = None
+    pad_token_id = 0
+    eos_token_id = 1
+
+    def _ids(self, text):
+        return [3 + min(ord(c), 127) for c in text]
+
+    def __call__(self, texts, add_special_tokens=True):
+        if isinstance(texts, str):
+            return {"input_ids": self._ids(texts)}
+        return {"input_ids": [self._ids(t) for t in texts]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i - 3) for i in ids if i >= 3)
+
+    def convert_ids_to_tokens(self, ids):
+        return [chr(i - 3) for i in ids]
+
+
+def test_the_split_is_disjoint_and_the_report_has_at_least_ten_questions() -> None:
+    assert not set(SELECTION_QUESTIONS) & set(REPORT_QUESTIONS)
+    assert len(REPORT_QUESTIONS) >= 10 and SPLITS == {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
+
+
+def test_default_steer_never_runs_the_model_on_a_report_question() -> None:
+    if not MiniLM.available():
+        pytest.skip("the judged layer choice needs the bundled MiniLM")
+    model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
+    tok = CharTokenizer()
+    seen: list[str] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(
+        lambda m, args: seen.extend(tok.decode(r) for r in args[0].tolist()))
+    try:
+        rec = sf.steer(model, token="ocean", tokenizer=tok, max_kl=0.1, report=False)
+    finally:
+        hook.remove()
+    assert rec.calibration["layer_choice"].startswith("judged") and len(rec.calibration["scan"]) >= 2
+    assert all("judged" in r for r in rec.calibration["scan"])
+    leaked = [q for q in REPORT_QUESTIONS if any(q in s for s in seen)]
+    assert not leaked, leaked
+    assert any(q in s for q in SELECTION_QUESTIONS for s in seen)  # the recorder sees the selection answers
+    sf.unsteer(model)
