@@ -36,7 +36,7 @@ from .lora import choose_lora_rank
 from .record import SteeringRecord
 from .ablation import ablate
 from .direction import Direction
-from .steer import steer, steered
+from .steer import kl_curve, steer, steered
 from .activation import activation_steering, addition_as_weights, edits_applied
 from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
 from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
@@ -49,5 +49,5 @@ __all__ = [
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge",
+    "make_judge", "kl_curve",
 ]

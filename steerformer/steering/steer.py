@@ -176,19 +176,77 @@ def calibration_of(cfg: SteerConfig, model: Any) -> str:
 
 
 # ---- the KL-calibrated edit (causal LMs) --------------------------------------------------------
-def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | None, eigvec: int | None,
-                text: str | None, layers: Any, prompts: Any, heldout_prompts: Any, tokenizer: Any) -> SteeringRecord:
-    """Activation addition written as weights (``activation.py``) after the layer(s) chosen by a scan,
-    along the concept's direction at each layer, with the largest gain within the KL budget
-    (``calibrate.py``): plan → apply → measure → record."""
-    from .activation import addition_edits, output_writer
-    from .calibrate import (DEFAULT_MAX_KL, ContinuationProbe, concept_directions, concept_token_ids,
-                            default_scan_layers, search_gain)
+@dataclasses.dataclass
+class KLPlanner:
+    """What the KL-calibrated edit learns once per (model, concept): the probe (selection prompts),
+    the direction at each candidate layer and the unit edit of each layer group — so that a budget
+    is a gain search alone (a few re-runs of the upper blocks), and a curve over budgets
+    (:func:`kl_curve`) recalibrates nothing else."""
+
+    model: Any
+    probe: Any  # calibrate.ContinuationProbe
+    dirs: dict
+    writers: dict
+    positions: str
+    mass_ids: list
+    units: dict = dataclasses.field(default_factory=dict)  # tuple(group) -> (unit edits, residual norms)
+
+    def unit(self, group: Sequence[int]) -> tuple[list[Edit], dict]:
+        from .activation import addition_edits
+
+        key = tuple(group)
+        if key not in self.units:
+            scales = {k: self.probe.residual_scale(k) for k in group}
+            inputs = {k: self.probe.writer_inputs(k, self.writers[k].module) for k in group}
+            self.units[key] = (addition_edits(self.model, {k: self.dirs[k] * scales[k] for k in group}, 1.0,
+                                              positions=self.positions, inputs=inputs), scales)
+        return self.units[key]
+
+    def at(self, group: Sequence[int], alpha: float) -> list[Edit]:
+        """The edits of ``group`` at gain α (× each layer's residual norm)."""
+        return [dataclasses.replace(e, gain=e.gain * alpha,
+                                    bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
+                for e in self.unit(group)[0]]
+
+    def search(self, group: Sequence[int], max_kl: float):
+        """(edits, the gain search, residual norms): the largest α within ``max_kl`` on the probe."""
+        from .calibrate import search_gain
+
+        def kl_at(alpha: float):
+            trial = self.at(group, alpha)
+            for e in trial:
+                e.apply(self.model, check=False)
+            try:
+                lp = self.probe.logprobs(min(group))
+            finally:
+                for e in reversed(trial):
+                    e.remove(self.model, check=False)
+            return self.probe.kl(lp), lp
+
+        found = search_gain(kl_at, max_kl, 1.0)  # the gain found is α (× each layer's residual norm)
+        return self.at(group, found.gain), found, self.unit(group)[1]
+
+    def scan(self, groups: Sequence[Sequence[int]], max_kl: float) -> list[dict]:
+        """Each group calibrated to ``max_kl``: its α, probe KL, concept-token mass and edits."""
+        rows = []
+        for group in groups:
+            edits, found, scales = self.search(group, max_kl)
+            rows.append({"layers": list(group), "alpha": found.gain, "kl": found.kl, "evals": len(found.curve),
+                         "concept_mass": self.probe.mass(found.logprobs, self.mass_ids), "residual_norm": scales,
+                         "edits": edits, "search": found})
+        return rows
+
+
+def prepare_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | None, eigvec: int | None,
+               text: str | None, layers: Any, prompts: Any, tokenizer: Any):
+    """The checks and the once-per-concept work of the KL-calibrated edit: (planner, layer groups to
+    scan, the concept phrase or None, the direction's source, the tokenizer)."""
+    from .activation import output_writer
+    from .calibrate import ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers
 
     source = open_source(model)
     adapter = source.adapter
     tokenizer = load_tokenizer(model, tokenizer)
-    max_kl = DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl)
     if layers is not None and cfg.layer is not None:
         raise bad_argument("layers", layers, "either layer= or layers=, not both")
     fixed = select_layers(layers if layers is not None else cfg.layer, adapter.n_layers,
@@ -199,53 +257,41 @@ def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | No
     for k in candidates:
         check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
     phrase = token if token is not None else text
+    if phrase is not None and (direction is not None or eigvec is not None or (token and text)):
+        raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
+    if phrase is not None:
+        dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates)
+        dsource = DirectionSource("token" if token is not None else "text", info)
+        mass_ids = concept_token_ids(tokenizer, phrase)
+    else:
+        resolved = {k: resolve_direction(model, source, k, direction=direction, eigvec=eigvec, tokenizer=tokenizer)
+                    for k in candidates}
+        dirs = {k: u for k, (u, _) in resolved.items()}
+        dsource = resolved[candidates[0]][1]
+        mass_ids = []
+    probe = ContinuationProbe.of(model, adapter, tokenizer, prompts)
+    planner = KLPlanner(model=model, probe=probe, dirs=dirs, writers=writers, positions=cfg.positions,
+                        mass_ids=mass_ids)
+    groups = [fixed] if fixed else [[k] for k in candidates]
+    return planner, groups, phrase, dsource, tokenizer
+
+
+def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | None, eigvec: int | None,
+                text: str | None, layers: Any, prompts: Any, heldout_prompts: Any, tokenizer: Any) -> SteeringRecord:
+    """Activation addition written as weights (``activation.py``) after the layer(s) chosen by a scan,
+    along the concept's direction at each layer, with the largest gain within the KL budget
+    (``calibrate.py``): plan → apply → measure → record."""
+    from .calibrate import DEFAULT_MAX_KL
+
+    source = open_source(model)
+    adapter = source.adapter
+    max_kl = DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl)
     with source.memoized():
-        if phrase is not None and (direction is not None or eigvec is not None or (token and text)):
-            raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
-        if phrase is not None:
-            dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates)
-            dsource = DirectionSource("token" if token is not None else "text", info)
-            mass_ids = concept_token_ids(tokenizer, phrase)
-        else:
-            resolved = {k: resolve_direction(model, source, k, direction=direction, eigvec=eigvec, tokenizer=tokenizer)
-                        for k in candidates}
-            dirs = {k: u for k, (u, _) in resolved.items()}
-            dsource = resolved[candidates[0]][1]
-            mass_ids = []
-        probe = ContinuationProbe.of(model, adapter, tokenizer, prompts)
-
-        def plan(group: list[int]):
-            scales = {k: probe.residual_scale(k) for k in group}
-            inputs = {k: probe.writer_inputs(k, writers[k].module) for k in group}
-            unit = addition_edits(model, {k: dirs[k] * scales[k] for k in group}, 1.0, positions=cfg.positions,
-                                  inputs=inputs)
-
-            def at(alpha: float) -> list[Edit]:
-                return [dataclasses.replace(e, gain=e.gain * alpha,
-                                            bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
-                        for e in unit]
-
-            def kl_at(alpha: float):
-                trial = at(alpha)
-                for e in trial:
-                    e.apply(model, check=False)
-                try:
-                    lp = probe.logprobs(min(group))
-                finally:
-                    for e in reversed(trial):
-                        e.remove(model, check=False)
-                return probe.kl(lp), lp
-
-            found = search_gain(kl_at, max_kl, 1.0)  # the gain found is α (× each layer's residual norm)
-            return at(found.gain), found, scales
-
-        groups = [fixed] if fixed else [[k] for k in candidates]
-        scan = []
-        for group in groups:
-            edits, found, scales = plan(group)
-            scan.append({"layers": group, "alpha": found.gain, "kl": found.kl, "evals": len(found.curve),
-                         "concept_mass": probe.mass(found.logprobs, mass_ids), "residual_norm": scales,
-                         "edits": edits, "search": found})
+        planner, groups, phrase, dsource, tokenizer = prepare_kl(
+            model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, prompts=prompts,
+            tokenizer=tokenizer)
+        probe, mass_ids = planner.probe, planner.mass_ids
+        scan = planner.scan(groups, max_kl)
         best, layer_choice = choose_layer(model, tokenizer, scan, phrase, cfg, mass_ids)
         edits, found = best["edits"], best["search"]
         calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
@@ -272,6 +318,38 @@ def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | No
                 config=cfg.to_dict(), calibration={**calibration, "kl_heldout": measured.get("kl_heldout")})
         steering.push(model, record)
     return record
+
+
+def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, token: str | None = None,
+             text: str | None = None, eigvec: int | None = None, tokenizer: Any = None,
+             layers: Sequence[int] | int | None = None, prompts: Sequence[str] | None = None,
+             **options: Any) -> dict:
+    """The KL-calibrated edit at each budget of ``budgets``, with one probe, one set of directions and
+    one layer choice (the scan at ``max_kl``, default 0.3, chosen as :func:`steer` chooses) — each
+    further budget is a gain search at that layer alone. Nothing is applied: returns ``{"layers",
+    "layer_choice", "scan", "points": [{"max_kl", "kl_probe", "alpha", "edits"}, ...]}``; apply a
+    point with ``edits_applied(model, point["edits"])``. Options as :func:`steer` (``max_kl``,
+    ``layer``, ``positions``, ``layer_choice``)."""
+    from .calibrate import DEFAULT_MAX_KL, check_max_kl
+
+    cfg = with_options(None, SteerConfig, options, "kl_curve")
+    budgets = [check_max_kl(b) for b in budgets]
+    if not budgets:
+        raise bad_argument("budgets", budgets, "at least one KL budget > 0 (nats per token)")
+    model = model_object(model, "kl_curve")
+    source = open_source(model)
+    with source.memoized():
+        planner, groups, phrase, _, tokenizer = prepare_kl(
+            model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, prompts=prompts,
+            tokenizer=tokenizer)
+        scan = planner.scan(groups, DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl))
+        best, how = choose_layer(model, tokenizer, scan, phrase, cfg, planner.mass_ids)
+        points = []
+        for b in budgets:
+            edits, found, _ = planner.search(best["layers"], b)
+            points.append({"max_kl": b, "kl_probe": found.kl, "alpha": found.gain, "edits": edits})
+    return {"layers": best["layers"], "layer_choice": how, "points": points,
+            "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]}
 
 
 def choose_layer(model: Any, tokenizer: Any, scan: list[dict], phrase: str | None, cfg: SteerConfig,

@@ -62,3 +62,37 @@ def test_default_steer_never_runs_the_model_on_a_report_question() -> None:
     assert not leaked, leaked
     assert any(q in s for q in SELECTION_QUESTIONS for s in seen)  # the recorder sees the selection answers
     sf.unsteer(model)
+
+
+def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:
+    from steerformer.steering import calibrate
+
+    model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
+    tok = CharTokenizer()
+    calls = {"probe": 0, "directions": 0}
+    probe_of, directions = calibrate.ContinuationProbe.of, calibrate.concept_directions
+
+    def counted_probe(*a, **k):
+        calls["probe"] += 1
+        return probe_of(*a, **k)
+
+    def counted_directions(*a, **k):
+        calls["directions"] += 1
+        return directions(*a, **k)
+
+    monkeypatch.setattr(calibrate.ContinuationProbe, "of", staticmethod(counted_probe))
+    monkeypatch.setattr(calibrate, "concept_directions", counted_directions)
+    budgets = [1e-4, 1e-3, 0.01]  # below the KL at the largest gain tried (about 0.02 on this model)
+    curve = sf.steering.kl_curve(model, budgets, token="ocean", tokenizer=tok, layer_choice="concept")
+    assert calls == {"probe": 1, "directions": 1}
+    pts = curve["points"]
+    assert [p["max_kl"] for p in pts] == budgets and all(0 < p["kl_probe"] <= p["max_kl"] for p in pts)
+    assert pts[0]["alpha"] < pts[1]["alpha"] < pts[2]["alpha"]
+    # a point is what a full steer at that layer and budget makes (its own probe, directions, search)
+    monkeypatch.undo()
+    rec = sf.steer(model, token="ocean", tokenizer=tok, layers=curve["layers"], max_kl=1e-3, report=False)
+    try:
+        assert rec.calibration["alpha"] == pytest.approx(pts[1]["alpha"], rel=1e-9)
+        assert rec.kl == pytest.approx(pts[1]["kl_probe"], rel=1e-9)
+    finally:
+        sf.unsteer(model)
