@@ -71,17 +71,22 @@ class ContinuationProbe:
     select: torch.Tensor  # (P, n) bool: positions that predict a continuation token
     first: torch.Tensor  # (P, n) bool: each row's first token
     base_logprobs: torch.Tensor  # (N, vocab) float64
+    texts: list[str] | None = None  # the prompts' texts (None: random ids)
+    rows: list[list[int]] | None = None  # the prompts' ids
+    continuations: list[list[int]] | None = None  # the base model's greedy continuations
 
     @classmethod
     @torch.no_grad()
     def of(cls, model: Any, adapter: Any, tokenizer: Any, prompts: Sequence[str] | None = None, *,
            n_new: int = 16) -> "ContinuationProbe":
+        texts = None
         if tokenizer is not None and (prompts is not None or has_chat_template(tokenizer)):
             texts = list(PROBE_QUESTIONS[:6] if prompts is None else prompts)
             rows = chat_rows(tokenizer, texts, name="prompts")
             pad = pad_id(tokenizer)
         elif tokenizer is not None:
-            rows = [list(r) for r in tokenizer(list(REFERENCE_SENTENCES[:6]))["input_ids"]]
+            texts = list(REFERENCE_SENTENCES[:6])
+            rows = [list(r) for r in tokenizer(texts)["input_ids"]]
             pad = pad_id(tokenizer)
         else:  # no tokenizer: seeded random ids
             g = torch.Generator().manual_seed(0)
@@ -98,7 +103,7 @@ class ContinuationProbe:
         first[:, 0] = True
         cache = model_probe(model, adapter, 0, batch)
         probe = cls(model=model, adapter=adapter, cache=cache, batch=batch, select=select, first=first,
-                    base_logprobs=torch.empty(0))
+                    base_logprobs=torch.empty(0), texts=texts, rows=rows, continuations=cont)
         probe.base_logprobs = probe.logprobs(0)
         return probe
 

@@ -292,7 +292,7 @@ def steer_by_kl(model: Any, direction: Any, cfg: SteerConfig, *, token: str | No
             tokenizer=tokenizer)
         probe, mass_ids = planner.probe, planner.mass_ids
         scan = planner.scan(groups, max_kl)
-        best, layer_choice = choose_layer(model, tokenizer, scan, phrase, cfg, mass_ids)
+        best, layer_choice = choose_layer(model, tokenizer, scan, phrase, cfg, mass_ids, probe)
         edits, found = best["edits"], best["search"]
         calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
                        "layers": best["layers"], "positions": cfg.positions, "message": found.message,
@@ -328,7 +328,8 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     one layer choice (the scan at ``max_kl``, default 0.3, chosen as :func:`steer` chooses) — each
     further budget is a gain search at that layer alone. Nothing is applied: returns ``{"layers",
     "layer_choice", "scan", "points": [{"max_kl", "kl_probe", "alpha", "edits"}, ...]}``; apply a
-    point with ``edits_applied(model, point["edits"])``. Options as :func:`steer` (``max_kl``,
+    point with ``edits_applied(model, point["edits"])`` (each scanned layer's edits at ``max_kl`` are
+    in ``scan`` too). Options as :func:`steer` (``max_kl``,
     ``layer``, ``positions``, ``layer_choice``)."""
     from .calibrate import DEFAULT_MAX_KL, check_max_kl
 
@@ -343,17 +344,17 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
             model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, prompts=prompts,
             tokenizer=tokenizer)
         scan = planner.scan(groups, DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl))
-        best, how = choose_layer(model, tokenizer, scan, phrase, cfg, planner.mass_ids)
+        best, how = choose_layer(model, tokenizer, scan, phrase, cfg, planner.mass_ids, planner.probe)
         points = []
         for b in budgets:
             edits, found, _ = planner.search(best["layers"], b)
             points.append({"max_kl": b, "kl_probe": found.kl, "alpha": found.gain, "edits": edits})
     return {"layers": best["layers"], "layer_choice": how, "points": points,
-            "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]}
+            "scan": [{k: v for k, v in r.items() if k != "search"} for r in scan]}
 
 
 def choose_layer(model: Any, tokenizer: Any, scan: list[dict], phrase: str | None, cfg: SteerConfig,
-                 mass_ids: list[int]) -> tuple[dict, str]:
+                 mass_ids: list[int], probe: Any = None) -> tuple[dict, str]:
     """The scan's winner and how it was chosen (docs/math.md §5d, "Selection and report"): by the
     judge's mean aggregate on short answers to selection questions (``layer_choice="judged"``, a
     concept phrase, the bundled MiniLM), else by the concept tokens' probability on the probe."""
@@ -361,11 +362,19 @@ def choose_layer(model: Any, tokenizer: Any, scan: list[dict], phrase: str | Non
         return scan[0], "given"
     by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if mass_ids else scan
     if cfg.layer_choice == "judged" and phrase is not None:
+        from .evaluate import has_chat_template
         from .judge import MiniLM, OfflineJudge
-        from .selection import judged_choice
+        from .selection import SELECTION_ANSWERS, judged_choice, selection_baseline
 
         if MiniLM.available():
-            choice = judged_choice(model, tokenizer, [r["edits"] for r in by_mass], phrase, judge=OfflineJudge())
+            baseline = None
+            if probe is not None and probe.texts and has_chat_template(tokenizer):
+                # the probe's questions are selection questions, its continuations the base answers
+                n = SELECTION_ANSWERS
+                baseline = selection_baseline(model, tokenizer, probe.texts[:n], probe.rows[:n],
+                                              probe.continuations[:n])
+            choice = judged_choice(model, tokenizer, [r["edits"] for r in by_mass], phrase, judge=OfflineJudge(),
+                                   baseline=baseline)
             for r, sc in zip(by_mass, choice["scores"]):
                 r["judged"] = {k: sc[k] for k in ("aggregate", "good", "concept", "relevance", "fluency")}
             return by_mass[choice["best"]], (f"judged: mean aggregate of the offline judge on {len(choice['questions'])} "
