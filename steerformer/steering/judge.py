@@ -43,6 +43,7 @@ import urllib.request
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..errors import SteerformerError, bad_argument
+from .chat import word_forms
 
 
 class JudgeError(SteerformerError, RuntimeError):
@@ -50,27 +51,6 @@ class JudgeError(SteerformerError, RuntimeError):
 
 
 # ---- words ---------------------------------------------------------------------------------------
-def word_forms(word: str) -> list[str]:
-    """``word`` and its simple forms (plural -s/-es/-ies, or the singular of a plural), lower case.
-    A phrase is kept whole (its last word gets the forms)."""
-    w = " ".join(str(word).split()).lower()
-    if not w:
-        raise bad_argument("concept", word, "a non-empty word or phrase")
-    head, _, last = w.rpartition(" ")
-    forms = {last}
-    if last.endswith("ies"):
-        forms.add(last[:-3] + "y")
-    elif last.endswith(("ses", "xes", "zes", "ches", "shes")):
-        forms.add(last[:-2])
-    elif last.endswith("s") and not last.endswith("ss"):
-        forms.add(last[:-1])
-    elif last.endswith("y") and last[-2:-1] not in "aeiou":
-        forms.add(last[:-1] + "ies")
-    else:
-        forms.add(last + ("es" if last.endswith(("s", "x", "z", "ch", "sh")) else "s"))
-    return sorted(f"{head} {f}" if head else f for f in forms)
-
-
 def concept_words(concept: str | Sequence[str]) -> list[str]:
     """The words an answer must contain to count: a string → its :func:`word_forms`; a list → as given."""
     if isinstance(concept, str):

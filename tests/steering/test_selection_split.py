@@ -66,6 +66,7 @@ def test_default_steer_never_runs_the_model_on_a_report_question() -> None:
 
 def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:
     from steerformer.steering import calibrate
+    from steerformer.steering.methods import addition
 
     model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
     tok = CharTokenizer()
@@ -81,7 +82,7 @@ def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:
         return directions(*a, **k)
 
     monkeypatch.setattr(calibrate.ContinuationProbe, "of", staticmethod(counted_probe))
-    monkeypatch.setattr(calibrate, "concept_directions", counted_directions)
+    monkeypatch.setattr(addition, "concept_directions", counted_directions)
     budgets = [1e-4, 1e-3, 0.01]  # below the KL at the largest gain tried (about 0.02 on this model)
     curve = sf.steering.kl_curve(model, budgets, token="ocean", tokenizer=tok, layer_choice="concept")
     assert calls == {"probe": 1, "directions": 1}
