@@ -37,7 +37,7 @@ def main() -> None:
     from steerformer.loading import load_tokenizer
     from steerformer.steering import edits_applied, kl_curve
     from steerformer.steering.calibrate import ContinuationProbe
-    from steerformer.steering.evaluate import REPORT_QUESTIONS, Baseline, evaluate_steering
+    from steerformer.steering.evaluate import PROBE_QUESTIONS, REPORT_QUESTIONS, Baseline, evaluate_steering
 
     torch.set_num_threads(args.threads)
     concepts = args.concepts.split(",")[:1] if args.smoke else args.concepts.split(",")
@@ -53,7 +53,8 @@ def main() -> None:
     rows, evs = [], {}
     for c in concepts:
         t0 = time.perf_counter()
-        curve = kl_curve(model, [args.max_kl], token=c, tokenizer=tok, max_kl=args.max_kl)
+        curve = kl_curve(model, [args.max_kl], token=c, tokenizer=tok, max_kl=args.max_kl,
+                         prompts=PROBE_QUESTIONS[:2] if args.smoke else None)
         t_cal = time.perf_counter() - t0
         scan = curve["scan"]
         today = max(scan, key=lambda r: r["concept_mass"])
@@ -90,7 +91,7 @@ def main() -> None:
         rs = [r for r in rows if r["choice"] == choice]
         print(f"mean {choice}: good {sum(r['good'] for r in rs) / len(rs):.3f}, aggregate "
               f"{sum(r['aggregate'] for r in rs) / len(rs):.3f}, KL report {sum(r['kl_report'] for r in rs) / len(rs):.3f}")
-    print(f"calibration (probe + scan + judged choice) ÷ one forward over the probe: "
+    print(f"time ratio, calibration (probe + scan + judged choice) ÷ one forward over the probe: "
           f"{sum(r['ratio'] for r in rows) / len(rows):.1f} (forward {t_fwd:.2f} s)")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import torch
 from .judge import concept_words, judge_answers, summarize
 
 #: selection answers: a few questions, short answers (the choice must stay cheap)
-SELECTION_ANSWERS = 4
+SELECTION_ANSWERS = 6  # the KL probe's questions: their base answers are its continuations
 SELECTION_TOKENS = 16
 
 
