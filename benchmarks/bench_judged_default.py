@@ -54,7 +54,7 @@ def main() -> None:
     for c in concepts:
         t0 = time.perf_counter()
         curve = kl_curve(model, [args.max_kl], token=c, tokenizer=tok, max_kl=args.max_kl,
-                         prompts=PROBE_QUESTIONS[:2] if args.smoke else None)
+                         **({"prompts": PROBE_QUESTIONS[:2], "layers": [19]} if args.smoke else {}))
         t_cal = time.perf_counter() - t0
         scan = curve["scan"]
         today = max(scan, key=lambda r: r["concept_mass"])
