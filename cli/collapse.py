@@ -11,7 +11,7 @@ import typer
 
 from steerformer.configs import CollapseConfig
 from steerformer_cli._common import check_cheap_options, config_options, default_out, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 class Stat(str, Enum):

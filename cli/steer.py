@@ -11,7 +11,7 @@ import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer.errors import bad_argument
 from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 #: Run precision (``--dtype``): the same four names in every command (steerformer.configs.RUN_DTYPES).
