@@ -24,22 +24,34 @@ Modules, each one noun (lower ones never import higher ones):
     hub         ``push_to_hub``
 """
 
-from .chain import Steering, is_steered, steering_of, steering_records, unsteer
-from .checkpoint import (
-    load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
-)
-from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
-from .edit import Edit
-from .hub import HubError, push_to_hub
-from .lora import choose_lora_rank
-from .record import SteeringRecord
-from .ablation import ablate
-from .direction import Direction
-from .steer import steer, steered
-from .activation import activation_steering, addition_as_weights, edits_applied
-from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
-from .calibrate import addition_vectors
-from .verify import verify_checkpoint
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+# public name -> submodule that defines it; imported on first use (steerformer/_lazy.py), so that
+# ``sf.steer`` on a causal LM imports no hub, upload, export, LoRA or verify code (tests/test_lazy_imports.py)
+_EXPORTS: dict[str, str] = {
+    "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
+    "unsteer": ".chain",
+    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
+    "save_steered": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
+    "ContrastiveDirection": ".directions", "contrastive_direction": ".directions",
+    "contrastive_directions": ".directions",
+    "Edit": ".edit",
+    "HubError": ".hub", "push_to_hub": ".hub",
+    "choose_lora_rank": ".lora",
+    "SteeringRecord": ".record",
+    "ablate": ".ablation",
+    "Direction": ".direction",
+    "steer": ".steer", "steered": ".steer",
+    "activation_steering": ".activation", "addition_as_weights": ".activation", "edits_applied": ".activation",
+    "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
+    "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate",
+    "addition_vectors": ".calibrate",
+    "verify_checkpoint": ".verify",
+}
 
 __all__ = [
     "Baseline", "ContrastiveDirection", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
@@ -48,3 +60,24 @@ __all__ = [
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from .chain import Steering, is_steered, steering_of, steering_records, unsteer
+    from .checkpoint import (
+        load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+    )
+    from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
+    from .edit import Edit
+    from .hub import HubError, push_to_hub
+    from .lora import choose_lora_rank
+    from .record import SteeringRecord
+    from .ablation import ablate
+    from .direction import Direction
+    from .steer import steer, steered
+    from .activation import activation_steering, addition_as_weights, edits_applied
+    from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .calibrate import addition_vectors
+    from .verify import verify_checkpoint

@@ -32,7 +32,6 @@ import torch
 from ..errors import CheckpointError, ModelNotFoundError, bad_argument
 from ..outputs import DIRECTION, write_atomically
 from .common import vector_hash
-from .upload import DEFAULT_TIMEOUT, hub_target, upload_folder
 
 DIRECTION_FORMAT = "steerformer.direction/1"
 VECTORS_FILE = "direction.safetensors"
@@ -205,11 +204,16 @@ class Direction:
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
                     endpoint: str | None = None, commit_message: str | None = None, revision: str | None = None,
-                    create_pr: bool = False, timeout: float = DEFAULT_TIMEOUT) -> str:
+                    create_pr: bool = False, timeout: float | None = None) -> str:
         """Save the folder with its card and upload it to ``repo_id`` (arguments as
-        :func:`~steerformer.steering.push_to_hub`); returns the commit URL."""
+        :func:`~steerformer.steering.push_to_hub`; ``timeout=None``: its default, 30 s); returns the
+        commit URL."""
+        # imported here: steering with a Direction in memory imports no upload code (issue 26)
+        from .upload import DEFAULT_TIMEOUT, hub_target, upload_folder
+
         target = hub_target(repo_id, private=private, token=token, endpoint=endpoint, commit_message=commit_message,
-                            revision=revision, create_pr=create_pr, timeout=timeout)
+                            revision=revision, create_pr=create_pr,
+                            timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         with tempfile.TemporaryDirectory(prefix="steerformer-direction-") as tmp:
             folder = self.save(Path(tmp) / "direction", repo_id=repo_id)
             return upload_folder(target, folder, default_message="Upload direction (steerformer)")
