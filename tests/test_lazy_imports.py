@@ -102,8 +102,8 @@ def test_steering_a_causal_lm_imports_at_most_30_package_modules(steer_probe) ->
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "issue 26: the KL-calibrated path opens the model's source 3 times (steer, steer_by_kl and the "
-    "calibration each call open_source; head_kind runs once); steer.py and calibrate.py are being rewritten "
-    "by the steering/methods/ work"))
+    "issue 26: the KL-calibrated path opens the model's source 3 times (steer_by_kl once, "
+    "activation.addition_edits once per edit it builds; head_kind runs once); that path is being "
+    "rewritten by the steering/methods/ work"))
 def test_steering_a_causal_lm_opens_its_source_and_reads_its_head_kind_once(steer_probe) -> None:
     assert steer_probe["calls"] == {"open_source": 1, "head_kind": 1}
