@@ -17,7 +17,7 @@ from .configs import EIG_DTYPES, renamed_parameters, torch_dtype
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
-from .spectra import Spectra, spectra
+from .spectra import Spectra, default_workers, spectra
 from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
@@ -183,7 +183,6 @@ def analyze(
                            f"({', '.join(sorted(stats_options))})")
     tdtype = torch_dtype(dtype, choices=EIG_DTYPES)
     from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
-    from .spectra import default_workers
 
     resolve_device(device)  # cheap checks before any weight is read
 

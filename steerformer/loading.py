@@ -18,12 +18,12 @@ from typing import Any, Iterator
 
 import torch
 
-from .adapters import Adapter, get_adapter
+from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
 from .configs import renamed_parameters
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
-from .results import parse_json
+from .results import parse_json, read_json
 
 log = logging.getLogger(__name__)
 
@@ -333,8 +333,6 @@ def confined_file(path: Path, fname: Any, *, what: str) -> Path:
 def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> dict[str, str]:
     """The ``weight_map`` of shard index ``index``: tensor name -> a file of the index's own kind
     (``.safetensors`` / ``.bin``). ``for_transformers``: the ``metadata`` object transformers reads too."""
-    from .results import read_json
-
     try:
         doc = read_json(path / index)
         weight_map = doc["weight_map"]
@@ -368,8 +366,6 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
     path = Path(path)
     names: set[str] = set()
     if headers:
-        from .results import read_json
-
         for fname in _TRANSFORMERS_JSON:
             if (path / fname).is_file():
                 read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
@@ -393,8 +389,6 @@ def load_config(path: Path):
     try:
         return AutoConfig.from_pretrained(str(path))
     except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
-        from .adapters import ADAPTERS
-
         why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
         raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
