@@ -20,7 +20,7 @@ import torch
 
 from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .configs import renamed_parameters
+from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
 from .results import parse_json, read_json
@@ -488,40 +488,6 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
                 "steerformer will not unpickle it. Use a checkpoint with *.safetensors weights from a source you "
                 "trust.") from None
         raise
-
-
-def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
-    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
-    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
-    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
-    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``)."""
-    if device is None:
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
-    if kinds is not None and dev.type not in kinds:
-        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
-                               "Use --device cpu.")
-        if dev.index is not None and dev.index >= n:
-            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
-        return dev
-    if dev.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
-        return dev
-    try:
-        torch.empty(0, device=dev)
-    except Exception:
-        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
-    return dev
 
 
 def _dtype_kwarg() -> str:

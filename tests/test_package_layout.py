@@ -265,3 +265,33 @@ def test_no_function_imports_a_module_the_file_imports_at_the_top() -> None:
     bad = [f"{f}:{line} imports {m} again" for f, m, line in found
            if (f, m) not in REIMPORTS_LEFT_TO_THE_STEERING_REWRITE]
     assert not bad, "\n".join(bad)
+
+
+#: The layers of docs/architecture.md, bottom up: a module imports from its own layer or below, never
+#: from above (``eig.py`` once imported ``loading`` to check a device: the math core reached up into
+#: the source layer). Keys: top-level modules and subpackages of steerformer.
+LAYERS = {
+    "base": ("errors", "_lazy", "_text", "configs", "results", "outputs", "plotting", "resources", "consistency",
+             "prompts", "discrete", "tokens", "consensus"),
+    "core": ("eig", "spectra", "adapters"),
+    "source": ("gguf_source", "loading", "matrices", "attention", "dynamics", "formats"),
+    "features": FEATURES,
+}
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else "__init__"
+
+
+def test_every_module_has_a_layer() -> None:
+    units = {_unit(m) for m in _modules()} - {"__init__"}
+    placed = [u for layer in LAYERS.values() for u in layer]
+    assert len(placed) == len(set(placed))
+    assert units == set(placed), (sorted(units - set(placed)), sorted(set(placed) - units))
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    rank = {u: i for i, layer in enumerate(LAYERS.values()) for u in layer}
+    bad = [f"{mod}:{line} imports {target}" for mod, target, _, line in _imports(_modules())
+           if _unit(mod) in rank and _unit(target) in rank and rank[_unit(target)] > rank[_unit(mod)]]
+    assert not bad, "\n".join(bad)
