@@ -94,7 +94,7 @@ def test_steering_a_causal_lm_imports_no_hub_export_lora_or_verify_code(steer_pr
     "issue 26: 42 modules with lazy package faces (47 before). Most of the rest come from modules the "
     "package faces do not decide: adapters/registry.py imports every hand-written family (albert, bert, "
     "gpt_neo, roberta, _linear_qkv: a gpt2 needs none of them), steering/steer.py imports ablation and "
-    "directions at the top (directions -> direction -> outputs), calibrate -> evaluate, loading -> "
+    "sources at the top (sources -> direction -> outputs), calibrate -> evaluate, loading -> "
     "gguf_source; steer.py and calibrate.py are being rewritten by the steering/methods/ work"))
 def test_steering_a_causal_lm_imports_at_most_30_package_modules(steer_probe) -> None:
     modules = steer_probe["modules"]

@@ -221,7 +221,7 @@ def test_a_feature_imports_no_other_feature() -> None:
 #: remove an entry when its file lands without it
 REIMPORTS_LEFT_TO_THE_STEERING_REWRITE = {
     ("cli/steer.py", "steerformer.configs"),
-    ("steerformer/collapse/plot.py", "pathlib"),
+    ("steerformer/collapse/plots.py", "pathlib"),
     ("steerformer/steering/evaluate.py", "steerformer.errors"),
     ("steerformer/steering/steer.py", "steerformer.steering.measure"),
 }

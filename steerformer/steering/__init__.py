@@ -37,8 +37,8 @@ _EXPORTS: dict[str, str] = {
     "unsteer": ".chain",
     "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
     "save_steered": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
-    "ContrastiveDirection": ".directions", "contrastive_direction": ".directions",
-    "contrastive_directions": ".directions",
+    "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
+    "contrastive_directions": ".sources",
     "Edit": ".edit",
     "HubError": ".hub", "push_to_hub": ".hub",
     "choose_lora_rank": ".lora",
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .checkpoint import (
         load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
     )
-    from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
+    from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
     from .edit import Edit
     from .hub import HubError, push_to_hub
     from .lora import choose_lora_rank
