@@ -273,8 +273,8 @@ def test_no_function_imports_a_module_the_file_imports_at_the_top() -> None:
 LAYERS = {
     "base": ("errors", "_lazy", "_text", "configs", "results", "outputs", "plotting", "resources", "consistency",
              "prompts", "discrete", "tokens", "consensus"),
-    "core": ("eig", "spectra", "adapters"),
-    "source": ("gguf_source", "loading", "matrices", "attention", "dynamics", "formats"),
+    "core": ("eig", "spectra", "attention", "adapters"),
+    "source": ("gguf_source", "loading", "matrices", "dynamics", "formats"),
     "features": FEATURES,
 }
 
