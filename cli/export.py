@@ -44,7 +44,7 @@ def export_cmd(
 
     Example: steerformer export runs/smollm2-ocean --format gguf --out smollm2-ocean-f16.gguf
     """
-    from steerformer.errors import bad_argument
+    from steerformer.errors import SteerformerError, bad_argument
 
     with user_errors():
         gguf = out_format == ExportFormat.gguf
@@ -60,9 +60,13 @@ def export_cmd(
         if gguf:
             from steerformer.formats import check_target_file, write_gguf_model
 
-            recorded = Path(records[0].model_id)
-            if source is None and recorded.suffix == ".gguf" and recorded.is_file():
-                source = recorded
+            from steerformer.loading import gguf_file_of
+
+            if source is None:  # the GGUF the steered model was loaded from (a .gguf path, the bundled SmolLM2)
+                try:
+                    source = gguf_file_of(records[0].model_id)
+                except SteerformerError:  # the bundled SmolLM2's file is not installed: ask for --source
+                    source = None
             if source is None:
                 raise bad_argument("--source", None, "the GGUF the model came from (its tokenizer metadata comes "
                                    "only from llama.cpp's converter)", "Pass --source MODEL.gguf.")

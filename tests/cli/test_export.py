@@ -89,3 +89,25 @@ def test_an_unsteered_folder_is_refused(tmp_path) -> None:
 def test_help_has_an_example() -> None:
     res = run_cli(["export", "--help"])
     assert res.exit_code == 0 and "Example: steerformer export" in res.output
+
+
+def test_gguf_source_defaults_to_the_gguf_the_model_was_loaded_from(steered, tmp_path, monkeypatch) -> None:
+    """Without --source the recorded model id names the GGUF (``loading.gguf_file_of``: a .gguf path, the
+    bundled SmolLM2); here that lookup is pointed at the source written above."""
+    import gguf
+
+    import steerformer.loading
+
+    folder, source, _ = steered
+    real, asked = steerformer.loading.gguf_file_of, []
+
+    def gguf_file_of(model):
+        asked.append(model)
+        return source if model == "LlamaForCausalLM" else real(model)  # the id the steering record holds
+
+    monkeypatch.setattr(steerformer.loading, "gguf_file_of", gguf_file_of)
+    res = run_cli(["export", folder, "--format", "gguf", "--out", tmp_path / "m.gguf"])
+    assert res.exit_code == 0, res.output
+    assert "LlamaForCausalLM" in asked
+    names = {t.name for t in gguf.GGUFReader(tmp_path / "m.gguf").tensors}
+    assert "blk.1.attn_output.weight" in names
