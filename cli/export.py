@@ -39,6 +39,7 @@ def export_cmd(
     lora_rank: Optional[int] = typer.Option(None, "--lora-rank", help="peft: the rank of a truncated adapter for "
                                             "edits that are not low-rank (its error is reported)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier steerformer output."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
 ) -> None:
     """Write a steered checkpoint as a GGUF model or a PEFT LoRA adapter.
 
@@ -57,6 +58,10 @@ def export_cmd(
         from steerformer.steering import load_for_steering, read_steering, save_steered
 
         records = read_steering(steered_dir)[0]  # not a steered checkpoint: one line, before any weight loads
+
+        def say(msg: str) -> None:  # loading and writing a model take seconds each: say which is running
+            if not quiet:
+                typer.echo(msg, err=True)
         if gguf:
             from steerformer.formats import check_target_file, write_gguf_model
 
@@ -71,11 +76,15 @@ def export_cmd(
                 raise bad_argument("--source", None, "the GGUF the model came from (its tokenizer metadata comes "
                                    "only from llama.cpp's converter)", "Pass --source MODEL.gguf.")
             check_target_file(out, overwrite, name="--out", inputs=[steered_dir, source])
-            path = write_gguf_model(load_for_steering(steered_dir), out, source=source,
-                                    dtype=(dtype or GGUFType.f16).value, overwrite=overwrite)
+            say(f"loading {steered_dir}")
+            model = load_for_steering(steered_dir)
+            say(f"writing {out} ({(dtype or GGUFType.f16).value}, metadata from {source})")
+            path = write_gguf_model(model, out, source=source, dtype=(dtype or GGUFType.f16).value, overwrite=overwrite)
             typer.echo(f"saved to {path} (llama-cli -m {path.name}; ollama create NAME with FROM ./{path.name})")
         else:
             check_cheap_options(out=out, kind="steer", overwrite=overwrite, inputs=[steered_dir])
-            path = save_steered(load_for_steering(steered_dir), out, overwrite=overwrite, format="peft",
-                                lora_rank=lora_rank)
+            say(f"loading {steered_dir}")
+            model = load_for_steering(steered_dir)
+            say(f"writing {out} (the edits as a LoRA adapter)")
+            path = save_steered(model, out, overwrite=overwrite, format="peft", lora_rank=lora_rank)
             typer.echo(f"saved to {path} (PeftModel.from_pretrained(base, {str(path)!r}))")

@@ -111,3 +111,17 @@ def test_gguf_source_defaults_to_the_gguf_the_model_was_loaded_from(steered, tmp
     assert "LlamaForCausalLM" in asked
     names = {t.name for t in gguf.GGUFReader(tmp_path / "m.gguf").tensors}
     assert "blk.1.attn_output.weight" in names
+
+
+def test_progress_goes_to_stderr_and_quiet_silences_it(steered, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from steerformer_cli.main import app
+
+    folder, source, _ = steered
+    args = ["export", str(folder), "--format", "gguf", "--source", str(source)]
+    loud = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a.gguf")])
+    quiet = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b.gguf"), "--quiet"])
+    assert loud.exit_code == quiet.exit_code == 0
+    assert f"loading {folder}" in loud.stderr and "writing" in loud.stderr
+    assert "loading" not in quiet.stderr and "saved to" in quiet.stdout
