@@ -107,3 +107,18 @@ def test_the_layer_table_is_the_one_the_import_test_enforces() -> None:
     assert list(table)[:len(LAYERS)] == list(LAYERS) and list(table)[len(LAYERS):] == ["CLI"]
     for layer, units in LAYERS.items():
         assert table[layer] == set(units), (layer, sorted(table[layer] ^ set(units)))
+
+
+def test_the_steering_table_is_bottom_up() -> None:
+    """The steering table lists a module after every steering module it imports (its words say so)."""
+    from tests.test_package_layout import _imports, _modules
+
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## steering/ by responsibility"):text.index("## Rules")]
+    rows = re.findall(r"^\| `steering/([\w/.]+)` \|", section, re.M)
+    order = ["steerformer.steering." + r.removesuffix(".py").removesuffix("/").replace("/", ".") for r in rows]
+    assert len(order) > 20 and len(set(order)) == len(order)
+    place = {m: i for i, m in enumerate(order)}
+    later = sorted({f"{m} imports {t}, listed below it" for m, t, _, _ in _imports(_modules())
+                    if m in place and t in place and place[t] > place[m]})
+    assert not later, later
