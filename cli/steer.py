@@ -33,7 +33,8 @@ def steer_cmd(
     direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries (or k "
                                              "vectors (k, d) for --mode ablate), a direction folder or Hub id "
                                              "(Direction.save), or a llama.cpp control-vector .gguf."),
-    token: Optional[str] = typer.Option(None, "--token", help="Steer toward this token's (un)embedding row."),
+    token: Optional[str] = typer.Option(None, "--token", help="Steer toward this word, read where the method writes "
+                                        "(paper: its (un)embedding row; addition: its templated contrast)."),
     eigvec: Optional[int] = typer.Option(None, "--eigvec", help="Steer toward eigenvector K of F_layer (by real part)."),
     text: Optional[str] = typer.Option(None, "--text", help="Steer toward the mean final hidden state of this text."),
     positive: Optional[Path] = typer.Option(None, "--positive", help="Contrastive: a text file of positive prompts (one per line)."),

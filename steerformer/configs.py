@@ -517,11 +517,12 @@ class SteerConfig(AblationConfig, AdditionConfig, PaperConfig):
                     raise bad_argument(names[0], getattr(self, names[0]), f"no {names[0]} with method={explicit!r} (an "
                                        f"option of the {other} method)", f"Drop it, or pass method={other!r}.")
             return explicit
-        if len(used) > 1:  # the paper's options with the addition's
-            name = used["paper"][0]
-            raise bad_argument(name, getattr(self, name), f"no {name} with {used['addition'][0]} (an option of the "
-                               "paper's edit; the addition's KL budget chooses the gain)",
-                               "Pass one of max_kl, target_alignment, gain, strength.")
+        if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
+            first, second = list(used)[:2]
+            name, other = used[first][0], used[second][0]
+            raise bad_argument(name, getattr(self, name), f"no {name} with {other} ({name} is an option of the "
+                               f"{first} method, {other} of the {second} method)",
+                               f"Pass the options of one method, e.g. drop {name} or {other}.")
         return next(iter(used), None)
 
     def __post_init__(self) -> None:

@@ -20,6 +20,7 @@ The folder (``Direction.save``):
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import tempfile
@@ -56,6 +57,12 @@ of width {d} at layer(s) {layers} (layer N = the output of block N, transformers
 |---|---|
 {rows}
 """
+
+
+def _entry(module: str, name: str) -> Any:
+    # The verbs call up into steering's entry points, looked up when called: a Direction is data that
+    # the direction sources (below steer and activation) read, so importing them here would be a cycle.
+    return getattr(importlib.import_module(f"steerformer.steering.{module}"), name)
 
 
 def _layer_key(layer: int) -> str:
@@ -119,6 +126,22 @@ class Direction:
             raise bad_argument(name, f"{v.shape[0]} directions at layer {layer}", "one direction for a steering edit",
                                "Steer with one of them, or ablate them all (mode='ablate').")
         return v[0]
+
+    # ---- using it (as steering-vectors' SteeringVector.apply) -----------------------------------------
+    def apply(self, model: Any, *, coeff: float = 1.0, layers: Any = None, positions: str = "all") -> Any:
+        """``with direction.apply(model, coeff=c):`` — inside the block every forward of ``model`` adds
+        c·v after each layer this direction holds (or after ``layers``), at every position (or all but
+        the first, ``positions="skip-first"``); the hooks are removed on exit, also on an exception.
+        The run-time hook :func:`~steerformer.steering.activation.activation_steering`; the weights
+        are not touched."""
+        return _entry("activation", "activation_steering")(model, self, layers=layers, coeff=coeff,
+                                                           positions=positions)
+
+    def steer(self, model: Any, **options: Any) -> Any:
+        """Edit ``model``'s weights with this direction as u: :func:`~steerformer.steering.steer`
+        ``(model, self, **options)`` (any method and its options, e.g. ``method="ablation"``,
+        ``layer=``, ``max_kl=``); returns the record; ``unsteer(model)`` undoes it bit for bit."""
+        return _entry("steer", "steer")(model, self, **options)
 
     # ---- conversions ---------------------------------------------------------------------------
     @classmethod

@@ -23,7 +23,7 @@ from ..calibrate import (ContinuationProbe, concept_directions, concept_token_id
                          search_gain)
 from ..edit import Edit, check_layer_materialized
 from ..lifecycle import Call, Plan
-from ..measure import HeldOut, head_kind
+from ..measure import HeldOut
 from ..sources import DirectionSource, resolve_direction
 from .registry import Method, register_method
 
@@ -35,7 +35,7 @@ class Addition(Method):
 
     def plan(self, call: Call, cfg: Any) -> Plan:
         model, source, adapter, tokenizer = call.model, call.source, call.adapter, call.tokenizer
-        if head_kind(model) != "causal-lm":
+        if call.head != "causal-lm":
             raise bad_argument("max_kl", cfg.max_kl, f"a causal LM (a next-token head); {type(model).__name__} has "
                                "none", "Use target_alignment=, gain= or strength= on this model.")
         max_kl = float(cfg.max_kl)
