@@ -101,8 +101,5 @@ def test_steering_a_causal_lm_imports_at_most_30_package_modules(steer_probe) ->
     assert len(modules) <= 30, f"{len(modules)} modules: {modules}"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 26: open_source runs once since the steering/methods/ rewrite; head_kind runs twice "
-    "(methods/registry.choose_method picks the default by it, methods/addition checks it again)"))
 def test_steering_a_causal_lm_opens_its_source_and_reads_its_head_kind_once(steer_probe) -> None:
     assert steer_probe["calls"] == {"open_source": 1, "head_kind": 1}
