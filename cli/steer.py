@@ -12,7 +12,7 @@ import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig, torch_dtype
 from steerformer.errors import bad_argument
 from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 #: Run precision (``--dtype``): the same four names in every command (steerformer.configs.RUN_DTYPES).
@@ -33,7 +33,8 @@ def steer_cmd(
     direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries (or k "
                                              "vectors (k, d) for --mode ablate), a direction folder or Hub id "
                                              "(Direction.save), or a llama.cpp control-vector .gguf."),
-    token: Optional[str] = typer.Option(None, "--token", help="Steer toward this token's (un)embedding row."),
+    token: Optional[str] = typer.Option(None, "--token", help="Steer toward this word, read where the method writes "
+                                        "(paper: its (un)embedding row; addition: its templated contrast)."),
     eigvec: Optional[int] = typer.Option(None, "--eigvec", help="Steer toward eigenvector K of F_layer (by real part)."),
     text: Optional[str] = typer.Option(None, "--text", help="Steer toward the mean final hidden state of this text."),
     positive: Optional[Path] = typer.Option(None, "--positive", help="Contrastive: a text file of positive prompts (one per line)."),

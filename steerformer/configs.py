@@ -15,9 +15,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .errors import bad_argument
+
+if TYPE_CHECKING:  # torch is imported where a dtype or device is read: `steerformer --help` stays fast
+    import torch
 
 #: The seed of every random draw unless a function says otherwise (collapse: 42, the paper's).
 SEED = 0
@@ -54,6 +57,44 @@ def torch_dtype(value: Any, *, choices: Sequence[str] | None = None, name: str =
         raise bad_argument(name, value, f"one of {', '.join(sorted(allowed))}"
                            + (" or a torch.dtype" if choices is None else ""))
     return getattr(torch, DTYPES[key])
+
+
+def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
+    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
+    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
+    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
+    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``); it lives
+    here, with the other option checks, so that the math core (``eig.py``) uses it without importing
+    the source layer."""
+    import torch
+
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if kinds is not None and dev.type not in kinds:
+        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
+                               "Use --device cpu.")
+        if dev.index is not None and dev.index >= n:
+            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
+        return dev
+    if dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
+        return dev
+    try:
+        torch.empty(0, device=dev)
+    except Exception:
+        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
+    return dev
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
@@ -486,11 +527,12 @@ class SteerConfig(AblationConfig, AdditionConfig, PaperConfig):
                     raise bad_argument(names[0], getattr(self, names[0]), f"no {names[0]} with method={explicit!r} (an "
                                        f"option of the {other} method)", f"Drop it, or pass method={other!r}.")
             return explicit
-        if len(used) > 1:  # the paper's options with the addition's
-            name = used["paper"][0]
-            raise bad_argument(name, getattr(self, name), f"no {name} with {used['addition'][0]} (an option of the "
-                               "paper's edit; the addition's KL budget chooses the gain)",
-                               "Pass one of max_kl, target_alignment, gain, strength.")
+        if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
+            first, second = list(used)[:2]
+            name, other = used[first][0], used[second][0]
+            raise bad_argument(name, getattr(self, name), f"no {name} with {other} ({name} is an option of the "
+                               f"{first} method, {other} of the {second} method)",
+                               f"Pass the options of one method, e.g. drop {name} or {other}.")
         return next(iter(used), None)
 
     def __post_init__(self) -> None:

@@ -27,24 +27,38 @@ Modules, each one noun (lower ones never import higher ones):
     hub         ``push_to_hub``
 """
 
-from .chain import Steering, is_steered, steering_of, steering_records, unsteer
-from .checkpoint import (
-    load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
-)
-from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
-from .edit import Edit
-from .hub import HubError, push_to_hub
-from .lora import choose_lora_rank
-from .record import SteeringRecord
-from .direction import Direction
-from .steer import ablate, steer, steered
-from .methods import Method, get_method, register_method
-from .activation import activation_steering, addition_as_weights, edits_applied
-from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
-from .methods.addition import kl_curve
-from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
-from .calibrate import addition_vectors
-from .verify import verify_checkpoint
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+# public name -> submodule that defines it; imported on first use (steerformer/_lazy.py), so that
+# ``sf.steer`` on a causal LM imports no hub, upload, export, LoRA or verify code (tests/test_lazy_imports.py)
+_EXPORTS: dict[str, str] = {
+    "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
+    "unsteer": ".chain",
+    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
+    "save_steered": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
+    "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
+    "contrastive_directions": ".sources",
+    "Edit": ".edit",
+    "HubError": ".hub", "push_to_hub": ".hub",
+    "choose_lora_rank": ".lora",
+    "SteeringRecord": ".record",
+    "Direction": ".direction",
+    "ablate": ".steer", "steer": ".steer", "steered": ".steer",
+    "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
+    "activation_steering": ".activation", "addition_as_weights": ".activation",
+    "edits_applied": ".activation",
+    "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
+    "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate",
+    "addition_vectors": ".calibrate",
+    "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
+    "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
+    "kl_curve": ".methods.addition",
+    "verify_checkpoint": ".verify",
+}
 
 __all__ = [
     "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
@@ -54,3 +68,26 @@ __all__ = [
     "verify_checkpoint", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from .chain import Steering, is_steered, steering_of, steering_records, unsteer
+    from .checkpoint import (
+        load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+    )
+    from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
+    from .edit import Edit
+    from .hub import HubError, push_to_hub
+    from .lora import choose_lora_rank
+    from .record import SteeringRecord
+    from .direction import Direction
+    from .steer import ablate, steer, steered
+    from .methods import Method, get_method, register_method
+    from .activation import activation_steering, addition_as_weights, edits_applied
+    from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
+    from .methods.addition import kl_curve
+    from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .calibrate import addition_vectors
+    from .verify import verify_checkpoint

@@ -37,6 +37,7 @@ class Call:
     source: Any  # steerformer.loading.ModelSource of ``model`` (opened once per call)
     tokenizer: Any
     config: Any  # the call's SteerConfig (layer, report, progress and the built-in methods' options)
+    head: str  # measure.head_kind of the model: "causal-lm", "masked-lm" or "bare" (read once per call)
     direction: Any = None
     token: str | None = None
     eigvec: int | None = None
@@ -94,8 +95,8 @@ def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:
     plan = method.plan(call, cfg)
     try:
         plan.heldout_prompts = call.heldout_prompts
-        held = HeldOut.before(model, call.adapter, plan.heldout_layer, call.heldout_prompts, call.tokenizer) \
-            if call.config.report and plan.heldout_layer is not None else None
+        held = HeldOut.before(model, call.adapter, plan.heldout_layer, call.heldout_prompts, call.tokenizer,
+                              call.head) if call.config.report and plan.heldout_layer is not None else None
         steering = steering_of(model) or Steering(untie=plan.untied)
         with steering.applying(model, plan.edits):
             measured = method.measure(call, plan, held)

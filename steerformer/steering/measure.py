@@ -307,8 +307,8 @@ def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor
     return PromptBatch(ids, batch.attention_mask), sel
 
 
-def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
-    kind = head_kind(model)
+def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | None = None) -> Outputs:
+    kind = head_kind(model) if head is None else head  # ``head``: the model's head_kind, known to the caller
     real = batch.attention_mask.to(torch.bool)
     with torch.no_grad():
         if kind == "bare":
@@ -383,12 +383,17 @@ class HeldOut:
     probe: ModelProbe
     outputs_before: Outputs
     tokenizer: Any = None
+    head: str | None = None  # the model's head_kind
 
     @classmethod
-    def before(cls, model: Any, adapter: Adapter, layer: int, prompts: Any, tokenizer: Any) -> "HeldOut":
-        """Measure the unedited model (``layer``: the first edited execution layer)."""
+    def before(cls, model: Any, adapter: Adapter, layer: int, prompts: Any, tokenizer: Any,
+               head: str | None = None) -> "HeldOut":
+        """Measure the unedited model (``layer``: the first edited execution layer; ``head``: its
+        head_kind when the caller knows it)."""
         batch = encode(model, prompts, tokenizer, held_out=True, name="heldout_prompts")
-        return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer), tokenizer)
+        head = head_kind(model) if head is None else head
+        return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer, head), tokenizer,
+                   head)
 
     def after(self, model: Any, target: torch.Tensor, gain: float, *, full: bool = False) -> dict:
         """Record fields of the edited model: ``alignment_model_before``/``_after`` (mean |cos| of the
@@ -396,7 +401,7 @@ class HeldOut:
         are the non-finite error (log-probabilities may be -inf, a probability that underflowed,
         never NaN). ``full``: the edit changed what enters the first block (an embedding), so the
         alignment after comes from a full forward pass, not from the probe's cached block inputs."""
-        out = outputs(model, self.batch, self.tokenizer)
+        out = outputs(model, self.batch, self.tokenizer, self.head)
         if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
             raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
         with torch.no_grad():

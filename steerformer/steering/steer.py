@@ -15,6 +15,7 @@ from ..loading import load_tokenizer, open_source
 from . import lifecycle
 from .chain import steering_of, unsteer
 from .common import model_object
+from .measure import head_kind
 from .methods import call_options, choose_method, get_method, method_config
 from .record import SteeringRecord
 
@@ -46,9 +47,9 @@ def steer(
     **Every other model**, or any of ``gain``, ``strength``, ``target_alignment``, ``through_ffn``,
     ``solve``... gets ``paper``: W_O' = W_O + γ u (wᵀV⁺) of one layer (``layer``, default -1).
 
-    Direction: ``direction`` (array/tensor or ``.npy`` path), ``token`` (the unembedding row for
-    models with an LM head, else the input embedding row), ``eigvec`` (index of an eigenvector of
-    F_layer, by real part) or ``text`` (mean final hidden state). ``left``: w (default u).
+    Direction: ``direction`` (array/tensor or ``.npy`` path), ``token`` (a word, read where the method
+    writes: the paper's unembedding row, else input embedding row; the addition's templated contrast),
+    ``eigvec`` (an eigenvector of F_layer, by real part) or ``text`` (mean final hidden state).
 
     Gain γ: ``gain`` (absolute; negative steers away), ``strength`` (γ = strength·|λ1(F_layer)|), or
     else the smallest gain reaching ``target_alignment`` in ``measure`` ("model": mean |cos(h, u)|
@@ -57,7 +58,7 @@ def steer(
     ``solve``: "exact" (a = wᵀV⁻¹, least squares when V is singular) or "min-norm" (ridge fit of a
     on the states entering the layer). ``through_ffn``: solve for the pre-FFN direction so the final
     states align with u. ``untie_last`` (ALBERT): give the last layer its own weights first.
-    ``compensate_bias``: remove the edit's shift γ (a·b_V) u of every token through b_O.
+    ``compensate_bias``: remove the edit's shift γ (a·b_V) u of every token through b_O. ``left``: w.
     ``report=False`` skips the measurements the edit does not need; ``progress``: tqdm bars.
 
     ``mode="ablate"`` (= ``method="ablation"``): remove u from the write of every layer in
@@ -80,10 +81,11 @@ def dispatch(model: Any, direction: Any, config: Config | None, method: str | No
     """Choose the method, build its options, open the model once and run the lifecycle."""
     cfg, own, given = call_options(config, method, renamed(dict(options), SteerConfig.renamed, where), where)
     model = model_object(model, where)
-    chosen = get_method(choose_method(cfg, model, given))
+    head = head_kind(model)
+    chosen = get_method(choose_method(cfg, head, given))
     mcfg = method_config(chosen, cfg, own, config)
     tokenizer = load_tokenizer(model, request.pop("tokenizer"))
-    call = lifecycle.Call(model, open_source(model), tokenizer, cfg, direction=direction, **request)
+    call = lifecycle.Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request)
     return lifecycle.run(chosen, call, mcfg)
 
 

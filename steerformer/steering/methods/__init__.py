@@ -29,7 +29,7 @@ The contract of a method (a new method is exactly one new file here plus its reg
     class Toy(Method):
         config = ToyConfig
         def plan(self, call, cfg) -> Plan:   # what to edit, with what gain; changes nothing
-            ...                              # call.model/.source/.adapter/.tokenizer/.direction/
+            ...                              # call.model/.source/.adapter/.tokenizer/.head/.direction/
             return Plan(edits=[...],         # .token/.text/.eigvec/.layers/.prompts/.config
                         direction_source={...}, heldout_layer=layer)
         # optional: def measure(self, call, plan, held) -> dict of record fields (record.MEASURED)
@@ -42,6 +42,12 @@ The contract of a method (a new method is exactly one new file here plus its reg
   ``steer``'s flags from them without importing torch — and ``SteerConfig`` is their union plus the
   call's own options (``method``, ``layer``, ``report``, ``progress``); a built-in's plan receives
   that SteerConfig as its ``cfg``.
+* Flags: ``steerformer steer`` generates its flags from ``SteerConfig``'s fields without importing
+  torch, so a method's options become flags when its config is declared in ``steerformer/configs.py``
+  as a :class:`~steerformer.configs.MethodConfig` (``method_name = "NAME"``, its rules in ``check``),
+  added to ``METHOD_CONFIGS`` and to ``SteerConfig``'s bases; its options then also choose it (an
+  option of one method selects that method; options of two are refused by name). A method
+  registered from elsewhere runs on the command line (``--method NAME``) with its config's defaults.
 * ``plan(call, cfg)``: a :class:`~steerformer.steering.lifecycle.Plan` — the edits as values
   (:class:`~steerformer.steering.edit.Edit`: module, layer, slot, u, a, gain, kind, ...), where u
   came from (``DirectionSource.to_dict()``, or any JSON-able dict), and what the record shows (a

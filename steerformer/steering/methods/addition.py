@@ -29,7 +29,7 @@ from ..calibrate import (ContinuationProbe, concept_directions, concept_token_id
                          search_gain)
 from ..edit import Edit, check_layer_materialized
 from ..lifecycle import Call, Plan
-from ..measure import HeldOut, head_kind
+from ..measure import HeldOut
 from ..sources import DirectionSource, resolve_direction
 from .registry import Method, register_method
 
@@ -99,7 +99,7 @@ def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | Non
     """The checks and the once-per-concept work: (planner, layer groups to scan, the concept phrase or
     None, where the direction came from). Call inside ``call.source.memoized()``."""
     model, source, adapter, tokenizer = call.model, call.source, call.adapter, call.tokenizer
-    if head_kind(model) != "causal-lm":
+    if call.head != "causal-lm":
         raise bad_argument("max_kl", cfg.max_kl, f"a causal LM (a next-token head); {type(model).__name__} has "
                            "none", "Use target_alignment=, gain= or strength= on this model.")
     layers, layer = call.layers, call.config.layer
@@ -219,14 +219,15 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     ``layer_choice``)."""
     from ...loading import load_tokenizer, open_source
     from ..common import model_object
+    from ..measure import head_kind
 
     cfg = with_options(None, SteerConfig, options, "kl_curve")
     budgets = [check_max_kl(b) for b in budgets]
     if not budgets:
         raise bad_argument("budgets", budgets, "at least one KL budget > 0 (nats per token)")
     model = model_object(model, "kl_curve")
-    call = Call(model, open_source(model), load_tokenizer(model, tokenizer), cfg, direction=direction, token=token,
-                eigvec=eigvec, text=text, prompts=prompts, layers=layers)
+    call = Call(model, open_source(model), load_tokenizer(model, tokenizer), cfg, head_kind(model),
+                direction=direction, token=token, eigvec=eigvec, text=text, prompts=prompts, layers=layers)
     with call.source.memoized():
         planner, groups, phrase, _ = prepare(call, cfg)
         scan = planner.scan(groups, float(cfg.max_kl))

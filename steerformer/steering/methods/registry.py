@@ -70,16 +70,14 @@ def get_method(name: str) -> Method:
     return _METHODS[name]()
 
 
-def choose_method(cfg: Any, model: Any, given: Any = ()) -> str:
+def choose_method(cfg: Any, head: str, given: Any = ()) -> str:
     """The method of a call: the one named (``method=``, ``mode="ablate"``) or whose options are set
-    (``SteerConfig.selected_method``), else by the model's head — a causal LM, whose output a KL can
-    price, gets ``addition``; every other model the papers' edit, ``paper``."""
-    from ..measure import head_kind
-
+    (``SteerConfig.selected_method``), else by the model's head (``measure.head_kind``) — a causal LM,
+    whose output a KL can price, gets ``addition``; every other model the papers' edit, ``paper``."""
     name = cfg.selected_method(given)
     if name is not None:
         return name
-    return "addition" if head_kind(model) == "causal-lm" else "paper"
+    return "addition" if head == "causal-lm" else "paper"
 
 
 def call_options(config: Any, method: str | None, options: dict, where: str) -> tuple[Any, dict, set]:
