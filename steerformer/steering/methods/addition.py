@@ -29,7 +29,7 @@ from ..calibrate import (ContinuationProbe, concept_directions, concept_token_id
                          search_gain)
 from ..edit import Edit, check_layer_materialized
 from ..lifecycle import Call, Plan
-from ..measure import HeldOut
+from ..measure import HeldOut, head_kind
 from ..sources import DirectionSource, resolve_direction
 from .registry import Method, register_method
 
@@ -219,7 +219,6 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     ``layer_choice``)."""
     from ...loading import load_tokenizer, open_source
     from ..common import model_object
-    from ..measure import head_kind
 
     cfg = with_options(None, SteerConfig, options, "kl_curve")
     budgets = [check_max_kl(b) for b in budgets]
