@@ -44,7 +44,7 @@ def test_the_split_is_disjoint_and_the_report_has_at_least_ten_questions() -> No
     assert len(REPORT_QUESTIONS) >= 10 and SPLITS == {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
 
 
-def test_default_steer_never_runs_the_model_on_a_report_question() -> None:
+def test_steer_never_runs_the_model_on_a_report_question() -> None:
     if not MiniLM.available():
         pytest.skip("the judged layer choice needs the bundled MiniLM")
     model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
@@ -53,7 +53,7 @@ def test_default_steer_never_runs_the_model_on_a_report_question() -> None:
     hook = model.get_input_embeddings().register_forward_pre_hook(
         lambda m, args: seen.extend(tok.decode(r) for r in args[0].tolist()))
     try:
-        rec = sf.steer(model, token="ocean", tokenizer=tok, max_kl=0.1, report=False)
+        rec = sf.steer(model, token="ocean", tokenizer=tok, max_kl=0.1, report=False, layer_choice="judged")
     finally:
         hook.remove()
     assert rec.calibration["layer_choice"].startswith("judged") and len(rec.calibration["scan"]) >= 2

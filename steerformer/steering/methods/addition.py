@@ -1,9 +1,8 @@
 """``addition``: activation addition written as weights (docs/math.md §5d), the default for a causal
 LM — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers; the one that raises
-the concept's tokens most wins), along the concept's direction at each layer, with the largest gain
-whose teacher-forced KL on probe prompts stays within ``max_kl`` (docs/steering-chat.md); the scan's
-layer is chosen by the judge on selection questions (``layer_choice="judged"``, docs/math.md §5d
-"Selection and report"):
+the concept's tokens most wins; ``layer_choice="judged"``: the judge's score on selection questions,
+docs/math.md §5d "Selection and report"), along the concept's direction at each layer, with the
+largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (docs/steering-chat.md):
 
     b' = b + γ u   (the output writer has a bias and ``positions="all"``: exact)
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
@@ -140,7 +139,7 @@ def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, pla
     if len(scan) == 1:
         return scan[0], "given"
     by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
-    if getattr(cfg, "layer_choice", "judged") == "judged" and phrase is not None:
+    if cfg.layer_choice == "judged" and phrase is not None:
         from ..chat import has_chat_template
         from ..judge import MiniLM, OfflineJudge
         from ..selection import SELECTION_ANSWERS, judged_choice, selection_baseline
