@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -95,6 +96,29 @@ def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | 
     except Exception:
         raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
     return dev
+
+
+def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
+    """Normalize a layer selection (negative indices count from the end) and check the range (numpy
+    integers count: numpy registers them as ``numbers.Integral``)."""
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, Integral):
+        layers = [int(layers)]
+    out = []
+    for k in layers:
+        if not isinstance(k, Integral) or not -n_layers <= k < n_layers:
+            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
+                               f"(the model has {n_layers} layers)")
+        out.append(int(k) % n_layers)
+    if not out:
+        raise bad_argument(name, list(layers), f"at least one layer index in [-{n_layers}, {n_layers - 1}]",
+                           "Leave it out (None) to take every layer.")
+    dup = sorted({k for k in out if out.count(k) > 1})
+    if dup:  # refused, not de-duplicated: a repeated layer is a typo more often than a wish
+        raise bad_argument(name, list(layers), f"each layer once (layer {', '.join(map(str, dup))} is named "
+                           "more than once, counting negative indices from the end)")
+    return out
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,

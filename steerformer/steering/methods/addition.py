@@ -15,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...configs import AdditionConfig
+from ...configs import AdditionConfig, select_layers
 from ...errors import bad_argument
-from ...matrices import select_layers
 from ..activation import addition_edits, output_writer
 from ..calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
                          search_gain)
