@@ -563,6 +563,48 @@ class SteerConfig(AblationConfig, AdditionConfig, PaperConfig):
                 cls.check(self)
 
 
+# The CLI's flag groups of ``steerformer steer`` other than the steering call's own options: declared
+# once here so that ``cli/steer.py`` generates them (``config_options``) instead of spelling them out.
+@dataclasses.dataclass
+class ContrastiveOptions(Config):
+    """Where a contrastive direction's prompts come from (``steer --positive/--negative/--pairs``)."""
+
+    positive: Path | None = option(None, "Contrastive: a text file of positive prompts (one per line).", cli_type=Path)
+    negative: Path | None = option(None, "Contrastive: a text file of negative prompts (one per line).", cli_type=Path)
+    pairs: Path | None = option(None, 'Contrastive: a JSONL file of {"positive": ..., "negative": ...} lines.',
+                                cli_type=Path)
+    contrastive_method: str = option("mean-diff", "Contrastive direction: mean-diff | pca.")
+
+
+#: what ``steer --out`` holds (``--format``)
+OUT_FORMATS = ("checkpoint", "peft")
+
+
+@dataclasses.dataclass
+class OutputOptions(Config):
+    """What ``steer`` writes to ``--out``."""
+
+    out: Path | None = option(None, "Save the steered checkpoint here.", cli_type=Path)
+    format: str = option("checkpoint", "What --out holds: checkpoint (the steered model) | peft (the edits as a LoRA "
+                                       "adapter).", choices=OUT_FORMATS)
+    lora_rank: int | None = option(None, "--format peft: the rank of a truncated adapter for edits that are not "
+                                         "low-rank (--norm-preserving); its error is reported.", cli_type=int)
+    overwrite: bool = option(False, "Replace a non-empty --out folder.")
+
+
+@dataclasses.dataclass
+class HubOptions(Config):
+    """Uploading the saved folder to the Hub (``steer --push-to-hub``); the fields are
+    ``push_to_hub``'s keywords."""
+
+    repo_id: str | None = option(None, "Upload the saved folder to this repo id.", flag="--push-to-hub", cli_type=str)
+    private: bool = option(False, "Create the Hub repo as private.")
+    revision: str | None = option(None, "Push to this branch (created when missing).", flag="--hub-revision",
+                                  cli_type=str)
+    create_pr: bool = option(False, "Open a pull request instead of committing.")
+    timeout: float = option(30.0, "Seconds each Hub request may wait for an answer.", flag="--hub-timeout")
+
+
 def renamed(kwargs: dict[str, Any], renames: dict[str, str], where: str) -> dict[str, Any]:
     """``kwargs`` with deprecated keyword names replaced by the new ones, each with a
     DeprecationWarning (the old names are kept for one release; see CHANGELOG.md, "Renamed")."""
