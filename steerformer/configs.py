@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -95,6 +96,29 @@ def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | 
     except Exception:
         raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
     return dev
+
+
+def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
+    """Normalize a layer selection (negative indices count from the end) and check the range (numpy
+    integers count: numpy registers them as ``numbers.Integral``)."""
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, Integral):
+        layers = [int(layers)]
+    out = []
+    for k in layers:
+        if not isinstance(k, Integral) or not -n_layers <= k < n_layers:
+            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
+                               f"(the model has {n_layers} layers)")
+        out.append(int(k) % n_layers)
+    if not out:
+        raise bad_argument(name, list(layers), f"at least one layer index in [-{n_layers}, {n_layers - 1}]",
+                           "Leave it out (None) to take every layer.")
+    dup = sorted({k for k in out if out.count(k) > 1})
+    if dup:  # refused, not de-duplicated: a repeated layer is a typo more often than a wish
+        raise bad_argument(name, list(layers), f"each layer once (layer {', '.join(map(str, dup))} is named "
+                           "more than once, counting negative indices from the end)")
+    return out
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
@@ -549,6 +573,48 @@ class SteerConfig(AblationConfig, AdditionConfig, PaperConfig):
         for name, cls in METHOD_CONFIGS.items():  # each method's rules, where this call may choose it
             if method in (None, name) and not (method is None and name == "ablation"):
                 cls.check(self)
+
+
+# The CLI's flag groups of ``steerformer steer`` other than the steering call's own options: declared
+# once here so that ``cli/steer.py`` generates them (``config_options``) instead of spelling them out.
+@dataclasses.dataclass
+class ContrastiveOptions(Config):
+    """Where a contrastive direction's prompts come from (``steer --positive/--negative/--pairs``)."""
+
+    positive: Path | None = option(None, "Contrastive: a text file of positive prompts (one per line).", cli_type=Path)
+    negative: Path | None = option(None, "Contrastive: a text file of negative prompts (one per line).", cli_type=Path)
+    pairs: Path | None = option(None, 'Contrastive: a JSONL file of {"positive": ..., "negative": ...} lines.',
+                                cli_type=Path)
+    contrastive_method: str = option("mean-diff", "Contrastive direction: mean-diff | pca.")
+
+
+#: what ``steer --out`` holds (``--format``)
+OUT_FORMATS = ("checkpoint", "peft")
+
+
+@dataclasses.dataclass
+class OutputOptions(Config):
+    """What ``steer`` writes to ``--out``."""
+
+    out: Path | None = option(None, "Save the steered checkpoint here.", cli_type=Path)
+    format: str = option("checkpoint", "What --out holds: checkpoint (the steered model) | peft (the edits as a LoRA "
+                                       "adapter).", choices=OUT_FORMATS)
+    lora_rank: int | None = option(None, "--format peft: the rank of a truncated adapter for edits that are not "
+                                         "low-rank (--norm-preserving); its error is reported.", cli_type=int)
+    overwrite: bool = option(False, "Replace a non-empty --out folder.")
+
+
+@dataclasses.dataclass
+class HubOptions(Config):
+    """Uploading the saved folder to the Hub (``steer --push-to-hub``); the fields are
+    ``push_to_hub``'s keywords."""
+
+    repo_id: str | None = option(None, "Upload the saved folder to this repo id.", flag="--push-to-hub", cli_type=str)
+    private: bool = option(False, "Create the Hub repo as private.")
+    revision: str | None = option(None, "Push to this branch (created when missing).", flag="--hub-revision",
+                                  cli_type=str)
+    create_pr: bool = option(False, "Open a pull request instead of committing.")
+    timeout: float = option(30.0, "Seconds each Hub request may wait for an answer.", flag="--hub-timeout")
 
 
 def renamed(kwargs: dict[str, Any], renames: dict[str, str], where: str) -> dict[str, Any]:

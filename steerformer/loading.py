@@ -23,7 +23,6 @@ from .adapters.base import TensorGetter
 from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
-from .results import parse_json, read_json
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +198,11 @@ def _public_id(name: str) -> str:
     """A model loaded from a bundled model's package files (or from the cached conversion of a
     GGUF) is reported by its Hub id or its file, so messages, records and model cards name the
     model rather than a site-packages or cache path."""
-    from .gguf_source import converted_source
+    converted = None
+    if Path(name).is_dir():  # only a folder can be a converted GGUF: a live model's name needs no GGUF code
+        from .gguf_source import converted_source
 
-    converted = converted_source(name) if Path(name).is_dir() else None
+        converted = converted_source(name)
     if converted is not None:
         return converted["model_id"]
     try:
@@ -333,6 +334,9 @@ def confined_file(path: Path, fname: Any, *, what: str) -> Path:
 def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> dict[str, str]:
     """The ``weight_map`` of shard index ``index``: tensor name -> a file of the index's own kind
     (``.safetensors`` / ``.bin``). ``for_transformers``: the ``metadata`` object transformers reads too."""
+    # the JSON reader is imported where a checkpoint's files are read: a model in memory reads none
+    from .results import read_json
+
     try:
         doc = read_json(path / index)
         weight_map = doc["weight_map"]
@@ -363,6 +367,8 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
     path, ``/dev/zero``, a FIFO) or a file of another kind, or (``headers``: before transformers
     reads the folder) whose safetensors headers, JSON files or index metadata are not what
     transformers can read — before steerformer's reader or transformers opens anything."""
+    from .results import read_json
+
     path = Path(path)
     names: set[str] = set()
     if headers:
@@ -553,6 +559,8 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
     validated as :func:`read_safetensors_header` says — the one parser of safetensors headers."""
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
+
+    from .results import parse_json
 
     with open(file, "rb") as f:
         size = os.fstat(f.fileno()).st_size

@@ -31,10 +31,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from ..configs import check_positions
+from ..configs import check_positions, select_layers
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import open_source
-from ..matrices import select_layers
 from .common import model_object
 from .sources import check_vector
 from .edit import Edit

@@ -47,11 +47,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..adapters.base import Adapter, AttentionWeights, split_output_heads
-from ..attention import attention_probs
-from ..dynamics import normalize, random_tokens, run_dynamics
 from ..errors import bad_argument
 from ..loading import ModelSource
-from ..matrices import read_attention_weights
 from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch
 from .common import non_finite
 
@@ -139,6 +136,8 @@ class DynamicsProbe:
         """Output states of the edited layer for the output-weight change ``delta`` (d, d)."""
         if self.rerun is not None:
             return self.rerun(delta)
+        from ..dynamics import normalize
+
         return normalize(self.y0 + self.z @ delta.to(self.z.device).T)
 
     def alignment(self, delta: torch.Tensor, u: torch.Tensor) -> float:
@@ -147,6 +146,12 @@ class DynamicsProbe:
 
 def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_tokens: int = 10, seed: int = 0) -> DynamicsProbe:
     """Run the §3 dynamics up to ``layer`` once and keep what one more step needs."""
+    # the paper's method only: the dynamics' modules (attention, discrete, tokens) stay unimported
+    # when a causal LM is steered by addition
+    from ..attention import attention_probs
+    from ..dynamics import random_tokens, run_dynamics
+    from ..matrices import read_attention_weights
+
     adapter = source.adapter
     d = adapter.d_model
     seq = adapter.layer_sequence()

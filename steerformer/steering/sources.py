@@ -34,21 +34,22 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 import torch
 
-from ..configs import progress_bar, renamed_parameters
+from ..configs import progress_bar, renamed_parameters, select_layers
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
-from ..matrices import read_attention_weights, select_layers
-from ..results import parse_json
 from . import algebra
 from .common import is_path_like, vector_hash
-from .direction import Direction
 from .measure import encode, model_device, run_hooked
+
+if TYPE_CHECKING:  # imported where a shared direction is read or made (a call from a token never is)
+    from .direction import Direction
 
 METHODS = ("mean-diff", "pca")
 TOKENS = ("auto", "last", "mean")
@@ -140,7 +141,8 @@ def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction,
     """(Direction, where it came from) when ``value`` names a shared direction: a
     :class:`Direction`, a folder written by ``Direction.save``, a llama.cpp control-vector
     ``.gguf``, or a Hub repo id ('namespace/name'); None for arrays and ``.npy`` files."""
-    if isinstance(value, Direction):
+    loaded = sys.modules.get(f"{__package__}.direction")  # no Direction object exists before its module is imported
+    if loaded is not None and isinstance(value, loaded.Direction):
         return value, "object"
     if not is_path_like(value):
         return None
@@ -148,6 +150,8 @@ def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction,
     p = Path(text).expanduser()
     if p.suffix.lower() == ".npy":
         return None
+    from .direction import Direction
+
     if p.suffix.lower() == ".gguf":
         if not p.is_file():
             raise bad_argument(name, text, "an existing control-vector .gguf file")
@@ -256,6 +260,8 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         u, info = token_direction(model, tokenizer, token, d)
         return u, DirectionSource("token", info)
     if eigvec is not None:
+        from ..matrices import read_attention_weights  # an eigenvector of F needs the layer's weights; u of a word does not
+
         w = read_attention_weights(source, [layer], parts=("vo",), device="cpu")[layer]
         algebra.check_value_map(w.value_matrix(), layer, source.model_id)  # a zero F has no eigenvector to give
         u, info = eigvec_direction(None, eigvec, factors=w.layer_factors())  # numbered as analyze reports
@@ -356,6 +362,8 @@ class ContrastiveDirection:
     def to_direction(self) -> Direction:
         """This direction as a shareable :class:`Direction` at its layer (the unit vector; method,
         prompt hashes, token reduction and counts as metadata)."""
+        from .direction import Direction
+
         meta = {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in ("vector", "method", "layer", "positive_sha256", "negative_sha256", "model_id",
                              "model_commit")}
@@ -375,6 +383,8 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
     p = Path(path)
     if not p.is_file():
         raise bad_argument("pairs", str(path), 'a JSONL file of {"positive": "...", "negative": "..."} lines')
+    from ..results import parse_json  # a pairs file only
+
     pos, neg = [], []
     for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -524,6 +534,8 @@ def contrastive_directions(model: Any, positive: Any = None, negative: Any = Non
     """:func:`contrastive_direction` at each of ``layers``, as one shareable :class:`Direction`
     (a unit vector per layer; the prompts' sha256, the reduction, and each layer's raw norm and
     explained share as metadata)."""
+    from .direction import Direction
+
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model = load_model(model)
     n_layers = open_source(model).adapter.n_layers

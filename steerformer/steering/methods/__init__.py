@@ -64,6 +64,7 @@ The contract of a method (a new method is exactly one new file here plus its reg
 from .registry import (
     Method, call_options, choose_method, get_method, method_config, method_names, register_method,
 )
-from . import ablation, addition, paper  # noqa: E402,F401  (registers the built-in methods)
+# the built-in methods (paper, addition, ablation) register on first use of their name
+# (registry.BUILT_IN), so that a call imports the one method it runs
 
 __all__ = ["Method", "call_options", "choose_method", "get_method", "method_config", "method_names", "register_method"]

@@ -20,9 +20,8 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
-from ...configs import AdditionConfig, SteerConfig, check_max_kl, with_options
+from ...configs import AdditionConfig, SteerConfig, check_max_kl, select_layers, with_options
 from ...errors import bad_argument
-from ...matrices import select_layers
 from ..activation import addition_edits, output_writer
 from ..calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
                          search_gain)

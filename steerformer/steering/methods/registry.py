@@ -5,6 +5,7 @@ docstring, ``steering/methods/__init__.py``)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, ClassVar
 
 from ...configs import METHOD_CONFIGS, Config, SteerConfig, with_options
@@ -34,6 +35,16 @@ class Method:
 
 _METHODS: dict[str, type] = {}
 
+#: the built-in methods: name -> the module that registers it, imported on first use of the name
+#: (steering a causal LM imports ``addition`` only)
+BUILT_IN: dict[str, str] = {"paper": ".paper", "addition": ".addition", "ablation": ".ablation"}
+
+
+def _load_built_in(name: str) -> None:
+    """Import the built-in method ``name`` (its module registers it) unless it is registered."""
+    if name in BUILT_IN and name not in _METHODS:
+        importlib.import_module(BUILT_IN[name], __package__)
+
 
 def register_method(name: str, cls: type | None = None, *, replace: bool = False) -> Any:
     """Register the :class:`Method` subclass ``cls`` under ``name`` (``sf.steer(model, method=name)``,
@@ -49,6 +60,7 @@ def register_method(name: str, cls: type | None = None, *, replace: bool = False
     if not (isinstance(cls.config, type) and issubclass(cls.config, Config) and dataclasses.is_dataclass(cls.config)):
         raise bad_argument("cls", cls.__name__, "a Method whose config is a dataclass subclassing "
                            "steerformer.configs.Config", "Declare its options with configs.option(...).")
+    _load_built_in(name)  # a built-in name is taken before its module is imported (its own import: a no-op)
     if _METHODS.get(name, cls) is not cls and not replace:
         raise bad_argument("name", name, f"a name not taken (it is {_METHODS[name].__name__}'s)",
                            "Pick another name, or pass replace=True.")
@@ -59,11 +71,13 @@ def register_method(name: str, cls: type | None = None, *, replace: bool = False
 
 def method_names() -> list[str]:
     """The registered method names, sorted."""
-    return sorted(_METHODS)
+    return sorted({*_METHODS, *BUILT_IN})
 
 
 def get_method(name: str) -> Method:
     """The registered method ``name`` (an instance of its class)."""
+    if isinstance(name, str):
+        _load_built_in(name)
     if name not in _METHODS:
         raise bad_argument("method", name, f"one of {', '.join(method_names())}",
                            "A method from outside steerformer registers with register_method(name, cls) first.")
@@ -90,7 +104,8 @@ def call_options(config: Any, method: str | None, options: dict, where: str) -> 
     given = set(options)
     base = config
     if config is not None and not isinstance(config, SteerConfig):
-        name = next((n for n, c in _METHODS.items() if type(config) is c.config), None)
+        name = next((n for n, c in METHOD_CONFIGS.items() if type(config) is c), None) \
+            or next((n for n, c in _METHODS.items() if type(config) is c.config), None)
         if name is None:
             raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered method",
                                f"Registered: {', '.join(method_names())}.")
