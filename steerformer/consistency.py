@@ -229,8 +229,14 @@ def load_pretrained(cls: Any, path: Path, **kw: Any) -> Any:
     """``cls.from_pretrained(path, **kw)``, strict (see the module doc): a tensor transformers would
     fill at random, or a checkpoint tensor of the base model that finds no place, is one
     CheckpointError (:class:`MissingHeadError` when only a head class's head is missing)."""
+    if kw.pop("trust_remote_code", False):
+        from .errors import bad_argument
+
+        raise bad_argument("trust_remote_code", True, "False: steerformer never runs a checkpoint's own code",
+                           "Drop trust_remote_code.")
     with _without_load_report():
-        net, info = cls.from_pretrained(str(path), output_loading_info=True, ignore_mismatched_sizes=True, **kw)
+        net, info = cls.from_pretrained(str(path), output_loading_info=True, ignore_mismatched_sizes=True,
+                                        trust_remote_code=False, **kw)  # never the checkpoint's own code
     judge_loading(net, info, path)
     return net
 

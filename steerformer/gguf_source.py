@@ -380,8 +380,8 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:  # transformers' own failures on a file it cannot convert
         raise CheckpointError(f"{path}: transformers' GGUF loader failed ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None

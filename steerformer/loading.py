@@ -389,15 +389,33 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
 def load_config(path: Path):
     from transformers import AutoConfig
 
-    read_config_json(path)  # depth and dtype first: transformers would raise RecursionError / AttributeError
+    raw = read_config_json(path)  # depth and dtype first: transformers would raise RecursionError / AttributeError
+    check_model_type(raw, path)  # before transformers can offer to run the checkpoint's own code
     try:
-        return AutoConfig.from_pretrained(str(path))
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
         from .adapters import ADAPTERS
 
         why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
         raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
+
+
+def check_model_type(raw: dict, path: Path) -> None:
+    """A config.json whose ``model_type`` steerformer has no adapter for is refused here, in one line:
+    transformers would otherwise import the checkpoint's own code through its ``auto_map`` — after
+    asking "Do you wish to run the custom code? [y/N]", which a piped ``y`` answers. An ``auto_map``
+    beside a supported ``model_type`` is ignored (every load passes ``trust_remote_code=False``)."""
+    from .adapters import ADAPTERS
+    from .errors import UnsupportedModelError
+
+    model_type = raw.get("model_type")
+    if isinstance(model_type, str) and model_type in ADAPTERS:
+        return
+    code = " It names its own code (auto_map), which steerformer never runs." if "auto_map" in raw else ""
+    raise UnsupportedModelError(
+        f"{Path(path) / 'config.json'}: model_type={model_type!r} is not supported by steerformer; supported model "
+        f"types: {', '.join(sorted(ADAPTERS))}.{code} Use a checkpoint of a supported family.")
 
 
 def check_config_against_weights(path: Path, config: Any, adapter: Adapter) -> None:
@@ -439,7 +457,7 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)  # never the checkpoint's code
     except Exception as exc:  # unreadable tokenizer files: carry on without, as for none
         log.info("no usable tokenizer in %s (%s)", path, exc)
         return None
