@@ -307,6 +307,11 @@ def _allowed_roots(path: Path) -> list[Path]:
     return roots
 
 
+def checkpoint_roots(path: Path) -> list[Path]:
+    """Where any file of checkpoint folder ``path`` may live after symlinks (see ``_allowed_roots``)."""
+    return _allowed_roots(Path(path))
+
+
 def confined_file(path: Path, fname: Any, *, what: str) -> Path:
     """``path / fname`` resolved (after symlinks), checked to be a regular file inside the
     checkpoint (or its cache snapshot's blobs) — before anything opens it."""
@@ -433,6 +438,23 @@ def check_config_against_weights(path: Path, config: Any, adapter: Adapter) -> N
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
+#: Every file of a checkpoint folder transformers' tokenizers may read (and ``save_pretrained`` copy out).
+TOKENIZER_SIDE_FILES = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt",
+                        "tokenizer.model", "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json")
+
+
+def check_tokenizer_files(path: Path) -> None:
+    """The tokenizer files of checkpoint folder ``path`` are regular files of bounded size inside it (or
+    its cache snapshot's blobs): a link to a file outside would be read into the tokenizer and saved
+    with every steered copy; a FIFO or ``/dev/zero`` would hang. One CheckpointError otherwise."""
+    from .files import checked_side_file
+
+    for name in TOKENIZER_SIDE_FILES:
+        f = Path(path) / name
+        if f.is_symlink() or f.exists():
+            checked_side_file(Path(path), f, _allowed_roots(Path(path)))
+
+
 @renamed_parameters(model_or_path="model")
 def load_tokenizer(model: Any, tokenizer: Any = None):
     """``tokenizer`` when given; else the tokenizer stored with the checkpoint of ``model``
@@ -454,6 +476,7 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
         return None
     if not any((path / f).is_file() for f in TOKENIZER_FILES):
         return None
+    check_tokenizer_files(path)
     try:
         from transformers import AutoTokenizer
 

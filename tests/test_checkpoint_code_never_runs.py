@@ -5,26 +5,13 @@ refused in one line before transformers can ask, and every load passes ``trust_r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.cli_process import run_cli
 from tests.models import make_model
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(args: list, *, stdin: str = "", timeout: float = 300, cwd: Path | None = None,
-            env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI of this checkout in a fresh Python, fed ``stdin``; a hang fails the test (``timeout``)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
-    return subprocess.run([sys.executable, "-c", "from steerformer_cli.main import app; app()", *map(str, args)],
-                          input=stdin, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def _evil_checkpoint(root: Path, model_type: str) -> tuple[Path, Path]:
