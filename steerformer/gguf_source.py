@@ -165,7 +165,6 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
             cur.buf.release()
     if error is not None:
         raise error
-    check_gguf_metadata(header)
     return header
 
 
@@ -260,8 +259,8 @@ def check_gguf_metadata(header: GGUFHeader) -> None:
     if n is None and f"{arch}.block_count" not in md and blocks:
         raise _bad_metadata(header, f"{arch}.block_count", None, f"the number of blocks its tensors hold ({len(blocks)})")
     if n is not None and blocks != set(range(n)):
-        held = f"blocks 0-{max(blocks)}" if blocks == set(range(max(blocks) + 1)) else \
-            (f"{len(blocks)} blocks numbered {sorted(blocks)[:6]}" if blocks else "no blocks")
+        held = "no blocks" if not blocks else f"blocks 0-{max(blocks)}" if blocks == set(range(max(blocks) + 1)) \
+            else f"{len(blocks)} blocks numbered {sorted(blocks)[:6]}"
         raise CheckpointError(f"{header.path}: GGUF metadata {arch}.block_count={n} but its tensors hold {held}; "
                               "the model would be built with blocks filled at random or left out. The file is corrupt "
                               "or was edited; convert the model again.")
@@ -334,6 +333,7 @@ def gguf_config(header: GGUFHeader) -> Any:
         raise UnsupportedModelError(
             f"{header.path}: a GGUF of architecture {arch!r}, which transformers' GGUF loader does not read "
             f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}). Use a checkpoint folder instead.")
+    check_gguf_metadata(header)  # before any count is used (the name map, the config, transformers)
     config: dict[str, Any] = {"tie_word_embeddings": "output.weight" not in header.tensors or arch in ("falcon", "bloom")}
     for key, value in GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(arch) or {}).items():
         config.setdefault(key, value)

@@ -25,6 +25,7 @@ error naming the output and what was left (:func:`write_failed`): nothing, for t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -33,7 +34,7 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .errors import InvalidArgumentError, bad_argument
 
@@ -227,6 +228,53 @@ def _sibling(target: Path, tag: str) -> Path:
     return target.parent / f".{target.name}{tag}{os.getpid()}-{secrets.token_hex(4)}"
 
 
+_LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[None]:
+    """One writer at a time per output: an exclusive ``flock`` on a hidden sibling ``.NAME.lock``,
+    held from the last check of the rules to the final rename, then removed. A second writer
+    without ``wait`` (no ``overwrite``) is refused in one line; with ``wait`` it writes after the
+    first has finished, so the last complete output wins and nothing is mixed. The kernel releases
+    the lock of a killed writer; a lock file it leaves behind is reused. (No ``fcntl``: no lock.)"""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = target.parent / f".{target.name}{_LOCK}"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+                         0o666 & ~current_umask())
+        except OSError as exc:
+            raise bad_argument(name, shown, f"a place that can be written ({exc.strerror or exc})",
+                               "Pick a folder you have write permission for.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            raise bad_argument(name, shown, "an output no other command is writing (another steerformer command is "
+                               "writing it right now)", "Wait for it to finish, pick another name, or pass "
+                               "overwrite=True (CLI: --overwrite) to replace its output once it is done.") from None
+        try:  # the previous holder may have removed the file between our open and our lock: lock the new one
+            same = os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(lock)  # while still held: a writer waiting on this file re-opens the path
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object], *, overwrite: bool = False,
                      kind: OutputKind = STEERED, inputs: Iterable[str | os.PathLike | None] = (),
                      name: str = "directory") -> Path:
@@ -237,6 +285,18 @@ def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object
     check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)  # also cleans up (clean_stale)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise bad_argument(name, str(directory), f"a folder that can be written ({exc.strerror or exc})",
+                           "Pick a folder you have write permission for.") from None
+    with writer_lock(target, name, str(directory), wait=overwrite):
+        # the rules again, under the lock: another writer may have finished since the check above
+        check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
+        return _write_folder(target, directory, fill, kind, name)
+
+
+def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Path], object], kind: OutputKind,
+                  name: str) -> Path:
+    try:
         tmp = _sibling(target, _TMP)
         tmp.mkdir()  # mkdir, not mkdtemp: the user's umask, not 0700
     except OSError as exc:
@@ -385,12 +445,15 @@ def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], 
     """:func:`check_output_file` (again, just before writing), then ``write(tmp)`` through
     :func:`write_file_atomically`; a failed write is one line and leaves ``path`` as it was."""
     target = check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
-    try:
-        return write_file_atomically(target, write)
-    except Exception as exc:
-        if is_write_failure(exc, target.parent):
-            raise write_failed(name, path, exc, "Nothing was written.") from None
-        raise
+    with writer_lock(target, name, str(path), wait=overwrite):
+        # the rules again, under the lock: another writer may have finished since the check above
+        check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
+        try:
+            return write_file_atomically(target, write)
+        except Exception as exc:
+            if is_write_failure(exc, target.parent):
+                raise write_failed(name, path, exc, "Nothing was written.") from None
+            raise
 
 
 #: A write that fails with less room than this left on its filesystem failed for want of room,
@@ -439,6 +502,6 @@ def safe_folder_name(name: str, default: str = "model") -> str:
 
 
 __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE", "COLLAPSE", "check_output_folder",
-           "write_atomically", "write_file_atomically", "clean_stale", "is_own_output", "safe_folder_name",
+           "write_atomically", "write_file_atomically", "writer_lock", "clean_stale", "is_own_output", "safe_folder_name",
            "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
            "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed"]
