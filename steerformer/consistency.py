@@ -46,6 +46,14 @@ UNUSED_BASE_MODULES = ("pooler",)
 CONFIG_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double", "auto")
 
 
+#: Config fields counting layers or heads, and their bound: checked on the raw config.json before
+#: transformers parses it (its configs build per-layer lists: ``n_layer: 10**12`` would fill memory).
+COUNT_FIELDS = ("n_layer", "num_hidden_layers", "num_layers", "n_layers", "num_decoder_layers", "n_head",
+                "num_attention_heads", "num_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads",
+                "multi_query_group_num", "num_hidden_groups", "inner_group_num")
+MAX_CONFIG_COUNT = 100_000
+
+
 class MissingHeadError(CheckpointError):
     """The checkpoint lacks the head weights of the class asked for (a base model saved without its LM
     head, loaded as a causal LM): only the head is missing, the base model itself is complete.
@@ -64,6 +72,10 @@ def read_config_json(path: Path) -> dict:
     raw = read_json(f)
     if not isinstance(raw, dict):
         raise FileFormatError(f"{f}: a JSON {type(raw).__name__}, not an object; not a transformers config.")
+    for key, v in raw.items():  # before transformers builds anything from them (layer_types lists...)
+        if key in COUNT_FIELDS and type(v) is int and not 0 <= v <= MAX_CONFIG_COUNT:
+            raise FileFormatError(f"{f}: {key}={v!r} is invalid: expected at most {MAX_CONFIG_COUNT} (no model has "
+                                  "more layers or heads); the config is corrupt. Fix config.json.")
     for key in ("dtype", "torch_dtype"):
         v = raw.get(key)
         if v is not None and (not isinstance(v, str) or v.removeprefix("torch.") not in CONFIG_DTYPES):

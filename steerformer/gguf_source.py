@@ -147,8 +147,10 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
     """Metadata and tensor table of a GGUF v2/v3 file, every offset checked against the file size."""
     import gguf
 
+    from .files import open_regular
+
     p = Path(path)
-    with open(p, "rb") as f:
+    with open_regular(p) as f:  # a FIFO or a device: one error, never a hang
         size = os.fstat(f.fileno()).st_size
         if size < 24:
             raise CheckpointError(f"{p} is not a GGUF file: {size} bytes, shorter than the GGUF header.")

@@ -635,7 +635,9 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
 
-    with open(file, "rb") as f:
+    from .files import open_regular
+
+    with open_regular(file) as f:  # a FIFO or a device: one error, never a hang
         size = os.fstat(f.fileno()).st_size
         raw = f.read(8)
         if len(raw) < 8:

@@ -25,6 +25,13 @@ def open_gguf(path: str | os.PathLike, name: str = "path", what: str = "a GGUF f
     p = Path(path).expanduser()
     if not p.is_file():
         raise bad_argument(name, str(path), f"an existing file ({what})", "Check the path.")
+    from ..errors import FileFormatError
+    from ..files import check_regular
+
+    try:
+        check_regular(p)  # a FIFO or a link to /dev/zero: refused before the reader maps it
+    except FileFormatError as exc:
+        raise bad_argument(name, str(path), f"{what}, a regular file ({exc})", "Pass a .gguf file.") from None
     try:
         return GGUFReader(p)
     except Exception as exc:  # the reader raises ValueError / struct errors on anything but GGUF

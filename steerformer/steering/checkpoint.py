@@ -449,7 +449,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
         if tok is not None:
             tok.save_pretrained(str(tmp))
 
-    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory])
+    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory], name="out")
 
 
 # ---- steer a checkpoint on disk ------------------------------------------------------------------
@@ -586,5 +586,5 @@ def steer_checkpoint(
             rewrite_shard(src / f, tmp / f, {full_key: new_bytes} if f == shard else {}, meta)
         write_chain(tmp, payload, {name: original})
 
-    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src])  # never into the input
+    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src], name="out")  # never into the input
     return record

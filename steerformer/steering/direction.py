@@ -107,6 +107,11 @@ class Direction:
         holds one (it answers for every layer); a layer it lacks is refused."""
         if layer in self.vectors:
             return self.vectors[layer]
+        if self.method == "control vector":  # direction.N belongs to block N: never applied at another layer
+            raise bad_argument(name, f"a control vector of layers {_span(self.layers)}",
+                               f"a control vector holding direction.{layer} for layer {layer} (it holds "
+                               f"{', '.join(f'direction.{n}' for n in self.layers[:8])} only)",
+                               "Steer the layers it holds, or use a control vector made for this layer.")
         if len(self.vectors) == 1:
             return next(iter(self.vectors.values()))
         raise bad_argument(name, f"a direction of layers {_span(self.layers)}",
