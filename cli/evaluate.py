@@ -47,6 +47,7 @@ def evaluate_cmd(
     from steerformer.steering import (
         HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
     )
+    from steerformer.steering.evaluate import check_generates
 
     with user_errors():
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])
@@ -57,6 +58,7 @@ def evaluate_cmd(
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
         m = load_for_steering(model)
+        check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
         select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
         tok = load_tokenizer(m)
         if tok is None:

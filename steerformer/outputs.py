@@ -413,16 +413,31 @@ class OutputFile:
     is_ours: Callable[[Path], bool]
 
 
-#: A record steerformer writes starts ``{"format": "steerformer.…`` (json_text keeps the key order).
-_OWN_JSON = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"steerformer\.')
+#: No record steerformer writes is larger: a bigger file is not ours, and is never read whole.
+_MAX_OWN_JSON = 64 << 20
 
 
 def _is_steerformer_json(path: Path) -> bool:
-    """Read from its first bytes only (a FIFO, a device or a huge file is not ours, and never hangs)."""
-    from .files import read_prefix
+    """Read through a bounded prefix only (a FIFO, a device or a huge file is not ours, and never
+    hangs or fills memory): a JSON object whose ``format`` is a steerformer format."""
+    from .errors import FileFormatError
+    from .files import open_regular
+    from .results import parse_json
 
-    head = read_prefix(path, 4096)
-    return head is not None and _OWN_JSON.match(head) is not None
+    try:
+        with open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > _MAX_OWN_JSON:  # too big to be ours: not read at all
+                return False
+            head = f.read(_MAX_OWN_JSON + 1)
+    except (OSError, FileFormatError):
+        return False
+    if len(head) > _MAX_OWN_JSON or b'"steerformer.' not in head:
+        return False
+    try:
+        doc = parse_json(head, path)
+    except FileFormatError:
+        return False
+    return isinstance(doc, dict) and str(doc.get("format", "")).startswith("steerformer.")
 
 
 def _is_marked_figure(path: Path) -> bool:

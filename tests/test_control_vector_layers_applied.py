@@ -64,3 +64,16 @@ def test_more_ablation_directions_than_dimensions_is_refused(gpt2, tmp_path) -> 
     res = _steer("steer", gpt2, "--direction", tmp_path / "many.npy", "--mode", "ablate", "--out", tmp_path / "o")
     _one_line(res, "--direction", "at most 64 directions")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_direction_is_never_saved_inside_the_checkpoint_it_was_made_from(gpt2, tmp_path) -> None:
+    import torch
+
+    from steerformer.errors import InvalidArgumentError
+    from steerformer.steering import Direction
+
+    d = Direction({1: torch.ones(1, 64, dtype=torch.float64)}, model_id=str(gpt2), method="test")
+    with pytest.raises(InvalidArgumentError, match="input checkpoint"):
+        d.save(gpt2 / "dir")
+    assert not (gpt2 / "dir").exists()
+    d.save(tmp_path / "dir")  # anywhere else is fine

@@ -103,7 +103,7 @@ def test_the_own_output_checks_read_a_bounded_prefix(tmp_path) -> None:
     tracemalloc.stop()
     assert peak < 16 << 20, peak
     own = tmp_path / "own.json"
-    own.write_text(json.dumps({"format": "steerformer.steering-record", "x": 1}, indent=2))
+    own.write_text(json.dumps({"x": 1, "format": "steerformer.steering-record"}, indent=2))
     assert RECORD.is_ours(own)
     os.mkfifo(tmp_path / "p.json")
     assert not RECORD.is_ours(tmp_path / "p.json") and not FIGURE.is_ours(tmp_path / "p.json")

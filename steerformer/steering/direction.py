@@ -176,7 +176,8 @@ class Direction:
             if card:
                 (tmp / "README.md").write_text(self.card(repo_id or Path(directory).name))
 
-        return write_atomically(directory, fill, overwrite=overwrite, kind=DIRECTION)
+        # never into (or around) the checkpoint it was made from: a local folder the model id names
+        return write_atomically(directory, fill, overwrite=overwrite, kind=DIRECTION, inputs=[self.model_id])
 
     def card(self, repo_id: str = "THIS_REPO") -> str:
         """The README.md of the folder (Hub model card with YAML metadata)."""
