@@ -45,9 +45,9 @@ def evaluate_cmd(
     from steerformer.matrices import select_layers
     from steerformer.outputs import EVALUATE, write_atomically
     from steerformer.steering import (
-        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
+        HELDOUT_QUESTIONS, activation_steering, addition_vectors, check_generates, evaluate_steering,
+        load_for_steering, steered,
     )
-    from steerformer.steering.evaluate import check_generates
 
     with user_errors():
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])

@@ -37,13 +37,13 @@ from .ablation import ablate
 from .direction import Direction
 from .steer import steer, steered
 from .activation import activation_steering, addition_as_weights, edits_applied
-from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, check_generates, evaluate_record, evaluate_steering
 from .calibrate import addition_vectors
 from .verify import verify_checkpoint
 
 __all__ = [
     "Baseline", "ContrastiveDirection", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
-    "edits_applied", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
+    "edits_applied", "check_generates", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint",
