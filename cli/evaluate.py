@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from steerformer.errors import bad_argument
 from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 def _floats(spec: str, name: str) -> list[float]:

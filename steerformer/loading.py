@@ -18,12 +18,12 @@ from typing import Any, Iterator
 
 import torch
 
-from .adapters import Adapter, get_adapter
+from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .configs import renamed_parameters
+from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
-from .results import parse_json
+from .results import parse_json, read_json
 
 log = logging.getLogger(__name__)
 
@@ -338,8 +338,6 @@ def confined_file(path: Path, fname: Any, *, what: str) -> Path:
 def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> dict[str, str]:
     """The ``weight_map`` of shard index ``index``: tensor name -> a file of the index's own kind
     (``.safetensors`` / ``.bin``). ``for_transformers``: the ``metadata`` object transformers reads too."""
-    from .results import read_json
-
     try:
         doc = read_json(path / index)
         weight_map = doc["weight_map"]
@@ -373,8 +371,6 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
     path = Path(path)
     names: set[str] = set()
     if headers:
-        from .results import read_json
-
         for fname in _TRANSFORMERS_JSON:
             if (path / fname).is_file():
                 read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
@@ -399,8 +395,6 @@ def load_config(path: Path):
     try:
         return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
-        from .adapters import ADAPTERS
-
         why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
         raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
@@ -535,40 +529,6 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
                 "steerformer will not unpickle it. Use a checkpoint with *.safetensors weights from a source you "
                 "trust.") from None
         raise
-
-
-def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
-    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
-    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
-    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
-    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``)."""
-    if device is None:
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
-    if kinds is not None and dev.type not in kinds:
-        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
-                               "Use --device cpu.")
-        if dev.index is not None and dev.index >= n:
-            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
-        return dev
-    if dev.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
-        return dev
-    try:
-        torch.empty(0, device=dev)
-    except Exception:
-        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
-    return dev
 
 
 def _dtype_kwarg() -> str:

@@ -36,7 +36,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .errors import InvalidArgumentError, bad_argument
+from .errors import FileFormatError, InvalidArgumentError, bad_argument
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,6 @@ _MAX_OWN_JSON = 64 << 20
 def _is_steerformer_json(path: Path) -> bool:
     """Read through a bounded prefix only (a FIFO, a device or a huge file is not ours, and never
     hangs or fills memory): a JSON object whose ``format`` is a steerformer format."""
-    from .errors import FileFormatError
     from .files import open_regular
     from .results import parse_json
 
