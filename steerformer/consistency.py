@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .errors import CheckpointError, FileFormatError
+from .errors import CheckpointError, FileFormatError, bad_argument
 
 #: Adapter fact -> the standard transformers config field. ``config.attribute_map`` maps a family's
 #: own spelling onto it (GPT-2's ``n_embd`` is ``hidden_size``); messages use the spelling in config.json.
@@ -242,8 +242,6 @@ def load_pretrained(cls: Any, path: Path, **kw: Any) -> Any:
     fill at random, or a checkpoint tensor of the base model that finds no place, is one
     CheckpointError (:class:`MissingHeadError` when only a head class's head is missing)."""
     if kw.pop("trust_remote_code", False):
-        from .errors import bad_argument
-
         raise bad_argument("trust_remote_code", True, "False: steerformer never runs a checkpoint's own code",
                            "Drop trust_remote_code.")
     with _without_load_report():

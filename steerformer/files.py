@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import FileFormatError
+from .errors import CheckpointError, FileFormatError
 
 #: The largest JSON/text file steerformer reads whole (configs, records, run.json, prompts...).
 MAX_TEXT_BYTES = 256 << 20
@@ -94,12 +94,19 @@ def read_prefix(path: str | os.PathLike, n: int = PREFIX_BYTES) -> bytes | None:
         return None
 
 
+def cache_root() -> Path:
+    """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
+    ~/.cache/steerformer."""
+    env = os.environ.get("STEERFORMER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steerformer"
+
+
 # ---- copying a checkpoint's side files -------------------------------------------------------------
 def checked_side_file(root: Path, file: Path, allowed: Iterable[Path], *, max_bytes: int = MAX_SIDE_FILE_BYTES) -> Path:
     """``file`` (under checkpoint folder ``root``) resolved after symlinks; a CheckpointError unless it is
     a regular file of at most ``max_bytes`` inside one of the ``allowed`` folders."""
-    from .errors import CheckpointError
-
     try:
         resolved = Path(file).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -125,8 +132,6 @@ def side_files(root: Path, folder: Path, allowed: Iterable[Path], *,
     """(relative path, checked source file) for every file under ``folder`` (inside checkpoint ``root``),
     walked without following links to folders; every entry is checked by :func:`checked_side_file`
     unless ``skip(relative path)``. A link to a folder is refused like a link to a file outside."""
-    from .errors import CheckpointError
-
     allowed = list(allowed)
     out = []
     start = Path(folder)
@@ -160,4 +165,4 @@ def copy_side_file(src: Path, dst: Path) -> None:
 
 
 __all__ = ["MAX_TEXT_BYTES", "MAX_SIDE_FILE_BYTES", "PREFIX_BYTES", "check_regular", "open_regular", "read_regular",
-           "read_prefix", "checked_side_file", "side_files", "copy_side_file"]
+           "read_prefix", "cache_root", "checked_side_file", "side_files", "copy_side_file"]

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import CheckpointError, UnsupportedModelError, bad_argument
+from .errors import CheckpointError, SteerformerError, UnsupportedModelError, bad_argument
+from .files import cache_root, open_regular, read_regular
 
 GGUF_MAGIC = b"GGUF"
 #: GGUF metadata value types → struct format (8 = string, 9 = array).
@@ -146,8 +147,6 @@ class _Cursor:
 def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
     """Metadata and tensor table of a GGUF v2/v3 file, every offset checked against the file size."""
     import gguf
-
-    from .files import open_regular
 
     p = Path(path)
     with open_regular(p) as f:  # a FIFO or a device: one error, never a hang
@@ -457,15 +456,6 @@ class GGUFTensors:
 
 
 # ---- the cached conversion of a full load ------------------------------------------------------
-def cache_root() -> Path:
-    """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
-    ~/.cache/steerformer."""
-    env = os.environ.get("STEERFORMER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steerformer"
-
-
 def file_sha256(path: Path) -> str:
     """SHA-256 of the file, remembered in the cache per (path, size, mtime, inode)."""
     st = path.stat()
@@ -502,8 +492,6 @@ def _read_hash_index(index: Path) -> dict:
     folders, so only 64-hex-digit digests are ever used (never ``../x``)."""
     import logging
 
-    from .errors import SteerformerError
-    from .files import read_regular
     from .results import parse_json
 
     if not (index.exists() or index.is_symlink()):

@@ -22,7 +22,9 @@ from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
 from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
-from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
+from .errors import (
+    CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument,
+)
 from .results import parse_json, read_json
 
 log = logging.getLogger(__name__)
@@ -405,9 +407,6 @@ def check_model_type(raw: dict, path: Path) -> None:
     transformers would otherwise import the checkpoint's own code through its ``auto_map`` — after
     asking "Do you wish to run the custom code? [y/N]", which a piped ``y`` answers. An ``auto_map``
     beside a supported ``model_type`` is ignored (every load passes ``trust_remote_code=False``)."""
-    from .adapters import ADAPTERS
-    from .errors import UnsupportedModelError
-
     model_type = raw.get("model_type")
     if isinstance(model_type, str) and model_type in ADAPTERS:
         return

@@ -275,7 +275,7 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
         return
     import hashlib
 
-    from .gguf_source import cache_root
+    from .files import cache_root
 
     locks = cache_root() / "locks"
     try:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import bad_argument
+from ..errors import FileFormatError, bad_argument
 from ..outputs import OutputFile, check_output_file
 
 WRITTEN_BY = "steerformer.written_by"
@@ -25,7 +25,6 @@ def open_gguf(path: str | os.PathLike, name: str = "path", what: str = "a GGUF f
     p = Path(path).expanduser()
     if not p.is_file():
         raise bad_argument(name, str(path), f"an existing file ({what})", "Check the path.")
-    from ..errors import FileFormatError
     from ..files import check_regular
 
     try:
