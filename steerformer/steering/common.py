@@ -22,6 +22,7 @@ import torch
 
 from ..configs import progress_bar
 from ..errors import CheckpointError, SteerformerError, bad_argument
+from ..files import open_regular
 from ..loading import load_model, read_safetensors_file_header
 
 #: the provenance folder inside a steered checkpoint or adapter folder
@@ -154,7 +155,7 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     path = Path(path)
     header, start = safetensors_header(path)
     out = {}
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for key, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
                                 key=lambda kv: kv[1]["data_offsets"][0]):
             b, e = info["data_offsets"]
@@ -186,7 +187,7 @@ def file_hashes(directory: Path) -> dict[str, str]:
         rel = p.relative_to(directory).as_posix()
         if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
             h = hashlib.sha256()
-            with open(p, "rb") as f:
+            with open_regular(p) as f:  # a FIFO swapped in after is_file: one error, never a hang
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             out[rel] = h.hexdigest()
