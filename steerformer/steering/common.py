@@ -22,7 +22,6 @@ import torch
 
 from ..configs import progress_bar
 from ..errors import CheckpointError, SteerformerError, bad_argument
-from ..files import open_regular
 from ..loading import load_model, read_safetensors_file_header
 
 #: the provenance folder inside a steered checkpoint or adapter folder
@@ -155,6 +154,8 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     path = Path(path)
     header, start = safetensors_header(path)
     out = {}
+    from ..files import open_regular  # here, not at the top: the steer path reads no file
+
     with open_regular(path) as f:
         for key, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
                                 key=lambda kv: kv[1]["data_offsets"][0]):
@@ -182,6 +183,8 @@ def file_hashes(directory: Path) -> dict[str, str]:
     """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
     safetensors files (their tensors are hashed one by one, their header holds the record) and
     steerformer's own folder are left out."""
+    from ..files import open_regular  # here, not at the top: the steer path reads no file
+
     out = {}
     for p in sorted(directory.rglob("*")):
         rel = p.relative_to(directory).as_posix()
