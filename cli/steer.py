@@ -10,7 +10,9 @@ from typing import Optional
 import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer.errors import bad_argument
-from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
+from steerformer_cli._common import (
+    MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, name_flags, parse_layers, user_errors,
+)
 from steerformer_cli.main import app
 
 
@@ -28,7 +30,7 @@ class OutFormat(str, Enum):
 @app.command("steer")
 @config_options(SteerConfig)
 def steer_cmd(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub id, or 'minilm' (the bundled MiniLM)."),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries (or k "
                                              "vectors (k, d) for --mode ablate), a direction folder or Hub id "
                                              "(Direction.save), or a llama.cpp control-vector .gguf."),
@@ -78,10 +80,14 @@ def steer_cmd(
 
     with user_errors():
         cfg = SteerConfig(**options)
+        name_flags(layers="--ablate-layers" if cfg.mode == "ablate" else "--layers")
         if push_to_hub is not None and out is None:
             raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
         inputs = [model, direction, positive, negative, pairs]
         check_input_files(positive=positive, negative=negative, pairs=pairs)
+        if direction is not None and direction.suffix in (".npy", ".gguf") and not direction.expanduser().is_file():
+            raise bad_argument("--direction", str(direction), f"an existing {direction.suffix} file (not found)",
+                               "Check the path.")
         check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=inputs,
                             device=device)
         if lora_rank is not None and (out is None or out_format != OutFormat.peft):
@@ -103,6 +109,9 @@ def steer_cmd(
             layers = parse_layers(layers_opt, name="--layers")
         if concept is not None and not evaluate:
             raise bad_argument("--concept", concept, "--evaluate (the words the evaluation counts)", "Add --evaluate.")
+        if not lazy:  # out-of-range layers refused from the model's header, before it loads
+            check_layers_early(model, layers, "--ablate-layers" if cfg.mode == "ablate" else "--layers")
+            check_layers_early(model, cfg.layer, "--layer")
 
         def write_record(rec) -> None:  # after the checkpoint: a failed save leaves no record behind
             if record_json is not None:
@@ -128,6 +137,8 @@ def steer_cmd(
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
             return
         dev, dt = _device_dtype(device, dtype.value if dtype is not None else None)  # cheap checks before loading
+        say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
+        say(f"loading {model} ...")
         m = load_for_steering(model, dtype=dt, device=dev)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:
@@ -135,8 +146,13 @@ def steer_cmd(
                 raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
             the_direction = contrastive_direction(m, positive, negative, pairs=pairs, layer=cfg.edit_layer,
                                                   method=contrastive_method, progress=cfg.progress)
+        if cfg.progress:
+            from steerformer.steering import head_kind
+
+            say(_steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm"))
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         if evaluate:
+            say("evaluating: base and steered answers to the held-out questions ...")
             from steerformer.loading import load_tokenizer
             from steerformer.steering import evaluate_record
 
@@ -147,6 +163,7 @@ def steer_cmd(
                 typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
         typer.echo(rec.summary())
         if out is not None:
+            say(f"saving to {out} ...")
             path = save_steered(m, out, overwrite=overwrite, format=out_format.value, lora_rank=lora_rank)
             write_record(rec)
             typer.echo(f"saved to {path}")
@@ -161,6 +178,20 @@ def steer_cmd(
                 typer.echo(f"pushed: {url}")
         else:
             write_record(rec)
+
+
+def _steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
+    """The line said before steer's silent work: which phases run (the KL-calibrated default on a
+    causal LM: probe continuations, a layer scan unless a layer is given, the gain search)."""
+    if cfg.mode == "ablate":
+        return "ablating the direction from every writer's weights ..."
+    paper = cfg.gain is not None or cfg.strength is not None or cfg.target_alignment is not None
+    if paper or not causal:
+        return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
+    where = (f"layer {cfg.layer}" if cfg.layer is not None else f"layers {layers}" if layers else
+             "a layer scan first (give --layer to skip it)")
+    return (f"steering: probe continuations, {where}, then the gain search within the KL budget "
+            "(minutes on a CPU; --quiet hides these lines) ...")
 
 
 def _device_dtype(device: Optional[str], dtype: Optional[str]):
