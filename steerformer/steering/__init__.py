@@ -26,9 +26,10 @@ Modules, each one noun (lower ones never import higher ones):
 
 from .chain import Steering, is_steered, steering_of, steering_records, unsteer
 from .checkpoint import (
-    load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+    load_for_steering, load_model, read_records, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
 )
-from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
+from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions, read_npy
+from .measure import head_kind
 from .edit import Edit
 from .hub import HubError, push_to_hub
 from .lora import choose_lora_rank
@@ -44,7 +45,7 @@ from .verify import verify_checkpoint
 __all__ = [
     "Baseline", "ContrastiveDirection", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
     "edits_applied", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
-    "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
+    "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "head_kind", "read_npy", "read_records", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint",
 ]
