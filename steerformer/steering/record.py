@@ -159,7 +159,8 @@ class SteeringRecord:
                             for e in self.edits)
             lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}: {how}",
                      f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
-                     f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
+                     f"KL {self.kl_kind} = {f(self.kl)}: the one the budget {g(cal.get('max_kl'))} bounds; "
+                     f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "
                      f"weight change |dW|/|W| = {self.weight_change:.4g}"]
             if cal.get("scan"):
                 lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
@@ -167,7 +168,7 @@ class SteeringRecord:
             if self.evaluation:
                 ev = self.evaluation
                 lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                             f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+                             f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
             return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
