@@ -300,3 +300,24 @@ def check_layers_early(model: str, layers, flag: str, revision: str | None = Non
         from steerformer.matrices import select_layers
 
         select_layers(layers, n, name=flag)
+
+
+@contextlib.contextmanager
+def library_bars(show: bool) -> Iterator[None]:
+    """With ``show`` false (``--quiet``), transformers' and huggingface_hub's own progress bars
+    ("Loading weights", "Writing model shards") are off too while the command runs."""
+    if show:
+        yield
+        return
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+        enable_progress_bars()

@@ -9,7 +9,9 @@ from typing import Optional
 import typer
 
 from steerformer.configs import StatsConfig
-from steerformer_cli._common import MODEL_HELP, check_cheap_options, config_options, default_out, parse_layers, user_errors
+from steerformer_cli._common import (
+    MODEL_HELP, check_cheap_options, config_options, default_out, library_bars, parse_layers, user_errors,
+)
 from steerformer_cli.main import app
 
 
@@ -46,7 +48,7 @@ def analyze_cmd(
     from steerformer.analyze import analyze
     from steerformer.outputs import ANALYZE, write_atomically
 
-    with user_errors():
+    with user_errors(), library_bars(not (quiet or as_json)):
         from steerformer.errors import bad_argument
 
         if old_dtype is not None:

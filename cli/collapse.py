@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from steerformer.configs import CollapseConfig
-from steerformer_cli._common import MODEL_HELP, check_cheap_options, config_options, default_out, user_errors
+from steerformer_cli._common import MODEL_HELP, check_cheap_options, config_options, default_out, library_bars, user_errors
 from steerformer_cli.main import app
 
 
@@ -54,7 +54,7 @@ def collapse_cmd(
 
     Example: steerformer collapse sentence-transformers/all-MiniLM-L6-v2 --passes 20 --n-prompts 8 --length 32
     """
-    with user_errors():
+    with user_errors(), library_bars(not quiet):
         from steerformer.collapse import (
             collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer, save_into_run,
         )

@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 from steerformer.errors import bad_argument
-from steerformer_cli._common import MODEL_HELP, check_cheap_options, check_layers_early, parse_layers, user_errors
+from steerformer_cli._common import (
+    MODEL_HELP, check_cheap_options, check_layers_early, library_bars, parse_layers, user_errors,
+)
 from steerformer_cli.main import app
 
 
@@ -58,7 +60,7 @@ def evaluate_cmd(
         HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
     )
 
-    with user_errors():
+    with user_errors(), library_bars(not quiet):
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])
         hook_layers = parse_layers(layers, name="--layers")
         cs = _floats(coeffs, "--coeffs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from enum import Enum
 from pathlib import Path
@@ -11,7 +12,8 @@ import typer
 from steerformer.configs import RUN_DTYPES, SteerConfig
 from steerformer.errors import bad_argument
 from steerformer_cli._common import (
-    MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, name_flags, parse_layers, user_errors,
+    MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars, name_flags,
+    parse_layers, user_errors,
 )
 from steerformer_cli.main import app
 
@@ -78,7 +80,7 @@ def steer_cmd(
     from steerformer.steering import contrastive_direction, load_for_steering, save_steered, steer, steer_checkpoint
     from steerformer.steering import push_to_hub as push
 
-    with user_errors():
+    with user_errors(), contextlib.ExitStack() as stack:
         cfg = SteerConfig(**options)
         name_flags(layers="--ablate-layers" if cfg.mode == "ablate" else "--layers")
         if push_to_hub is not None and out is None:
@@ -137,6 +139,7 @@ def steer_cmd(
                 typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
             return
         dev, dt = _device_dtype(device, dtype.value if dtype is not None else None)  # cheap checks before loading
+        stack.enter_context(library_bars(cfg.progress))
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
         say(f"loading {model} ...")
         m = load_for_steering(model, dtype=dt, device=dev)

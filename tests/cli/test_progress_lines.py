@@ -24,7 +24,7 @@ def _stderr(res) -> str:
 
 def test_analyze_shows_each_statistics_phase_and_quiet_silences_them(tiny, tmp_path) -> None:
     args = ["analyze", str(tiny), "--n-prompts", "4", "--n-tokens", "4", "--null-draws", "3", "--seeds", "2",
-            "--bootstrap", "10"]
+            "--bootstrap", "100"]
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     err = _stderr(res)
