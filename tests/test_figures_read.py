@@ -62,7 +62,7 @@ def test_beyond_chance_legend_states_the_rule_the_stars_follow() -> None:
     stars = [ln for ln in ax.get_lines() if ln.get_marker() == "*"]
     assert len(stars) == 1 and list(stars[0].get_xdata()) == [2.0]
     label = stars[0].get_label()
-    assert "power-method step" in label and "both Δρ and P" in label and "BH-adjusted p < 0.05" in label
+    assert "power-method step" in label and "BH-adjusted p < 0.05 for Δρ and P" in label
 
 
 def test_legends_name_a_model_by_id_or_folder_never_a_cache_path(tmp_path) -> None:

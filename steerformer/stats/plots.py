@@ -62,8 +62,8 @@ def _null(ax, st, tag: str) -> None:
         # the verdict's whole rule (stats.null.annotate): a power-method step whose Δρ AND P both have
         # an adjusted p below α — an adjusted p < α alone is no star
         ax.plot(x[hit], y[hit], "*", ms=10, color="black", lw=0,
-                label=f"beyond chance: a power-method step with {name}-adjusted p < {test.get('alpha', 0.05):g} "
-                      "for both Δρ and P")
+                label=f"beyond chance: a power-method step\nwith {name}-adjusted p < {test.get('alpha', 0.05):g} "
+                      "for Δρ and P")
 
 
 def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = "") -> Figure:
