@@ -1,4 +1,5 @@
-"""`steerformer steer | unsteer | verify`: rank-1 steering from the command line (thin)."""
+"""`steerformer steer | unsteer | verify`: steering from the command line (thin: the options are the
+methods' configs, ``steerformer.configs.SteerConfig``; the work is ``steerformer.steering``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from steerformer.configs import RUN_DTYPES, SteerConfig
+from steerformer.configs import RUN_DTYPES, SteerConfig, torch_dtype
 from steerformer.errors import bad_argument
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars, name_flags,
@@ -69,22 +70,18 @@ def steer_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
-    """Edit the weights toward a direction (a causal LM by default: activation addition as weights
-    after a scanned layer, the gain within --max-kl; else, or with --target-alignment/--gain/
-    --strength, the paper's rank-1 edit of the last attention layer), or with --mode ablate remove
-    directions from every writer's weights; print the cost.
+    """Edit the weights with a steering method (--method; default: a causal LM gets activation
+    addition as weights after a scanned layer, the gain within --max-kl; every other model, or
+    --target-alignment/--gain/--strength, the paper's rank-1 edit of the last attention layer;
+    --mode ablate removes directions from every writer's weights); print the cost.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
-    from steerformer.outputs import RECORD, write_output_file
-    from steerformer.steering import contrastive_direction, load_for_steering, save_steered, steer, steer_checkpoint
-    from steerformer.steering import push_to_hub as push
+    from steerformer.steering import contrastive_direction, load_for_steering, steer
 
     with user_errors(), contextlib.ExitStack() as stack:
         cfg = SteerConfig(**options)
-        name_flags(layers="--ablate-layers" if cfg.mode == "ablate" else "--layers")
-        if push_to_hub is not None and out is None:
-            raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+        name_flags(layers="--ablate-layers" if cfg.explicit_method == "ablation" else "--layers")
         inputs = [model, direction, positive, negative, pairs]
         check_input_files(positive=positive, negative=negative, pairs=pairs)
         if direction is not None and direction.suffix in (".npy", ".gguf") and not direction.expanduser().is_file():
@@ -92,57 +89,26 @@ def steer_cmd(
                                "Check the path.")
         check_cheap_options(out=out, record=record_json, kind="steer", overwrite=overwrite, inputs=inputs,
                             device=device)
-        if lora_rank is not None and (out is None or out_format != OutFormat.peft):
-            raise bad_argument("--lora-rank", lora_rank, "a rank only with --format peft --out DIR",
-                               "Drop --lora-rank, or export a LoRA adapter.")
-        if lora_rank is not None and lora_rank < 1:
-            raise bad_argument("--lora-rank", lora_rank, "a whole number >= 1")
-        if out is not None and out_format == OutFormat.peft and cfg.norm_preserving and lora_rank is None:
-            raise bad_argument("--lora-rank", None, "a rank for the LoRA adapter of a norm-preserving ablation (not "
-                               "low-rank: it is truncated, and the error reported)", "Pass e.g. --lora-rank 3.")
-        if ablate_layers is not None and cfg.mode != "ablate":
-            raise bad_argument("--ablate-layers", ablate_layers, "--mode ablate (a steering edit changes one layer: "
-                               "--layer)", "Add --mode ablate, or drop --ablate-layers.")
-        layers = parse_layers(ablate_layers, name="--ablate-layers") if cfg.mode == "ablate" else None
-        if layers_opt is not None:
-            if cfg.mode == "ablate" or cfg.layer is not None:
-                raise bad_argument("--layers", layers_opt, "several layers of the KL-calibrated edit, without --layer "
-                                   "or --mode ablate", "Use --ablate-layers with --mode ablate.")
-            layers = parse_layers(layers_opt, name="--layers")
+        out_rules(cfg, out, out_format.value, lora_rank, push_to_hub)
+        layers = layers_of(cfg, ablate_layers, layers_opt)
         if concept is not None and not evaluate:
             raise bad_argument("--concept", concept, "--evaluate (the words the evaluation counts)", "Add --evaluate.")
-        if not lazy:  # out-of-range layers refused from the model's header, before it loads
-            check_layers_early(model, layers, "--ablate-layers" if cfg.mode == "ablate" else "--layers")
-            check_layers_early(model, cfg.layer, "--layer")
-
-        def write_record(rec) -> None:  # after the checkpoint: a failed save leaves no record behind
-            if record_json is not None:
-                write_output_file(record_json, rec.to_json, RECORD, overwrite=overwrite, inputs=inputs,
-                                  outputs=[out], name="--record")
-
+        hub = dict(repo_id=push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)
+        written = dict(out=out, record=record_json, overwrite=overwrite, inputs=inputs)
         if lazy:
-            if out is None:
-                raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
-            if out_format != OutFormat.checkpoint:
-                raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format")
-            for flag, value in (("--positive", positive), ("--negative", negative), ("--pairs", pairs)):
-                if value is not None:  # contrastive prompts need the model to run
-                    raise bad_argument(flag, value, "--direction or --eigvec with --lazy (no forward pass)",
-                                       "Give the direction as a .npy file, or steer without --lazy.")
-            # every other option --lazy cannot honour is refused by steer_checkpoint itself
-            rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
-                                   token=token, text=text, overwrite=overwrite)
-            typer.echo(rec.summary())
-            write_record(rec)
-            typer.echo(f"saved to {out}")
-            if push_to_hub is not None:
-                typer.echo(f"pushed: {push(out, push_to_hub, private=private, revision=revision, create_pr=create_pr, timeout=hub_timeout)}")
-            return
-        dev, dt = _device_dtype(device, dtype.value if dtype is not None else None)  # cheap checks before loading
-        stack.enter_context(library_bars(cfg.progress))
+            return steer_lazy(model, cfg, direction, eigvec, token, text, (positive, negative, pairs), out_format,
+                              written, hub)
+        if cfg.method is not None:
+            from steerformer.steering import get_method
+
+            get_method(cfg.method)  # an unknown name is refused before the model loads
+        # out-of-range layers refused from the model's header, before it loads
+        check_layers_early(model, layers, "--ablate-layers" if cfg.explicit_method == "ablation" else "--layers")
+        check_layers_early(model, cfg.layer, "--layer")
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
+        stack.enter_context(library_bars(cfg.progress))
         say(f"loading {model} ...")
-        m = load_for_steering(model, dtype=dt, device=dev)
+        m = load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
         the_direction = str(direction) if direction is not None else None
         if positive is not None or negative is not None or pairs is not None:
             if direction is not None:
@@ -152,44 +118,25 @@ def steer_cmd(
         if cfg.progress:
             from steerformer.steering import head_kind
 
-            say(_steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm"))
+            say(steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm"))
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
-            from steerformer.loading import load_tokenizer
-            from steerformer.steering import evaluate_record
-
-            ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None)
-            typer.echo(ev.summary())
-            typer.echo("sample answers (base -> steered):")
-            for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:
-                typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
+            show_evaluation(m, rec, concept)
         typer.echo(rec.summary())
         if out is not None:
             say(f"saving to {out} ...")
-            path = save_steered(m, out, overwrite=overwrite, format=out_format.value, lora_rank=lora_rank)
-            write_record(rec)
-            typer.echo(f"saved to {path}")
-            if out_format == OutFormat.peft:
-                lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
-                worst = max((v["relative_error"] for v in lora.values()), default=0.0)
-                typer.echo(f"LoRA: {len(lora)} module(s), rank {'/'.join(sorted({str(v['rank']) for v in lora.values()}))}"
-                           + (f", truncation error up to {worst:.3g}" if worst > 0 else ", exact"))
-            if push_to_hub is not None:
-                url = push(path, push_to_hub, private=private, revision=revision, create_pr=create_pr,
-                           timeout=hub_timeout)
-                typer.echo(f"pushed: {url}")
-        else:
-            write_record(rec)
+        save_and_push(m, rec, out_format.value, lora_rank, written, hub)
 
 
-def _steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
-    """The line said before steer's silent work: which phases run (the KL-calibrated default on a
-    causal LM: probe continuations, a layer scan unless a layer is given, the gain search)."""
-    if cfg.mode == "ablate":
+def steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
+    """The line said before steer's long silent work: which phases run (the KL-calibrated default on
+    a causal LM: probe continuations, a layer scan unless a layer is given, the gain search)."""
+    method = cfg.explicit_method
+    if method == "ablation":
         return "ablating the direction from every writer's weights ..."
-    paper = cfg.gain is not None or cfg.strength is not None or cfg.target_alignment is not None
-    if paper or not causal:
+    paper = method == "paper" or any(v is not None for v in (cfg.gain, cfg.strength, cfg.target_alignment))
+    if paper or (method is None and not causal):
         return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
     where = (f"layer {cfg.layer}" if cfg.layer is not None else f"layers {layers}" if layers else
              "a layer scan first (give --layer to skip it)")
@@ -197,11 +144,103 @@ def _steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
             "(minutes on a CPU; --quiet hides these lines) ...")
 
 
-def _device_dtype(device: Optional[str], dtype: Optional[str]):
-    """(device, torch dtype) from --device / --dtype (the device is checked by check_cheap_options)."""
-    from steerformer.configs import torch_dtype
+def out_rules(cfg: SteerConfig, out: Optional[Path], out_format: str, lora_rank: Optional[int],
+              push_to_hub: Optional[str]) -> None:
+    """What --out, --format, --lora-rank and --push-to-hub need of each other (before loading)."""
+    if push_to_hub is not None and out is None:
+        raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
+    if lora_rank is not None and (out is None or out_format != "peft"):
+        raise bad_argument("--lora-rank", lora_rank, "a rank only with --format peft --out DIR",
+                           "Drop --lora-rank, or export a LoRA adapter.")
+    if lora_rank is not None and lora_rank < 1:
+        raise bad_argument("--lora-rank", lora_rank, "a whole number >= 1")
+    if out is not None and out_format == "peft" and cfg.norm_preserving and lora_rank is None:
+        raise bad_argument("--lora-rank", None, "a rank for the LoRA adapter of a norm-preserving ablation (not "
+                           "low-rank: it is truncated, and the error reported)", "Pass e.g. --lora-rank 3.")
 
-    return device, torch_dtype(dtype)
+
+def layers_of(cfg: SteerConfig, ablate_layers: Optional[str], layers_opt: Optional[str]):
+    """steer's ``layers=`` from --ablate-layers (ablation) or --layers (the addition's several layers)."""
+    ablation = cfg.explicit_method == "ablation"
+    if ablate_layers is not None and not ablation:
+        raise bad_argument("--ablate-layers", ablate_layers, "--mode ablate (a steering edit changes one layer: "
+                           "--layer)", "Add --mode ablate, or drop --ablate-layers.")
+    layers = parse_layers(ablate_layers, name="--ablate-layers") if ablation else None
+    if layers_opt is not None:
+        if ablation or cfg.layer is not None:
+            raise bad_argument("--layers", layers_opt, "several layers of the KL-calibrated edit, without --layer "
+                               "or --mode ablate", "Use --ablate-layers with --mode ablate.")
+        layers = parse_layers(layers_opt, name="--layers")
+    return layers
+
+
+def write_record(rec, written: dict) -> None:
+    """--record (after the checkpoint: a failed save leaves no record behind)."""
+    from steerformer.outputs import RECORD, write_output_file
+
+    if written["record"] is not None:
+        write_output_file(written["record"], rec.to_json, RECORD, overwrite=written["overwrite"],
+                          inputs=written["inputs"], outputs=[written["out"]], name="--record")
+
+
+def push(path, hub: dict) -> None:
+    from steerformer.steering import push_to_hub
+
+    if hub["repo_id"] is not None:
+        typer.echo(f"pushed: {push_to_hub(path, **hub)}")
+
+
+def steer_lazy(model, cfg, direction, eigvec, token, text, contrastive, out_format, written: dict, hub: dict) -> None:
+    """--lazy: one paper edit written into a new checkpoint with no forward pass."""
+    from steerformer.steering import steer_checkpoint
+
+    out = written["out"]
+    if out is None:
+        raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
+    if out_format != OutFormat.checkpoint:
+        raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format")
+    for flag, value in zip(("--positive", "--negative", "--pairs"), contrastive):
+        if value is not None:  # contrastive prompts need the model to run
+            raise bad_argument(flag, value, "--direction or --eigvec with --lazy (no forward pass)",
+                               "Give the direction as a .npy file, or steer without --lazy.")
+    # every other option --lazy cannot honour is refused by steer_checkpoint itself
+    rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
+                           token=token, text=text, overwrite=written["overwrite"])
+    typer.echo(rec.summary())
+    write_record(rec, written)
+    typer.echo(f"saved to {out}")
+    push(out, hub)
+
+
+def show_evaluation(m, rec, concept: Optional[str]) -> None:
+    """--evaluate: the held-out chat answers judged, a few shown before and after."""
+    from steerformer.loading import load_tokenizer
+    from steerformer.steering import evaluate_record
+
+    ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None)
+    typer.echo(ev.summary())
+    typer.echo("sample answers (base -> steered):")
+    for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:
+        typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
+
+
+def save_and_push(m, rec, out_format: str, lora_rank: Optional[int], written: dict, hub: dict) -> None:
+    """--out (the steered checkpoint or a LoRA adapter), --record, --push-to-hub."""
+    from steerformer.steering import save_steered
+
+    out = written["out"]
+    if out is None:
+        write_record(rec, written)
+        return
+    path = save_steered(m, out, overwrite=written["overwrite"], format=out_format, lora_rank=lora_rank)
+    write_record(rec, written)
+    typer.echo(f"saved to {path}")
+    if out_format == "peft":
+        lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
+        worst = max((v["relative_error"] for v in lora.values()), default=0.0)
+        typer.echo(f"LoRA: {len(lora)} module(s), rank {'/'.join(sorted({str(v['rank']) for v in lora.values()}))}"
+                   + (f", truncation error up to {worst:.3g}" if worst > 0 else ", exact"))
+    push(path, hub)
 
 
 @app.command("unsteer")

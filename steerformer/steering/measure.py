@@ -52,48 +52,12 @@ from ..dynamics import normalize, random_tokens, run_dynamics
 from ..errors import bad_argument
 from ..loading import ModelSource
 from ..matrices import read_attention_weights
-from ..prompts import PromptBatch
+from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch
 from .common import non_finite
 
 
 # ---- prompts -------------------------------------------------------------------------------------
-REFERENCE_SENTENCES = (
-    "The cat sat quietly on the warm windowsill.",
-    "Interest rates rose again after the central bank meeting.",
-    "She played the violin at the concert last night.",
-    "The new vaccine was tested on thousands of volunteers.",
-    "Our team won the football match in the final minute.",
-    "He cooked pasta with tomatoes, garlic and fresh basil.",
-    "The spacecraft entered orbit around the red planet.",
-    "Heavy rain flooded several streets in the old town.",
-    "The novel tells the story of a family across three generations.",
-    "Engineers repaired the bridge before the winter storms.",
-    "The museum opened a new exhibition of modern sculpture.",
-    "Students prepared for their mathematics exam all week.",
-    "The old lighthouse still guides ships along the rocky coast.",
-    "Prices at the grocery store went up by ten percent this year.",
-    "A young chess player defeated the world champion in Oslo.",
-    "The hospital hired twenty new nurses for the night shift.",
-    "Volcanic ash closed the airport for three days.",
-    "My grandmother grows roses and tomatoes in her garden.",
-    "The orchestra rehearsed the symphony before the premiere.",
-    "Scientists discovered a new species of frog in the rainforest.",
-    "The city council voted to build a new public library.",
-    "He forgot his umbrella and walked home in the rain.",
-    "The startup released an app that translates sign language.",
-    "Wolves returned to the valley after a century of absence.",
-)
 
-HELDOUT_SENTENCES = (
-    "A small boat drifted slowly across the calm lake.",
-    "The company announced record profits for the quarter.",
-    "Children built a snowman in the park this morning.",
-    "The doctor recommended more sleep and less coffee.",
-    "A famous painter donated his works to the city.",
-    "The train to the coast was delayed by an hour.",
-    "Farmers expect a good harvest after the sunny summer.",
-    "The software update fixed several security problems.",
-)
 
 
 def model_device(model: Any) -> torch.device | None:
@@ -366,11 +330,17 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
                        out.hidden_states[-1][real].to(torch.float64), "next-token")
 
 
+def kl_per_token(base: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """KL(p_base ‖ p) in nats at each position, from log-probabilities (..., vocab) — the one KL of
+    steering (the held-out price, the calibration probe, the evaluation)."""
+    return (base.exp() * (base - logp)).sum(-1)
+
+
 def price(before: Outputs, after: Outputs) -> dict:
     """{"kl": mean KL(p_before ‖ p_after) in nats, "kl_kind", "state_cosine"}."""
     kl = None
     if before.logp is not None and after.logp is not None:
-        kl = float((before.logp.exp() * (before.logp - after.logp)).sum(-1).mean())
+        kl = float(kl_per_token(before.logp, after.logp).mean())
     cos = torch.nn.functional.cosine_similarity(before.states, after.states, dim=-1).mean()
     return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
 

