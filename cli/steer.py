@@ -118,7 +118,8 @@ def steer_cmd(
         if cfg.progress:
             from steerformer.steering import head_kind
 
-            say(steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm"))
+            say(steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm",
+                             concept=token is not None or text is not None))
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
@@ -129,7 +130,7 @@ def steer_cmd(
         save_and_push(m, rec, out_format.value, lora_rank, written, hub)
 
 
-def steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
+def steer_phases(cfg: SteerConfig, layers, *, causal: bool, concept: bool) -> str:
     """The line said before steer's long silent work: which phases run (the KL-calibrated default on
     a causal LM: probe continuations, a layer scan unless a layer is given, the gain search)."""
     method = cfg.explicit_method
@@ -139,7 +140,8 @@ def steer_phases(cfg: SteerConfig, layers, *, causal: bool) -> str:
     if paper or (method is None and not causal):
         return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
     where = (f"layer {cfg.layer}" if cfg.layer is not None else f"layers {layers}" if layers else
-             "a layer scan first (give --layer to skip it)")
+             "a layer scan first (give --layer to skip it)" if concept else
+             "the default layer (no concept-token scan for a raw direction; --layer chooses)")
     return (f"steering: probe continuations, {where}, then the gain search within the KL budget "
             "(minutes on a CPU; --quiet hides these lines) ...")
 

@@ -158,7 +158,8 @@ class SteeringRecord:
                             else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
                                  f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
                             for e in self.edits)
-            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}: {how}",
+            chosen = f" ({cal['layer_choice']})" if cal.get("layer_choice") else ""
+            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}{chosen}: {how}",
                      f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
                      f"KL {self.kl_kind} = {f(self.kl)}: the one the budget {g(cal.get('max_kl'))} bounds; "
                      f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "

@@ -46,11 +46,16 @@ class Addition(Method):
                               name="layers" if layers is not None else "layer") \
             if layers is not None or layer is not None else None
         candidates = fixed or default_scan_layers(adapter.n_layers)
+        phrase = call.token if call.token is not None else call.text
+        if not fixed and phrase is None:  # a raw direction has no concept tokens to scan by: one default layer
+            candidates = [candidates[len(candidates) // 2]]
+        layer_choice = ("given" if fixed else "scanned by the concept tokens' probability" if phrase is not None
+                        else "default (the middle scan layer; a raw direction has no concept tokens to scan by: "
+                             "give --layer to choose)")
         writers = {k: output_writer(adapter, k, source.model_id) for k in candidates}  # refuses before any work
         for k in candidates:
             check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
         token, text = call.token, call.text
-        phrase = token if token is not None else text
         with source.memoized():
             if phrase is not None and (call.direction is not None or call.eigvec is not None or (token and text)):
                 raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
@@ -101,7 +106,8 @@ class Addition(Method):
         best = max(scan, key=lambda r: r["concept_mass"]) if mass_ids else scan[len(scan) // 2]
         edits, found = best["edits"], best["search"]
         calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
-                       "layers": best["layers"], "positions": cfg.positions, "message": found.message,
+                       "layers": best["layers"], "layer_choice": layer_choice, "positions": cfg.positions,
+                       "message": found.message,
                        "concept_token_ids": mass_ids, "probe_prompts": len(probe.select),
                        "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
                        if len(scan) > 1 else None}
