@@ -107,10 +107,14 @@ def cli_message(exc: BaseException) -> str:
         return msg
     head = re.match(r"[A-Za-z_]\w*", arg)
     own = display_name(head.group(0)) if head is not None and not arg.startswith("-") else None
-    if own is not None:  # the offending argument, wherever its whole label appears as a word
+    if own is not None:  # the offending argument: its name at the start, a longer label anywhere
         label = own + arg[head.end():]
-        if label == own:  # a plain name: at the start only ("token=... expected nats per token (...)")
+        if label == own:  # a plain name: at the start, and as "name=" anywhere ("Use n_prompts=5 or fewer")
             msg = re.sub(rf"^{re.escape(arg)}(?=[=\s(])", lambda _: label, msg)
+            msg = re.sub(rf"(?<![\w.-]){re.escape(arg)}=", lambda _: label + "=", msg)
+            # a flag of one number shows the number, not the library's list ("--layer=[99]")
+            msg = re.sub(rf"^{re.escape(label)}=\[(-?\d+)\] is invalid", rf"{label}=\1 is invalid", msg) \
+                if _takes_one_int(head.group(0)) else msg
         else:  # a label such as "direction (d.npy)" is the argument wherever it appears
             msg = re.sub(rf"(?<![\w.-]){re.escape(arg)}(?![\w])", lambda _: label, msg)
     # a value None is a flag not given
@@ -121,7 +125,23 @@ def cli_message(exc: BaseException) -> str:
         flag = flag_of(name)
         if flag is not None:  # "give gain= or strength=": a bare "name=" (no value after it) in prose
             msg = re.sub(rf"(?<![\w.-]){re.escape(name)}=(?=[\s,;:.)]|$)", lambda _: flag + "=", msg)
+            # "up to passes (20)": a name with its value in parentheses (not "per token (e.g. 0.3)")
+            msg = re.sub(rf"(?<![\w.-]){re.escape(name)}(?= \((?:-?[\d.e+]+|'[^']*')\))", lambda _: flag, msg)
     return msg
+
+
+def _takes_one_int(argument: str) -> bool:
+    """The running command's option for ``argument`` takes one integer (``--layer``)."""
+    ctx = _current_context()
+    own = dict(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) if ctx is not None else {}
+    name = own.get(argument, argument)
+    for p in ctx.command.params if ctx is not None else ():
+        if p.name == name:  # click's ParamType (.type) or newer typer's own parameter (display_type)
+            kind = getattr(getattr(p, "type", None), "name", None)
+            if kind is None and callable(getattr(p, "display_type", None)):
+                kind = {"<int>": "integer"}.get(str(p.display_type(None)).strip())
+            return kind == "integer"
+    return False
 
 
 def display_name(argument: str) -> str | None:
@@ -296,10 +316,15 @@ def check_layers_early(model: str, layers, flag: str, revision: str | None = Non
     if layers is None:
         return
     n = cheap_layer_count(model, revision)
-    if n is not None:
-        from steerformer.matrices import select_layers
+    if n is None:
+        return
+    if isinstance(layers, int):  # one layer (--layer): shown as given
+        if not -n <= layers < n:
+            raise bad_argument(flag, layers, f"layer indices in [-{n}, {n - 1}] (the model has {n} layers)")
+        return
+    from steerformer.matrices import select_layers
 
-        select_layers(layers, n, name=flag)
+    select_layers(layers, n, name=flag)
 
 
 @contextlib.contextmanager

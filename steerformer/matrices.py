@@ -63,16 +63,12 @@ def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: st
     """Normalize a layer selection (negative indices count from the end) and check the range."""
     if layers is None:
         return list(range(n_layers))
-    given = layers  # shown as given: --layer 99 is "99", not "[99]"
     if isinstance(layers, (int, np.integer)):
         layers = [int(layers)]
-        given = int(given)
-    else:
-        given = list(layers)
     out = []
     for k in layers:
         if not isinstance(k, (int, np.integer)) or not -n_layers <= k < n_layers:
-            raise bad_argument(name, given, f"layer indices in [-{n_layers}, {n_layers - 1}] "
+            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
                                f"(the model has {n_layers} layers)")
         out.append(int(k) % n_layers)
     if not out:

@@ -95,11 +95,21 @@ def test_renaming_into_flags_touches_the_offending_name_not_prose_or_code() -> N
     assert _message_in(["steer", "minilm"], err) == "MODEL='x' is invalid: expected a causal LM."
 
 
-def test_an_int_layer_is_shown_as_given_not_as_a_list() -> None:
-    from steerformer.errors import InvalidArgumentError
-    from steerformer.matrices import select_layers
+def test_an_int_flag_is_shown_as_given_not_as_the_librarys_list() -> None:
+    from steerformer.errors import bad_argument
 
-    with pytest.raises(InvalidArgumentError, match=r"^layer=99 is invalid"):
-        select_layers(99, 6, name="layer")
-    with pytest.raises(InvalidArgumentError, match=r"^layers=\[99\] is invalid"):
-        select_layers([99], 6, name="layers")
+    err = bad_argument("layer", [99], "layer indices in [-6, 5]")  # select_layers lists what it got
+    assert _message_in(["steer", "minilm"], err).startswith("--layer=99 is invalid")
+    err = bad_argument("layers", [99], "layer indices in [-6, 5]")  # a list flag keeps its list
+    assert _message_in(["steer", "minilm"], err).startswith("--layers=[99] is invalid")
+
+
+def test_a_flag_with_its_value_in_parentheses_or_in_a_fix_is_renamed_prose_is_not() -> None:
+    from steerformer.errors import bad_argument
+
+    err = bad_argument("decode_passes", "1,100", "loop counts up to passes (20)")
+    assert _message_in(["collapse", "minilm"], err) == \
+        "--decode-passes='1,100' is invalid: expected loop counts up to --passes (20)."
+    err = bad_argument("n_prompts", 10**9, "a count that fits in memory", "Use n_prompts=5 or fewer.")
+    assert _message_in(["collapse", "minilm"], err) == \
+        "--n-prompts=1000000000 is invalid: expected a count that fits in memory. Use --n-prompts=5 or fewer."
