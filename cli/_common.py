@@ -25,6 +25,10 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=130) from None
 
 
+#: The help of every model argument: what it takes, with the two bundled aliases (offline).
+MODEL_HELP = ("Checkpoint folder, .gguf file, Hub id, or a bundled model: 'minilm' (all-MiniLM-L6-v2) "
+              "or 'smollm2' (SmolLM2-135M-Instruct).")
+
 #: No model has this many layers; a longer --layers range is a typo (and would fill memory).
 MAX_LAYERS = 100_000
 
@@ -37,6 +41,11 @@ FLAG_OF_ARGUMENT: dict[str, str] = {
 }
 
 
+#: ``ctx.meta`` key of the flags a command sets for itself while it runs (``steer --mode ablate``:
+#: ``layers`` is ``--ablate-layers``, else ``--layers``).
+META_FLAGS = "steerformer.flags"
+
+
 def _current_context():
     try:  # typer >= 0.2x vendors click; older typer runs on click itself
         from typer._click.globals import get_current_context
@@ -47,9 +56,17 @@ def _current_context():
 
 #: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
-    "steer": {"directory": "--out"},
+    "steer": {"directory": "--out", "layers": "--layers"},  # --mode ablate: --ablate-layers (name_flags)
     "make": {"directory": "--out"},  # direction make: Direction.save(directory)
 }
+
+
+def name_flags(**flags: str) -> None:
+    """Name, for the running command, the flag of library arguments that depend on its options
+    (``name_flags(layers="--ablate-layers")``): its error messages then name that flag."""
+    ctx = _current_context()
+    if ctx is not None:
+        ctx.meta.setdefault(META_FLAGS, {}).update(flags)
 
 
 def flag_of(argument: str) -> str | None:
@@ -57,7 +74,8 @@ def flag_of(argument: str) -> str | None:
     for a positional argument (its message keeps the name) or when the command has no such option."""
     ctx = _current_context()
     params = {p.name: p for p in ctx.command.params} if ctx is not None else {}
-    own = FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}) if ctx is not None else {}
+    own = dict(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) if ctx is not None else {}
+    own.update(ctx.meta.get(META_FLAGS, {}) if ctx is not None else {})
     name = own.get(argument) or FLAG_OF_ARGUMENT.get(argument, argument)
     if name.startswith("-"):
         return name
@@ -71,23 +89,77 @@ def flag_of(argument: str) -> str | None:
 
 
 def cli_message(exc: BaseException) -> str:
-    """The error's message with the library's argument name replaced by the command's flag.
+    """The error's message with the library's argument names replaced by the command's flags.
 
     Library errors name Python arguments (``direction='x.npy' is invalid``); on the command line
-    the same error names the flag (``--direction='x.npy' is invalid``).
+    the same error names the flag (``--direction='x.npy' is invalid``). Only names are renamed:
+    the offending argument where the message names it (``bad_argument``'s ``name=value`` or its
+    whole label such as ``direction (d.npy)``), and another argument written as a bare ``name=``
+    in a fix (``give gain= or strength=``). Prose ("nats per token (e.g. 0.3)") and code
+    ("np.asarray(v, dtype=float)") keep their words: a name followed by a value or by `` (`` is
+    not renamed unless it is the offending argument's own label. A value ``None`` (the flag was
+    not given) reads "--flag is missing".
     """
     msg = str(exc)
-    if getattr(exc, "argument", None) is None:
+    arg = getattr(exc, "argument", None)
+    if arg is None:
         return msg
-    names = set(FLAG_OF_ARGUMENT)
     ctx = _current_context()
-    if ctx is not None:
-        names |= {p.name for p in ctx.command.params if p.name} | set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}))
+    if ctx is None:
+        return msg
+    head = re.match(r"[A-Za-z_]\w*", arg)
+    own = display_name(head.group(0)) if head is not None and not arg.startswith("-") else None
+    if own is not None:  # the offending argument: its name at the start, a longer label anywhere
+        label = own + arg[head.end():]
+        if label == own:  # a plain name: at the start, and as "name=" anywhere ("Use n_prompts=5 or fewer")
+            msg = re.sub(rf"^{re.escape(arg)}(?=[=\s(])", lambda _: label, msg)
+            msg = re.sub(rf"(?<![\w.-]){re.escape(arg)}=", lambda _: label + "=", msg)
+            # a flag of one number shows the number, not the library's list ("--layer=[99]")
+            msg = re.sub(rf"^{re.escape(label)}=\[(-?\d+)\] is invalid", rf"{label}=\1 is invalid", msg) \
+                if _takes_one_int(head.group(0)) else msg
+        else:  # a label such as "direction (d.npy)" is the argument wherever it appears
+            msg = re.sub(rf"(?<![\w.-]){re.escape(arg)}(?![\w])", lambda _: label, msg)
+    # a value None is a flag not given
+    msg = re.sub(r"^(\S+(?: \([^)]*\))?)=None is invalid: expected", r"\1 is missing: expected", msg)
+    names = set(FLAG_OF_ARGUMENT) | {p.name for p in ctx.command.params if p.name}
+    names |= set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) | set(ctx.meta.get(META_FLAGS, {}))
     for name in sorted(names, key=len, reverse=True):
         flag = flag_of(name)
-        if flag is not None:  # "name=" and "name (" (how bad_argument names things), not the word in prose
-            msg = re.sub(rf"(?<![\w-]){re.escape(name)}(?=\s?[=(])", flag, msg)
+        if flag is not None:  # "give gain= or strength=": a bare "name=" (no value after it) in prose
+            msg = re.sub(rf"(?<![\w.-]){re.escape(name)}=(?=[\s,;:.)]|$)", lambda _: flag + "=", msg)
+            # "up to passes (20)": a name with its value in parentheses (not "per token (e.g. 0.3)")
+            msg = re.sub(rf"(?<![\w.-]){re.escape(name)}(?= \((?:-?[\d.e+]+|'[^']*')\))", lambda _: flag, msg)
     return msg
+
+
+def _takes_one_int(argument: str) -> bool:
+    """The running command's option for ``argument`` takes one integer (``--layer``)."""
+    ctx = _current_context()
+    own = dict(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) if ctx is not None else {}
+    name = own.get(argument, argument)
+    for p in ctx.command.params if ctx is not None else ():
+        if p.name == name:  # click's ParamType (.type) or newer typer's own parameter (display_type)
+            kind = getattr(getattr(p, "type", None), "name", None)
+            if kind is None and callable(getattr(p, "display_type", None)):
+                kind = {"<int>": "integer"}.get(str(p.display_type(None)).strip())
+            return kind == "integer"
+    return False
+
+
+def display_name(argument: str) -> str | None:
+    """How the running command names a library argument: its flag (``--layer``) or, for the
+    command's positional argument, its name on the usage line (``MODEL``); ``None`` if it has none."""
+    flag = flag_of(argument)
+    if flag is not None:
+        return flag
+    ctx = _current_context()
+    if ctx is None:
+        return None
+    name = {"model_or_path": "model"}.get(argument, argument)
+    for p in ctx.command.params:
+        if p.name == name and getattr(p, "param_type_name", "") == "argument":
+            return (p.metavar or name).upper()
+    return None
 
 
 def parse_layers(spec: str | None, name: str = "--layers") -> list[int] | None:
@@ -213,3 +285,65 @@ def default_out(command: str, model: str):
 
     local = Path(model).expanduser()
     return Path("runs") / command / safe_folder_name(local.resolve().name if local.is_dir() else model)
+
+
+def cheap_layer_count(model: str, revision: str | None = None) -> int | None:
+    """The model's number of layers read from its header alone (a GGUF's metadata, a folder's
+    config.json), to refuse a bad --layer before the model loads (SmolLM2 takes many seconds to
+    load); ``None`` when that cannot be known cheaply (a model type without the usual field, a
+    model that cannot be found): the library then checks it after loading."""
+    try:
+        from steerformer.loading import gguf_file_of, load_config, resolve_checkpoint
+
+        gguf = gguf_file_of(model)
+        if gguf is not None:
+            from steerformer.gguf_source import gguf_config, read_gguf_header
+
+            config = gguf_config(read_gguf_header(gguf))
+        else:
+            # a Hub id resolves to the cache (or is downloaded, which the load would do anyway)
+            config = load_config(resolve_checkpoint(str(model), revision=revision)[0])
+    except Exception:  # noqa: BLE001 - the load that follows raises the real error, with its own words
+        return None
+    for field in ("num_hidden_layers", "n_layer", "num_layers"):
+        n = getattr(config, field, None)
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+def check_layers_early(model: str, layers, flag: str, revision: str | None = None) -> None:
+    """Refuse layer indices out of the model's range before loading it (see cheap_layer_count)."""
+    if layers is None:
+        return
+    n = cheap_layer_count(model, revision)
+    if n is None:
+        return
+    if isinstance(layers, int):  # one layer (--layer): shown as given
+        if not -n <= layers < n:
+            raise bad_argument(flag, layers, f"layer indices in [-{n}, {n - 1}] (the model has {n} layers)")
+        return
+    from steerformer.matrices import select_layers
+
+    select_layers(layers, n, name=flag)
+
+
+@contextlib.contextmanager
+def library_bars(show: bool) -> Iterator[None]:
+    """With ``show`` false (``--quiet``), transformers' and huggingface_hub's own progress bars
+    ("Loading weights", "Writing model shards") are off too while the command runs."""
+    if show:
+        yield
+        return
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+        enable_progress_bars()

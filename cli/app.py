@@ -41,7 +41,17 @@ def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:
 
 
 class SteerformerCommand(TyperCommand):
-    """Every steerformer command: classic flag and usage rendering (see :func:`_tidy_params`)."""
+    """Every steerformer command: classic flag and usage rendering (see :func:`_tidy_params`), and
+    help in click's plain layout, which wraps long words at any width (typer's rich tables cut
+    them with "…" at 80 columns)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rich_markup_mode = None
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The first sentence whole, wrapped in the command list (click cuts it with "...")."""
+        return super().get_short_help_str(limit=400)
 
     def get_params(self, ctx: Any) -> list:
         return _tidy_params(super().get_params(ctx))
@@ -52,6 +62,14 @@ class SteerformerCommand(TyperCommand):
 
 class SteerformerGroup(TyperGroup):
     """The top-level ``steerformer`` group, rendered like its commands."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rich_markup_mode = None
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The first sentence whole, wrapped in the command list (click cuts it with "...")."""
+        return super().get_short_help_str(limit=400)
 
     def get_params(self, ctx: Any) -> list:
         return _tidy_params(super().get_params(ctx))

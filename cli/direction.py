@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import parse_layers, user_errors
-from steerformer_cli.app import app
+from steerformer_cli._common import MODEL_HELP, check_input_files, check_layers_early, parse_layers, user_errors
+from steerformer_cli.app import SteerformerCommand, SteerformerGroup, app
 
 direction_app = typer.Typer(help="Directions as shareable artefacts: make one from prompts, export it for "
-                                 "llama.cpp, publish it.", no_args_is_help=True)
+                                 "llama.cpp, publish it.", no_args_is_help=True, cls=SteerformerGroup)
 app.add_typer(direction_app, name="direction")
 
 
@@ -23,9 +23,9 @@ class Method(str, Enum):
     pca = "pca"
 
 
-@direction_app.command("make")
+@direction_app.command("make", cls=SteerformerCommand)  # flags render as flags
 def make_cmd(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub id, or 'minilm'."),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     out: Path = typer.Option(..., "--out", help="The direction folder to write (direction.safetensors + .json)."),
     positive: Optional[Path] = typer.Option(None, "--positive", help="A text file of positive prompts (one per line)."),
     negative: Optional[Path] = typer.Option(None, "--negative", help="A text file of negative prompts (one per line)."),
@@ -41,33 +41,72 @@ def make_cmd(
     from steerformer.steering import contrastive_directions, load_for_steering
 
     with user_errors():
+        from steerformer.errors import bad_argument
+
+        chosen = parse_layers(layers)
+        check_input_files(positive=positive, negative=negative, pairs=pairs)
+        if pairs is None and (positive is None or negative is None):
+            raise bad_argument("--positive" if positive is None else "--negative", None,
+                               "prompts on both sides: --positive and --negative (files), or --pairs (JSONL)")
+        check_layers_early(model, chosen, "--layers")
         m = load_for_steering(model)
-        d = contrastive_directions(m, positive, negative, pairs=pairs, layers=parse_layers(layers),
+        d = contrastive_directions(m, positive, negative, pairs=pairs, layers=chosen,
                                    method=method.value)
         path = d.save(out, overwrite=overwrite)
         typer.echo(f"{d!r}\nsaved to {path}")
 
 
-@direction_app.command("export-gguf")
+@direction_app.command("export-gguf", cls=SteerformerCommand)  # flags render as flags
 def export_gguf_cmd(
-    direction: str = typer.Argument(..., help="A direction folder or Hub id (Direction.save)."),
+    direction: str = typer.Argument(..., help="A steered checkpoint (steer --out) or its record JSON (steer "
+                                    "--record): the vectors the steer added, strength 1.0 = that steer; a direction "
+                                    "folder or Hub id (direction make: unit vectors); or a .npy vector (with "
+                                    "--layers and --model-hint)."),
     out: Path = typer.Option(..., "--out", help="The control-vector .gguf to write."),
     model_hint: Optional[str] = typer.Option(None, "--model-hint", help="The model's llama.cpp architecture "
-                                             "(e.g. llama); default the one recorded with the direction."),
+                                             "(e.g. llama); default the one recorded with the direction or steer."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="A .npy vector: the layers it is added after, such "
+                                         "as '19' or '12,15' (N >= 1)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier steerformer .gguf."),
 ) -> None:
-    """Write a direction as a llama.cpp control vector (direction.N = layer N, N >= 1).
+    """Write a steer or a direction as a llama.cpp control vector (direction.N = layer N, N >= 1).
 
-    Example: steerformer direction export-gguf runs/music --out music.gguf --model-hint llama
+    Example: steerformer direction export-gguf runs/smollm2-ocean --out ocean.gguf
     """
-    from steerformer.steering import Direction
+    from steerformer.errors import bad_argument
 
     with user_errors():
-        path = Direction.load(direction).to_control_vector(model_hint).save(out, overwrite=overwrite)
-        typer.echo(f"saved to {path} (llama-cli --control-vector-scaled {path.name} 1.0)")
+        source = Path(direction).expanduser()
+        chosen = parse_layers(layers)
+        if source.suffix == ".npy":
+            if chosen is None or model_hint is None:
+                raise bad_argument("--layers" if chosen is None else "--model-hint", None,
+                                   "with a .npy vector: --layers (where it is added) and --model-hint (the model's "
+                                   "llama.cpp architecture)", "Add e.g. --layers 19 --model-hint llama.")
+        elif chosen is not None:
+            raise bad_argument("--layers", layers, "--layers only with a .npy vector (a direction or a steer holds "
+                               "its layers)", "Drop --layers.")
+        from steerformer.steering import Direction, read_records
+
+        if source.suffix == ".npy":
+            import numpy as np
+
+            from steerformer.steering import read_npy
+
+            v = np.asarray(read_npy(source, name="direction"), dtype=np.float64).reshape(-1)
+            d = Direction({n: v[None] for n in chosen}, method="a .npy vector",
+                          metadata={"scale": "as given: strength S adds S x the .npy vector"})
+        elif (source / "steerformer" / "record.json").is_file() or (source.is_file() and source.suffix == ".json"):
+            d = Direction.from_record(read_records(source))
+        else:
+            d = Direction.load(direction)
+        cv = d.to_control_vector(model_hint)
+        path = cv.save(out, overwrite=overwrite)
+        typer.echo(f"saved to {path}: {cv.notes['scale']}")
+        typer.echo(f"llama-cli -m MODEL.gguf --control-vector-scaled {path.name} 1.0")
 
 
-@direction_app.command("push")
+@direction_app.command("push", cls=SteerformerCommand)  # flags render as flags
 def push_cmd(
     direction: str = typer.Argument(..., help="A direction folder (Direction.save)."),
     repo_id: str = typer.Argument(..., help="The Hub repo id, 'namespace/name'."),

@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 from steerformer.errors import bad_argument
-from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
+from steerformer_cli._common import (
+    MODEL_HELP, check_cheap_options, check_layers_early, library_bars, parse_layers, user_errors,
+)
 from steerformer_cli.app import app
 
 
@@ -21,9 +23,18 @@ def _floats(spec: str, name: str) -> list[float]:
     return values
 
 
+def _announced(label: str, make, say):
+    """``make`` (strength -> context manager), saying on stderr which variant is answering."""
+    def run(strength):
+        say(f"  {label}" + ("" if strength is None else f", coefficient {strength:g}") + " ...")
+        return make(strength)
+
+    return run
+
+
 @app.command("evaluate")
 def evaluate_cmd(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub id or a bundled model name."),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     token: str = typer.Option(..., "--token", help="The concept: a word or a phrase (its simple forms count)."),
     out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
     layers: str = typer.Option("12,15,19,22", "--layers", help="Activation addition at each of these layers."),
@@ -39,6 +50,7 @@ def evaluate_cmd(
                               "(llama-server, vLLM), or none."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="--judge URL: the served model's name."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier evaluation in --out."),
+    quiet: bool = typer.Option(False, "--quiet", help="No phase lines on stderr."),
 ) -> None:
     """Judge the default steer and activation addition over layers x coefficients on held-out answers
     (concept rate, KL, distinct-2, fluency, and the judge's concept/relevance/fluency ratings, their
@@ -54,7 +66,7 @@ def evaluate_cmd(
         load_for_steering, make_judge, steered,
     )
 
-    with user_errors():
+    with user_errors(), library_bars(not quiet):
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])
         hook_layers = parse_layers(layers, name="--layers")
         cs = _floats(coeffs, "--coeffs")
@@ -63,6 +75,11 @@ def evaluate_cmd(
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
         the_judge = make_judge(judge, model=judge_model, name="--judge")
+        if max_kl is not None and not max_kl > 0:
+            raise bad_argument("--max-kl", max_kl, "a KL budget > 0 in nats per token (e.g. 0.3)")
+        check_layers_early(model, hook_layers, "--layers")
+        say = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
+        say(f"loading {model} ...")
         m = load_for_steering(model)
         check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
         select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
@@ -77,6 +94,10 @@ def evaluate_cmd(
             methods[f"hook, layer {k}"] = (lambda vec: lambda c: activation_steering(
                 m, vec, coeff=c, positions="skip-first"))({k: v})
             strengths[f"hook, layer {k}"] = cs
+        n_points = sum(len(v) for v in strengths.values())
+        say(f"answering {questions} held-out questions ({max_new_tokens} tokens each) with the base model, then "
+            f"{n_points} steered variants ...")
+        methods = {label: _announced(label, make, say) for label, make in methods.items()}
         ev = evaluate_steering(m, tok, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
                                chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed, judge=the_judge)
         write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],

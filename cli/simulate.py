@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import check_cheap_options, user_errors
+from steerformer_cli._common import MODEL_HELP, check_cheap_options, user_errors
 from steerformer_cli.app import app
 
 
@@ -58,7 +58,7 @@ def simulate(
     t1: Optional[float] = typer.Option(None, "--t1", help="Final time (continuous) or number of layers (maps)."),
     dt: Optional[float] = typer.Option(None, "--dt", help="Fixed RK4 step (continuous; default adaptive DOP853) or τ (maps)."),
     out: Optional[pathlib.Path] = typer.Option(None, "--out", help="Folder for result.json, result.npz and PNG figures."),
-    model: Optional[str] = typer.Option(None, "--model", help="bridge only: checkpoint id/path whose layer matrix F drives the map."),
+    model: Optional[str] = typer.Option(None, "--model", help="bridge only: the model whose layer matrix F drives the map. " + MODEL_HELP),
     layer: int = typer.Option(-1, "--layer", help="bridge only: which layer's F (default last)."),
     progress: bool = typer.Option(False, "--progress", help="Show a progress bar (continuous setups)."),
 ) -> None:

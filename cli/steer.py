@@ -3,6 +3,7 @@ methods' configs, ``steerformer.configs.SteerConfig``; the work is ``steerformer
 
 from __future__ import annotations
 
+import contextlib
 import json
 from enum import Enum
 from pathlib import Path
@@ -12,7 +13,10 @@ import typer
 from steerformer.configs import (RUN_DTYPES, ContrastiveOptions, HubOptions, OutputOptions, SteerConfig,
                                  torch_dtype)
 from steerformer.errors import bad_argument
-from steerformer_cli._common import check_cheap_options, check_input_files, config_options, parse_layers, user_errors
+from steerformer_cli._common import (
+    MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars, name_flags,
+    parse_layers, user_errors,
+)
 from steerformer_cli.app import app
 
 
@@ -26,7 +30,7 @@ RunDtype = Enum("RunDtype", {n: n for n in RUN_DTYPES}, type=str)
 @config_options(OutputOptions, into="output")
 @config_options(HubOptions, into="hub")
 def steer_cmd(
-    model: str = typer.Argument(..., help="Checkpoint folder, Hub id, or 'minilm' (the bundled MiniLM)."),
+    model: str = typer.Argument(..., help=MODEL_HELP),
     direction: Optional[Path] = typer.Option(None, "--direction", help="A .npy vector of d_model entries (or k "
                                              "vectors (k, d) for --mode ablate), a direction folder or Hub id "
                                              "(Direction.save), or a llama.cpp control-vector .gguf."),
@@ -64,10 +68,13 @@ def steer_cmd(
     """
     from steerformer.steering import get_method, load_for_steering, steer
 
-    with user_errors():
+    with user_errors(), contextlib.ExitStack() as stack:
         cfg, src, o = SteerConfig(**options), ContrastiveOptions(**contrastive), OutputOptions(**output)
+        layers_flag = "--ablate-layers" if cfg.explicit_method == "ablation" else "--layers"
+        name_flags(layers=layers_flag)
         inputs = [model, direction, src.positive, src.negative, src.pairs]
         check_input_files(positive=src.positive, negative=src.negative, pairs=src.pairs)
+        check_direction_file(direction)
         check_cheap_options(out=o.out, record=record_json, kind="steer", overwrite=o.overwrite, inputs=inputs,
                             device=device)
         out_rules(cfg, o.out, o.format, o.lora_rank, hub["repo_id"])
@@ -79,12 +86,36 @@ def steer_cmd(
                               o.format, written, hub)
         if cfg.method is not None:
             get_method(cfg.method)  # an unknown name is refused before the model loads
+        check_layers_early(model, layers, layers_flag)  # out-of-range layers: from the header, before loading
+        check_layers_early(model, cfg.layer, "--layer")
+        say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
+        stack.enter_context(library_bars(cfg.progress))
+        say(f"loading {model} ...")
         m = load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
-        rec = steer(m, direction_of(m, direction, src, cfg), cfg, token=token, eigvec=eigvec, text=text, layers=layers)
+        the_direction = direction_of(m, direction, src, cfg)
+        say_phases(say, m, cfg, layers, concept=token is not None or text is not None)
+        rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         if evaluate:
+            say("evaluating: base and steered answers to the held-out questions ...")
             show_evaluation(m, rec, concept, the_judge)
         typer.echo(rec.summary())
+        say(f"saving to {o.out} ...") if o.out is not None else None
         save_and_push(m, rec, o.format, o.lora_rank, written, hub)
+
+
+def check_direction_file(direction: Optional[Path]) -> None:
+    """A --direction .npy/.gguf that does not exist is refused before the model loads."""
+    if direction is not None and direction.suffix in (".npy", ".gguf") and not direction.expanduser().is_file():
+        raise bad_argument("--direction", str(direction), f"an existing {direction.suffix} file (not found)",
+                           "Check the path.")
+
+
+def say_phases(say, m, cfg: SteerConfig, layers, *, concept: bool) -> None:
+    """The line that says what steer is about to do (its phases), when progress is shown."""
+    if cfg.progress:
+        from steerformer.steering import head_kind
+
+        say(steer_phases(cfg, layers, causal=head_kind(m) == "causal-lm", concept=concept))
 
 
 def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge_model: Optional[str]):
@@ -110,6 +141,22 @@ def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: Ste
         raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
     return contrastive_direction(m, src.positive, src.negative, pairs=src.pairs, layer=cfg.edit_layer,
                                  method=src.contrastive_method, progress=cfg.progress)
+
+
+def steer_phases(cfg: SteerConfig, layers, *, causal: bool, concept: bool) -> str:
+    """The line said before steer's long silent work: which phases run (the KL-calibrated default on
+    a causal LM: probe continuations, a layer scan unless a layer is given, the gain search)."""
+    method = cfg.explicit_method
+    if method == "ablation":
+        return "ablating the direction from every writer's weights ..."
+    paper = method == "paper" or any(v is not None for v in (cfg.gain, cfg.strength, cfg.target_alignment))
+    if paper or (method is None and not causal):
+        return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
+    where = (f"layer {cfg.layer}" if cfg.layer is not None else f"layers {layers}" if layers else
+             "a layer scan first (give --layer to skip it)" if concept else
+             "the default layer (no concept-token scan for a raw direction; --layer chooses)")
+    return (f"steering: probe continuations, {where}, then the gain search within the KL budget "
+            "(minutes on a CPU; --quiet hides these lines) ...")
 
 
 def out_rules(cfg: SteerConfig, out: Optional[Path], out_format: str, lora_rank: Optional[int],

@@ -7,13 +7,13 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import default_out, parse_layers, user_errors
+from steerformer_cli._common import MODEL_HELP, default_out, parse_layers, user_errors
 from steerformer_cli.app import app
 
 
 @app.command("sweep")
 def sweep_cmd(
-    model: Optional[str] = typer.Argument(None, help="Hub id or local checkpoint directory (with --revisions)."),
+    model: Optional[str] = typer.Argument(None, help=MODEL_HELP[:-1] + " (with --revisions)."),
     revisions: Optional[str] = typer.Option(None, "--revisions", help="Comma-separated revisions of MODEL, e.g. 'step1000,step2000'."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated models instead of MODEL --revisions."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default runs/sweep/<name>); rerun to resume."),

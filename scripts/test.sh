@@ -5,8 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
-echo "[setup] installing steerformer with the [test,smol] extras"
-python3 -m pip install --progress-bar off -e ".[test,smol]"
-bash scripts/install_smollm2.sh
+bash scripts/install.sh test,smol    # no compiler needed (see the script)
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 python3 -m pytest -q "$@"

@@ -381,6 +381,12 @@ class MethodConfig(Config):
         self.check()
 
 
+#: The paper edit's damage budget when its gain is searched (PaperConfig.min_state_cosine): the
+#: final states keep a mean cosine >= this with the base model's. Chosen on the bundled MiniLM
+#: (docs/math.md §5, docs/steering.md): at 0.9 its sentence search still works, below ~0.8 it does not.
+DEFAULT_MIN_STATE_COSINE = 0.9
+
+
 @dataclasses.dataclass
 class PaperConfig(MethodConfig):
     """The papers' rank-1 edit of one attention layer's output matrix, W_O' = W_O + γ u (wᵀV⁺)
@@ -398,6 +404,10 @@ class PaperConfig(MethodConfig):
     through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
     untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
     compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
+    min_state_cosine: float = option(DEFAULT_MIN_STATE_COSINE,
+                                     "Damage budget of the gain search (target alignment): the largest gain keeps "
+                                     "the final states' mean cosine with the base model's on the probe sentences "
+                                     "at least this (docs/steering.md); 0 = no budget.", cli_type=float)
     dynamics_n_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
     dynamics_tokens: int = option(10, "Tokens per prompt of the controlled dynamics.", cli=False)
     seed: int = option(SEED, "Seed of the random tokens of the controlled dynamics.", cli=False)
@@ -419,6 +429,10 @@ class PaperConfig(MethodConfig):
             if v is not None and (isinstance(v, bool) or not _finite(v) or float(v) == 0):
                 raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
                                    "Milder steering is a value closer to 0.")
+        m = self.min_state_cosine
+        if isinstance(m, bool) or not _finite(m) or not 0 <= float(m) < 1:
+            raise bad_argument("min_state_cosine", m, "a number in [0, 1): the mean cosine of the final states with "
+                               "the base model's that the gain search keeps (0 = no budget)")
         if self.strength is None and self.gain is None and self.target_alignment is not None:
             t = self.target_alignment
             if isinstance(t, bool) or not _finite(t) or not 0 < float(t) < 1:

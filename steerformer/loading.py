@@ -216,6 +216,24 @@ def _public_id(name: str) -> str:
     return name
 
 
+def model_display_name(name: Any) -> str:
+    """How figures and legends name a model: its Hub id or bundled name (a cache or site-packages
+    path becomes the id it stands for, :func:`_public_id`), else the folder or file name of a path
+    — never a long cache path."""
+    text = str(name)
+    if not text:
+        return text
+    try:
+        public = _public_id(text) if Path(text).exists() else text
+    except (OSError, ValueError):
+        public = text
+    if public != text:
+        return public
+    p = Path(text).expanduser()
+    looks_like_path = text.startswith(("/", "~", ".")) or os.sep in text and p.exists()
+    return p.name or text if looks_like_path else text
+
+
 def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path, str, str | None]:
     """(local directory, model id, commit or None) for a directory, the bundled MiniLM or a Hub id;
     for a GGUF (a .gguf file, a folder holding one, the bundled SmolLM2) the folder of its cached
@@ -244,7 +262,7 @@ def resolve_checkpoint(name: str, *, revision: str | None = None) -> tuple[Path,
         if bundled is not None and bundled.is_dir():
             return bundled, BUNDLED_MINILM, None
     if local.exists():
-        raise ModelNotFoundError(f"model_or_path={name!r} is a file, not a checkpoint directory or a .gguf file: "
+        raise ModelNotFoundError(f"model={name!r} is a file, not a checkpoint directory or a .gguf file: "
                                  "pass the folder that holds config.json and the weights, or a GGUF model file.")
     return _from_hub(name, revision)
 
@@ -256,14 +274,14 @@ def _from_hub(repo_id: str, revision: str | None) -> tuple[Path, str, str | None
     hint = (" Pass a local checkpoint directory (config.json + *.safetensors) instead, or run once "
             "with network access so the model is in the Hugging Face cache.")
     if name_looks_like_path(repo_id):
-        raise ModelNotFoundError(f"model_or_path={repo_id!r}: no such directory.{hint}")
+        raise ModelNotFoundError(f"model={repo_id!r}: no such directory.{hint}")
     try:
         path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
         if not _safetensors_files(path):
             path = Path(snapshot_download(repo_id, revision=revision,
                                           allow_patterns=_HUB_PATTERNS + ["pytorch_model*.bin*"]))
     except HFValidationError as exc:
-        raise ModelNotFoundError(f"model_or_path={repo_id!r} is neither a local directory nor a valid Hub id "
+        raise ModelNotFoundError(f"model={repo_id!r} is neither a local directory nor a valid Hub id "
                                  f"({exc}).{hint}") from None
     except Exception as exc:  # offline, unknown repo, gated, network: all the same to the user
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")

@@ -160,8 +160,10 @@ class CollapseResult:
         return written
 
     def label(self) -> str:
+        from ..loading import model_display_name  # runs saved before names were cleaned carry a path
+
         o = self.options
-        return f"{self.meta.get('model_id', '?')} · {o.get('weights')} · {'FFN' if o.get('ffn') else 'no FFN'}"
+        return f"{model_display_name(self.meta.get('model_id', '?'))} · {o.get('weights')} · {'FFN' if o.get('ffn') else 'no FFN'}"
 
     def figure(self, stat: str = "e"):
         from .plots import collapse_figure

@@ -254,7 +254,9 @@ def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict
 
     name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
         (getattr(model.config, "_name_or_path", "") or type(model).__name__)
-    return {"model_id": str(name), "model_type": adapter.model_type, "n_blocks": looped.n_blocks,
+    from ..loading import model_display_name
+
+    return {"model_id": model_display_name(name), "model_type": adapter.model_type, "n_blocks": looped.n_blocks,
             "d_model": adapter.d_model, "n_heads": adapter.n_heads,
             "masks": [adapter.mask(k).to_dict() for k in range(looped.n_blocks)],
             "final_norm": looped.norm is not None, "device": str(dev),

@@ -54,6 +54,21 @@ from .gguf_file import WRITTEN_BY, check_target_file, field_value, open_gguf
 ARCH = "controlvector"
 MODEL_HINT = f"{ARCH}.model_hint"
 LAYER_COUNT = f"{ARCH}.layer_count"
+#: prefix of the notes steerformer writes (llama.cpp reads no metadata key; people and tools do):
+#: ``steerformer.note.scale`` says what strength 1.0 means for the vectors of the file
+NOTE_PREFIX = "steerformer.note."
+
+#: transformers ``model_type`` -> llama.cpp's ``general.architecture``, where they differ
+#: (llama.cpp's convert_hf_to_gguf.py: Mistral is written as llama, GPT-NeoX as gptneox, ...)
+_LLAMA_CPP_ARCH = {"mistral": "llama", "gpt_neox": "gptneox", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+                   "gpt_bigcode": "starcoder", "stablelm": "stablelm", "phi": "phi2", "gpt_neo": "gptneo"}
+
+
+def model_hint_of(model_type: str) -> str:
+    """llama.cpp's architecture name (``controlvector.model_hint``) of a transformers model type:
+    the same name for most ("llama", "qwen2", "gemma2", "gpt2", "bert"), the converter's rename
+    for the others ("mistral" -> "llama")."""
+    return _LLAMA_CPP_ARCH.get(model_type, model_type)
 _NAME = re.compile(r"^direction\.(\d+)$")
 
 
@@ -66,10 +81,13 @@ class ControlVector:
 
     directions: Mapping[int, torch.Tensor]
     model_hint: str | None = None
+    #: notes written as ``steerformer.note.<key>`` strings (e.g. ``scale``: what strength 1.0 means)
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         checked = _checked_directions(self.directions)
         object.__setattr__(self, "directions", checked)
+        object.__setattr__(self, "notes", {str(k): str(v) for k, v in dict(self.notes or {}).items()})
 
     @classmethod
     def from_direction(cls, vector: Any, layers: Iterable[int], model_hint: str | None = None) -> "ControlVector":
@@ -170,6 +188,8 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
         # int32, as llama.cpp's cvector-generator writes it (repeng writes uint32; both read back)
         writer.add_int32(LAYER_COUNT, len(control.directions))
         writer.add_string(WRITTEN_BY, f"steerformer {__version__}")
+        for key, text in sorted(control.notes.items()):
+            writer.add_string(NOTE_PREFIX + key, text)
         for layer in control.layers:
             writer.add_tensor(f"direction.{layer}", control.directions[layer].numpy())
         writer.write_header_to_file()
@@ -222,7 +242,10 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
     hint = field_value(reader, MODEL_HINT)
-    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint))
+    notes = {name[len(NOTE_PREFIX):]: str(field_value(reader, name)) for name in reader.fields
+             if name.startswith(NOTE_PREFIX)}
+    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint),
+                         notes)
 
 
-__all__ = ["ControlVector", "read_control_vector", "write_control_vector"]
+__all__ = ["ControlVector", "model_hint_of", "read_control_vector", "write_control_vector"]

@@ -127,7 +127,8 @@ def chunk_size(weights: dict[int, AttentionWeights], tokens: torch.Tensor, draws
 def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: torch.Tensor, layers: Sequence[int],
                     draws: int, *, seed: int = 0, tau: float = 1.0, bias: bool = False, layer_norm: bool = False,
                     dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
-                    bases: dict | None = None, chunk: int | None = None) -> dict[str, np.ndarray]:
+                    bases: dict | None = None, chunk: int | None = None,
+                    progress: bool | str = False) -> dict[str, np.ndarray]:
     """Δρ_k and P_k of ``draws`` null draws on the initial ``tokens`` (prompts, n, d), as the trained
     run ran them (already normalized or raw): arrays ``delta`` and ``P`` of shape (draws, steps).
 
@@ -135,7 +136,8 @@ def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: t
     :func:`~steerformer.dynamics.run_dynamics`. ``seed``: of the draws (module docstring).
     ``bases``: a dict filled with (and read for) each (draw, slot)'s principal basis, to share
     the eigenproblems between runs on other tokens. ``chunk``: draws run together (default:
-    :func:`chunk_size`)."""
+    :func:`chunk_size`). ``progress``: a bar over the draws (:func:`~steerformer.configs.progress_bar`)."""
+    from ..configs import progress_bar
     from ..dynamics import pre_attention_norms
 
     ids = [int(k) for k in layers]
@@ -148,9 +150,11 @@ def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: t
     P = np.zeros((draws, len(ids)))
     stds = {k: _stds(weights[k]) for k in ids}
     steppers = {k: _stepper(weights[k], tau=tau, bias=bias, norm=norms.get(k)) for k in ids}
-    with torch.no_grad():
+    bar = progress_bar(progress, "null draws", total=draws, unit="draw")
+    with torch.no_grad(), bar:
         for start in range(0, draws, chunk):
             batch = range(start, min(draws, start + chunk))
+            bar.update(len(batch))
             x = x0.expand(len(batch), *x0.shape)
             for step, k in enumerate(ids):
                 drawn = [_draw(weights[k], seed, s, slot[k], stds[k]) for s in batch]

@@ -59,8 +59,11 @@ def _null(ax, st, tag: str) -> None:
     if hit.any():
         y = _col(st, "delta_rho_mean" if tag == "delta" else "P")
         name = {"bh": "BH", "holm": "Holm"}.get(test.get("correction"), "")
+        # the verdict's whole rule (stats.null.annotate): a power-method step whose Δρ AND P both have
+        # an adjusted p below α — an adjusted p < α alone is no star
         ax.plot(x[hit], y[hit], "*", ms=10, color="black", lw=0,
-                label=f"beyond chance ({name}-adjusted p < {test.get('alpha', 0.05):g})")
+                label=f"beyond chance: a power-method step\nwith {name}-adjusted p < {test.get('alpha', 0.05):g} "
+                      "for Δρ and P")
 
 
 def power_method_rows(stats_list: Sequence, labels: Sequence[str], title: str = "") -> Figure:

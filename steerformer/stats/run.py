@@ -14,7 +14,7 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import SEED, renamed_parameters
+from ..configs import SEED, progress_bar, renamed_parameters
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
@@ -145,22 +145,23 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
 
 
 def stability(main: AlignmentStats, seeds: Sequence[int], trajectory: Any, spectra: Spectra, common: dict,
-              null_run: dict | None, test: dict) -> None:
+              null_run: dict | None, test: dict, progress: bool | str = False) -> None:
     """How often each step's verdicts hold over the main run and the runs ``trajectory(seed)`` of the
     other token ``seeds``, one at a time (docs/math.md §4c): ``power_method_step_share`` and, with the null model,
     ``beyond_chance_share`` and ``unstable`` (beyond chance in the main run but in fewer than
     :data:`STABLE_SHARE` of the seeds) in every record of ``main``; the per-seed verdicts in
-    ``main.meta["stability"]``."""
+    ``main.meta["stability"]``. ``progress``: a bar over the seeds."""
     all_seeds = [main.meta["options"].get("seed", 0), *seeds]
     verdicts = {"power_method_step": [[bool(r["power_method_step"]) for r in main.layers]]}
     if null_run is not None:
         verdicts["beyond_chance"] = [[bool(r["beyond_chance"]) for r in main.layers]]
-    for seed in seeds:
+    for seed in progress_bar(progress, "stability over seeds", seeds, unit="seed"):
         tr = trajectory(seed)
         st = alignment_stats(tr, spectra, cumulative=False, **{**common, "ci": 0})
         verdicts["power_method_step"].append([bool(r["power_method_step"]) for r in st.layers])
         if null_run is not None:
-            annotate(st.layers, null_statistics(tokens=tr.states[0], **null_run), **test)
+            annotate(st.layers, null_statistics(tokens=tr.states[0], **null_run,
+                                                progress=progress and f"seed {seed}: null draws"), **test)
             verdicts["beyond_chance"].append([bool(r["beyond_chance"]) for r in st.layers])
     for i, rec in enumerate(main.layers):
         for name, runs_ in verdicts.items():
@@ -240,7 +241,9 @@ def power_method_stats(
                     layer_norm=layer_norm, dtype=dtype, device=device, bases=bases)
     test = dict(alpha=cfg.alpha, correction=cfg.correction, level=cfg.ci or 0.95)
     if cfg.null_draws:
-        annotate(controlled.layers, null_statistics(tokens=traj.states[0], **null_run), **test)
+        annotate(controlled.layers, null_statistics(tokens=traj.states[0], **null_run,
+                                                    progress=progress and f"null model ({int(cfg.null_draws)} draws)"),
+                 **test)
         controlled.meta["null_draws"] = int(cfg.null_draws)
         controlled.meta["test"] = {"draws": int(cfg.null_draws), "alpha": cfg.alpha, "correction": cfg.correction,
                                    "smallest_p": 1 / (int(cfg.null_draws) + 1), "seed": SEED}
@@ -249,7 +252,8 @@ def power_method_stats(
             return run_dynamics(source, None, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **{**dyn, "seed": seed})
 
         stability(controlled, [cfg.seed + i for i in range(1, cfg.seeds)], trajectory, spectra, common,
-                  null_run if cfg.null_draws else None, test)
+                  null_run if cfg.null_draws else None, test,
+                  progress=progress and f"stability over {cfg.seeds - 1} more seeds")
     with_ln = None
     if both:
         traj_ln = run_dynamics(source, traj.states[0], **{**dyn, "layer_norm": True, "normalize_initial": False})
@@ -262,7 +266,9 @@ def power_method_stats(
             options["full_model_skipped"] = "only runs on all layers (the hidden states chain every layer)"
         else:
             try:
-                hs = model_hidden_states(source, prompts, device=device)
+                with progress_bar(progress, "full model: hidden states of the prompts", total=1) as bar:
+                    hs = model_hidden_states(source, prompts, device=device)
+                    bar.update(1)
             except InvalidArgumentError as exc:
                 if prompts is not None:  # asked for explicitly: the user must hear why it failed
                     raise

@@ -39,9 +39,9 @@ _EXPORTS: dict[str, str] = {
     "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
     "unsteer": ".chain",
     "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
-    "save_steered": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
+    "save_steered": ".checkpoint", "read_records": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
     "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
-    "contrastive_directions": ".sources",
+    "contrastive_directions": ".sources", "read_npy": ".sources", "head_kind": ".measure",
     "Edit": ".edit",
     "HubError": ".hub", "push_to_hub": ".hub",
     "choose_lora_rank": ".lora",
@@ -65,7 +65,7 @@ __all__ = [
     "edits_applied", "check_generates", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
-    "verify_checkpoint", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
+    "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve",
 ]
 
@@ -75,9 +75,10 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .chain import Steering, is_steered, steering_of, steering_records, unsteer
     from .checkpoint import (
-        load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+        load_for_steering, load_model, read_records, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
     )
-    from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
+    from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions, read_npy
+    from .measure import head_kind
     from .edit import Edit
     from .hub import HubError, push_to_hub
     from .lora import choose_lora_rank

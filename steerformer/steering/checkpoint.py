@@ -186,6 +186,21 @@ def read_payload(directory: str | os.PathLike) -> dict:
     return payload
 
 
+def read_records(path: str | os.PathLike) -> list:
+    """The steering records of a steered checkpoint folder (its chain) or of a record JSON file
+    (``steer --record``); a one-line error naming ``record`` for anything else."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return records_of(read_payload(p), p)
+    if p.is_file():
+        try:
+            return [SteeringRecord.from_json(p)]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad_argument("record", str(path), f"a steering record JSON (steer --record), not readable as one "
+                               f"({type(exc).__name__})") from None
+    raise bad_argument("record", str(path), "a steered checkpoint folder or a record JSON file (not found)")
+
+
 def records_of(payload: dict, where: Path) -> list[SteeringRecord]:
     """The records of a chain payload, each with at least one edit (else broken provenance)."""
     out = []

@@ -294,3 +294,11 @@ def write_chain(folder: Path, payload: dict, originals: dict[str, torch.Tensor])
     side.mkdir()
     (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
     save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
+
+
+def added_vector(edit: Any) -> torch.Tensor:
+    """What an activation-addition edit adds after its block, float64: its bias change δ = γ u (the
+    exact form) plus γ u from its weight (W' = W + γ u aᵀ with a·z ≈ 1 on the probe)."""
+    v = float(edit.gain) * edit.u.to(torch.float64).reshape(-1)
+    delta = edit.bias_change()
+    return v if delta is None else v + delta.to(torch.float64).reshape(-1)

@@ -32,7 +32,7 @@ import torch
 
 from ..errors import CheckpointError, ModelNotFoundError, bad_argument
 from ..outputs import DIRECTION, write_atomically
-from .common import vector_hash
+from .common import added_vector, vector_hash
 
 DIRECTION_FORMAT = "steerformer.direction/1"
 VECTORS_FILE = "direction.safetensors"
@@ -160,10 +160,47 @@ class Direction:
         return cls({n: v.to(torch.float64)[None] for n, v in cv.directions.items()}, model_id=model_id,
                    method="control vector", metadata={"model_hint": cv.model_hint})
 
+    @classmethod
+    def from_record(cls, records: Any) -> "Direction":
+        """The vectors a KL-calibrated steer adds (activation addition as weights, docs/math.md §5d):
+        γ·u per layer, γ = α × the layer's residual norm (:func:`added_vector`): exactly what a
+        bias edit adds to the output of block N (a weight edit adds γ·u·(a·z), a·z ≈ 1 on the probe). Several records (a checkpoint's chain) add up, as llama.cpp
+        adds several files. As a control vector, strength 1.0 is that steer.
+
+        ``records``: a :class:`~steerformer.steering.SteeringRecord` or a list of them
+        (:func:`~steerformer.steering.read_records` reads a checkpoint's or a ``steer --record`` file)."""
+        from ..formats import model_hint_of
+        from .record import SteeringRecord
+
+        if isinstance(records, SteeringRecord):
+            records = [records]
+        adds = [(r, e) for r in records for e in r.edits if e.kind == "add"]
+        if not adds:
+            kinds = sorted({e.kind for r in records for e in r.edits}) or ["none"]
+            raise bad_argument("record", f"edits of kind {', '.join(kinds)}", "a KL-calibrated steer (activation "
+                               "addition as weights, the causal-LM default): the paper's rank-1 edit and an "
+                               "ablation add no fixed vector", "Steer without --gain/--strength/--target-alignment.")
+        vectors: dict[int, torch.Tensor] = {}
+        for _, e in adds:
+            vectors[int(e.layer)] = vectors.get(int(e.layer), 0) + added_vector(e)
+        last = adds[-1][0]
+        cal = last.calibration or {}
+        gains = {str(n): float(v.norm()) for n, v in sorted(vectors.items())}
+        scale = (f"calibrated: strength 1.0 adds what the steer added, gain {cal.get('alpha', float('nan')):.4g} "
+                 f"x the residual norm of each layer (the vector's norm: {', '.join(f'layer {k}: {g:.4g}' for k, g in gains.items())})"
+                 f", KL {cal.get('kl_probe', float('nan')):.3g} <= budget {cal.get('max_kl', float('nan')):.3g} nats per "
+                 "token on the probe continuations")
+        return cls({n: v[None] for n, v in vectors.items()}, model_id=last.model_id, revision=last.model_commit,
+                   method="calibrated steer", metadata={
+                       "model_hint": model_hint_of(last.model_type), "scale": scale, "alpha": cal.get("alpha"),
+                       "gain": gains, "max_kl": cal.get("max_kl"), "kl_probe": cal.get("kl_probe")})
+
     def to_control_vector(self, model_hint: str | None = None) -> Any:
         """llama.cpp's control vector of this direction (one vector per layer, N >= 1): a
-        ``formats.ControlVector`` (``.save(path)`` writes the GGUF). ``model_hint``: the model's
-        architecture name (default the one recorded with the direction)."""
+        ``formats.ControlVector`` (``.save(path)`` writes the GGUF), its ``scale`` note saying what
+        strength 1.0 means (the calibrated steer for :meth:`from_record`, else the vectors as
+        stored: unit vectors from ``direction make``). ``model_hint``: the model's architecture
+        name (default the one recorded with the direction)."""
         from ..formats import ControlVector
 
         many = [n for n, v in self.vectors.items() if v.shape[0] != 1]
@@ -171,7 +208,12 @@ class Direction:
             raise bad_argument("direction", f"{self.vectors[many[0]].shape[0]} directions at layer {many[0]}",
                                "one vector per layer (a control vector adds one vector per layer)")
         hint = model_hint or self.metadata.get("model_hint")
-        return ControlVector({n: v[0] for n, v in self.vectors.items()}, hint)
+        norms = ", ".join(f"layer {n}: {float(v[0].norm()):.4g}" for n, v in sorted(self.vectors.items()))
+        scale = self.metadata.get("scale") or (
+            f"as stored: strength S adds S x these vectors (norms {norms}); a unit vector at strength 1 barely moves "
+            "a model: steer with steerformer and export the steered checkpoint for the calibrated strength")
+        return ControlVector({n: v[0] for n, v in self.vectors.items()}, hint,
+                             {"scale": scale, "source": f"{self.method or 'vectors'} of {self.model_id or 'a model'}"})
 
     # ---- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -114,6 +114,37 @@ def pipeline_tag_of(model: Any) -> str | None:
     return None
 
 
+def edit_formula(record: SteeringRecord) -> str:
+    """The formula of what ``record`` changed, for the module it edited (docs/math.md §2.3, §5d):
+    the paper's rank-1 edit of an attention output, activation addition as a bias or as a weight
+    of an attention or MLP output, or an ablation."""
+    e = record.edits[0] if record.edits else None
+    where = {"mlp": "MLP output", "attention": "attention output"}.get(getattr(e, "writer", ""), "writer")
+    if record.solve.get("method") == "ablate":
+        return f"W' = (I − s·UUᵀ) W, s = {-record.gain:g}, on every writer of layers {record.layers_changed}"
+    if e is not None and e.kind == "add":
+        if e.solve.get("method") == "bias":
+            return (f"b' = b + γ u (the bias of the {where}, `{e.bias_module or e.module}`): adds γ u after block "
+                    f"{e.layer}, exactly")
+        return (f"W' = W + γ u aᵀ (the {where}, `{e.module}`), a·z ≈ 1 on the probe: adds γ u (a·z) ≈ γ u "
+                f"after block {e.layer}")
+    return "W_O' = W_O + γ u (wᵀV⁺)  ⇒  F' = F + γ u wᵀ (the attention output, F = W_O·V; paper §2.3)"
+
+
+def gain_text(record: SteeringRecord) -> str:
+    """The gain in the unit the CLI printed: α × the residual norm for the KL-calibrated addition
+    (γ per layer after it), γ = strength × |λ1| for the paper's edit."""
+    cal = record.calibration or {}
+    if record.edits and record.edits[0].kind == "add" and cal.get("alpha") is not None:
+        from .common import added_vector
+
+        per = ", ".join(f"layer {e.layer}: γ = {float(added_vector(e).norm()):.4g}" for e in record.edits)
+        return f"{cal['alpha']:.4g} × residual norm ({per})"
+    if record.solve.get("method") == "ablate":
+        return f"s = {-record.gain:g}"
+    return f"γ = {record.gain:.6g}" + (f" = {record.strength:.4g} × abs(λ1)" if record.strength else "")
+
+
 def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, model: Any = None,
                base_folder: str | Path | None = None, sentence_transformers: bool = False):
     """The card for ``records``. ``model``: the steered model (for its pipeline tag);
@@ -142,6 +173,7 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
         d = r.to_dict()
         src = {k: v for k, v in r.direction_source.items() if k != "kind"}
         d["direction_source_text"] = ", ".join(f"{k}={v}" for k, v in src.items())
+        d["formula"], d["gain_text"] = edit_formula(r), gain_text(r)
         d["fmt"] = {
             "model_before": _fmt(r.alignment_model_before), "model_after": _fmt(r.alignment_model_after),
             "dyn_before": _fmt(r.alignment_dynamics_before), "dyn_after": _fmt(r.alignment_dynamics_after),
@@ -154,6 +186,7 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
     return ModelCard.from_template(
         data, template_path=str(TEMPLATE), title=f"{name} (steered)", base_model_name=name,
         records=rows, edits_text=edit_count_text(len(records)),
+        formulas=list(dict.fromkeys(d["formula"] for d in rows)),
     )
 
 

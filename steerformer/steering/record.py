@@ -158,9 +158,11 @@ class SteeringRecord:
                             else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
                                  f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
                             for e in self.edits)
-            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}: {how}",
+            chosen = f" ({cal['layer_choice']})" if cal.get("layer_choice") else ""
+            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}{chosen}: {how}",
                      f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
-                     f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
+                     f"KL {self.kl_kind} = {f(self.kl)}: the one the budget {g(cal.get('max_kl'))} bounds; "
+                     f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "
                      f"weight change |dW|/|W| = {self.weight_change:.4g}"]
             if cal.get("scan"):
                 lines.append("layer scan (concept-token probability at the budget" + (
@@ -177,7 +179,8 @@ class SteeringRecord:
             if self.evaluation:
                 ev = self.evaluation
                 lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                             f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+                             f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
+                             f"fluency {ev['fluency']:.2f}")
                 if ev.get("aggregate") is not None:
                     lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
                                  f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "

@@ -538,11 +538,13 @@ def contrastive_directions(model: Any, positive: Any = None, negative: Any = Non
     """:func:`contrastive_direction` at each of ``layers``, as one shareable :class:`Direction`
     (a unit vector per layer; the prompts' sha256, the reduction, and each layer's raw norm and
     explained share as metadata)."""
+    from ..formats import model_hint_of  # a shareable direction only: formats is no part of a steer
     from .direction import Direction
 
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model = load_model(model)
-    n_layers = open_source(model).adapter.n_layers
+    adapter = open_source(model).adapter
+    n_layers = adapter.n_layers
     found = [contrastive_direction(model, positive, negative, pairs=pairs, layer=L, method=method, reduction=reduction,
                                    tokenizer=tokenizer, batch_size=batch_size, progress=progress)
              for L in select_layers(list(layers), n_layers, name="layers")]
@@ -550,6 +552,8 @@ def contrastive_directions(model: Any, positive: Any = None, negative: Any = Non
     return Direction({c.layer: c.vector[None] for c in found}, model_id=first.model_id, revision=first.revision,
                      method=first.method, prompts_sha256=first.prompts_sha256,
                      metadata={**{k: v for k, v in first.metadata.items() if k not in ("raw_norm", "explained")},
+                               # llama.cpp's architecture name: export-gguf needs no --model-hint
+                               "model_hint": model_hint_of(adapter.model_type),
                                "raw_norm": {str(c.layer): c.raw_norm for c in found},
                                "explained": {str(c.layer): c.explained for c in found}})
 

@@ -107,11 +107,13 @@ def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | Non
                           name="layers" if layers is not None else "layer") \
         if layers is not None or layer is not None else None
     candidates = fixed or default_scan_layers(adapter.n_layers)
+    token, text = call.token, call.text
+    phrase = token if token is not None else text
+    if not fixed and phrase is None:  # a raw direction has no concept tokens to scan by: one default layer
+        candidates = [candidates[len(candidates) // 2]]
     writers = {k: output_writer(adapter, k, source.model_id) for k in candidates}  # refuses before any work
     for k in candidates:
         check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
-    token, text = call.token, call.text
-    phrase = token if token is not None else text
     if phrase is not None and (call.direction is not None or call.eigvec is not None or (token and text)):
         raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
     if phrase is not None:
@@ -136,7 +138,9 @@ def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, pla
     concept phrase, the bundled MiniLM; ties: more good steers, then the concept tokens'
     probability), else by the concept tokens' probability on the probe."""
     if len(scan) == 1:
-        return scan[0], "given"
+        given = call.layers is not None or call.config.layer is not None
+        return scan[0], "given" if given else ("default (the middle scan layer; a raw direction has no concept "
+                                               "tokens to scan by: give --layer to choose)")
     by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
     if cfg.layer_choice == "judged" and phrase is not None:
         from ..chat import has_chat_template

@@ -25,7 +25,7 @@ from ..chain import retie, steering_of, untie
 from ..common import CountedCurve, stores_transposed
 from ..edit import Edit, check_layer_materialized, edited_stored
 from ..lifecycle import Call, Plan
-from ..measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
+from ..measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, mean_abs_cos, model_probe
 from ..sources import check_vector, resolve_direction
 from .registry import Method, register_method
 
@@ -120,8 +120,9 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
                            f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
                            "its edit shifts no bias, nothing to compensate.")
     search_gain = searching(cfg)
+    floor = float(cfg.min_state_cosine) if search_gain else 0.0  # the damage budget of the gain search
     probe = None
-    if report or cfg.solve == "min-norm" or cfg.through_ffn or (search_gain and cfg.measure == "model"):
+    if report or cfg.solve == "min-norm" or cfg.through_ffn or (search_gain and cfg.measure == "model") or floor > 0:
         probe = model_probe(model, adapter, L, encode(model, prompts, tokenizer, name="prompts"))
 
     if cfg.solve == "exact":  # a = wᵀV⁺
@@ -143,13 +144,31 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
         if (report or (search_gain and cfg.measure == "dynamics")) else None
 
     def search(u: torch.Tensor, desc: str = "gain search") -> algebra.StrengthChoice:
-        if cfg.measure == "dynamics":
-            f = lambda g: dyn.alignment(algebra.delta_output(u, row.a, g), u)  # noqa: E731
-        else:
-            f = lambda g: probe.alignment(u_target, {name: stored(u, g)})  # noqa: E731
-        curve = CountedCurve(f, desc, progress)
+        cosines: dict[float, float] = {}  # gain -> mean cosine of the final states with the base model's
+        values: dict[float, float] = {}  # gain -> alignment (-1 beyond the budget)
+
+        def evaluate(g: float) -> float:
+            if floor <= 0 and cfg.measure == "dynamics":
+                values[g] = dyn.alignment(algebra.delta_output(u, row.a, g), u)
+                return values[g]
+            with torch.no_grad():
+                final = probe.final_states({name: stored(u, g)})
+            cosines[g] = state_cosine(final, probe)
+            if cosines[g] < floor:
+                values[g] = -1.0  # beyond the damage budget: never the choice
+            elif cfg.measure == "dynamics":
+                values[g] = dyn.alignment(algebra.delta_output(u, row.a, g), u)
+            else:
+                with torch.no_grad():
+                    values[g] = float(mean_abs_cos(final, u_target, probe.mask))
+            return values[g]
+
+        curve = CountedCurve(evaluate, desc, progress)
         try:
-            return algebra.choose_gain(curve, cfg.target, scale=abs_l1)
+            choice = algebra.choose_gain(curve, cfg.target, scale=abs_l1)
+            if floor > 0 and not choice.reached and any(c < floor for c in cosines.values()):
+                choice = within_budget(curve, cosines, values, floor, cfg.target)
+            return choice
         finally:
             curve.close()
 
@@ -184,6 +203,41 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
     return Plan(edits=[edit], direction_source={}, target=u_target, choice=choice, measure=cfg.measure,
                 target_alignment=cfg.target, abs_lambda1=abs_l1, spectrum_before=spec_before, through_ffn=ffn_info,
                 heldout_layer=L, extra={"V": V, "dynamics": dyn})
+
+
+def state_cosine(final: torch.Tensor, probe: Any) -> float:
+    """Mean cosine, over the probe's real tokens, of the final states ``final`` with the base model's:
+    the damage the paper edit's gain search keeps above ``min_state_cosine``."""
+    cos = torch.nn.functional.cosine_similarity(final.to(torch.float64), probe.final_before.to(final.device,
+                                                torch.float64), dim=-1)
+    return float(cos[probe.mask.to(cos.device)].mean())
+
+
+def within_budget(curve: Any, cosines: dict[float, float], values: dict[float, float], floor: float,
+                  target: float, steps: int = 12) -> Any:
+    """The target alignment is out of reach within the damage budget: the largest gain whose final
+    states keep a mean cosine >= ``floor`` (bisection on log γ between the largest gain evaluated
+    inside the budget and the smallest outside it), said in the choice's message."""
+    import math
+
+    inside = [g for g, c in cosines.items() if c >= floor and g > 0]
+    outside = [g for g, c in cosines.items() if c < floor and g > 0]
+    lo = max(inside) if inside else min(outside) * 1e-6
+    hi = min(g for g in outside if g > lo) if any(g > lo for g in outside) else None
+    if hi is not None:
+        for _ in range(steps):
+            mid = math.exp((math.log(lo) + math.log(hi)) / 2)
+            curve(mid)
+            lo, hi = (mid, hi) if cosines[mid] >= floor else (lo, mid)
+    if lo not in cosines:
+        curve(lo)
+    value = curve(lo)
+    message = (f"target alignment {target:g} is out of reach within the damage budget: the largest gain keeping the "
+               f"final states' mean cosine with the base model's >= {floor:g} is {lo:.6g} (alignment {value:.4f}, "
+               f"cosine {cosines[lo]:.4f}); a larger gain changes the model more (min_state_cosine=0 lifts the "
+               "budget)")
+    return algebra.StrengthChoice(gain=lo, alignment=value, reached=False, best_alignment=value, best_gain=lo,
+                                  curve=sorted(values.items()), message=message)
 
 
 def _has_param(base: Any, name: str) -> bool:
