@@ -135,3 +135,21 @@ def test_a_strength_on_a_zero_output_matrix_is_refused_not_made_with_gain_zero(t
     model = load_for_steering(d)
     steer(model, layer=1, direction=torch.ones(64), gain=1.0)
     assert float(model.transformer.h[1].attn.c_proj.weight.detach().abs().max()) > 0
+
+
+@pytest.mark.parametrize("cmd,expect", [
+    (["analyze", "IN", "--out", "OUT"], "error: cumulative=True is invalid: expected layer matrices whose product is not all zero"),
+    (["steer", "IN", "--direction", "U", "--max-kl", "0.1", "--out", "OUT"], "error: layers=0 is invalid: expected layers whose "
+                                                                             "h.0.mlp.c_proj receives non-zero states"),
+    (["collapse", "IN", "--out", "OUT", "--passes", "2", "--n-prompts", "3", "--length", "8"],
+     "error: model=IN is invalid: expected a model whose embedded prompts are not all zero"),
+], ids=["analyze", "kl-steer", "collapse"])
+def test_an_all_zero_model_is_one_line_in_analyze_the_kl_steer_and_collapse(tiny_checkpoint, zeros, tmp_path, cmd,
+                                                                             expect) -> None:
+    out = tmp_path / "out"
+    subs = {"IN": str(zeros), "OUT": str(out), "U": str(tiny_checkpoint.parent / "u.npy")}
+    res = run_cli([subs.get(a, a) for a in cmd])
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith(expect.replace("IN", repr(str(zeros)))), res.output
+    assert not out.exists()
