@@ -37,3 +37,21 @@ def test_the_library_check() -> None:
     with pytest.raises(InvalidArgumentError, match="causal language model"):
         check_generates(make_model("bert", dtype=torch.float32))
     check_generates(make_model("gpt2", dtype=torch.float32))  # an LM passes
+
+
+def test_answers_longer_than_the_model_positions_are_refused_in_one_line() -> None:
+    """Prompt + answer past n_positions indexes GPT-2's position table out of range; the check comes
+    before generating, names --max-new-tokens and says how many fit."""
+    from steerformer.steering.chat import check_answer_fits, generate_answers
+
+    model = make_model("gpt2", dtype=torch.float32)
+    n = model.config.n_positions
+    with pytest.raises(IndexError):  # what generation would hit: the position table ends at n
+        model(torch.zeros((1, n + 1), dtype=torch.long))
+    prompts = [[1] * 10, [1] * (n - 6)]
+    with pytest.raises(InvalidArgumentError, match=rf"^max_new_tokens=7 is invalid: expected at most 6: the longest "
+                                                   rf"prompt has {n - 6} tokens and the model embeds {n} positions"):
+        check_answer_fits(model, prompts, 7)
+    check_answer_fits(model, prompts, 6)  # exactly full: fits
+    with pytest.raises(InvalidArgumentError, match="max_new_tokens=40 is invalid"):  # before any tokenizer is used
+        generate_answers(model, None, prompts, max_new_tokens=40)

@@ -151,6 +151,11 @@ def collapse(
         reinitialize(model, pass_seed(seed, 0))
     if h is None:
         h = torch.cat([looped.embed(torch.as_tensor(ids[s], device=dev)) for s in slices])
+        if not bool(h.any()):  # E normalizes every state: 0/0 everywhere, a run of NaN and a figure that fails
+            raise bad_argument("model", meta["model_id"],
+                               "a model whose embedded prompts are not all zero (every embedded state is 0: "
+                               "E of eq. (9) normalizes each state, so nothing can be measured)",
+                               "Check that the checkpoint's weights are not all zero, or use --weights random.")
         emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h, e_precision))}
         if store is not None:
             store.write_run({"options": options, "meta": meta})

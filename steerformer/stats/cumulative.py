@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..errors import bad_argument
 from ..spectra import lambda_is_complex
 from .eigenbasis import orthonormal_pair
 
@@ -91,10 +92,17 @@ def cumulative_principal(matrices: Sequence[torch.Tensor]) -> Iterator[tuple[com
     """
     phi: np.ndarray | None = None
     v0 = None
-    for F in matrices:
+    for step, F in enumerate(matrices, 1):
         Fn = F.detach().cpu().double().numpy()
         phi = Fn.copy() if phi is None else Fn @ phi
-        phi /= np.linalg.norm(phi)
+        norm = float(np.linalg.norm(phi))
+        if not norm > 0:  # an all-zero product (all-zero weights) has no principal direction; 0/0 is NaN
+            raise bad_argument("cumulative", True, f"layer matrices whose product is not all zero (the product "
+                               f"of the first {step} layer matrices is {'all zero' if norm == 0 else norm}: a "
+                               "model with all-zero weights has no principal direction)",
+                               "Check the checkpoint's weights, or skip the statistic with --no-cumulative "
+                               "(cumulative=False).")
+        phi /= norm
         lam, w = principal_eigvec(phi, v0)
         v0 = np.real(w) + np.imag(w)  # a real start vector inside the previous principal subspace
         is_complex = lambda_is_complex(lam, abs(lam))  # λ is the largest-modulus one: |λ| is the radius

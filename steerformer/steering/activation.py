@@ -265,6 +265,12 @@ def addition_edits(model: Any, vectors: Mapping[int, torch.Tensor], coeff: float
                               solve={"method": "bias", "exact": True}, bias_module=w.bias_name,
                               bias_delta=coeff * v))
             continue
+        if not bool(inputs[k][0].any()):  # G = ZᵀWZ = 0: no row a has a·z = 1 (the solve would be singular)
+            raise bad_argument("layers", k, f"layers whose {w.module} receives non-zero states (every state "
+                               f"entering it in {source.model_id} is 0 on the probe prompts: the constant "
+                               "addition cannot be written into its weights)",
+                               "Check that the checkpoint's weights are not all zero (such a model cannot be "
+                               "steered), or steer other layers.")
         a, fit = fit_constant_row(*inputs[k], positions=positions, ridge=ridge)
         edits.append(Edit(**common, a=a, gain=coeff * norm, solve=fit))
     return edits

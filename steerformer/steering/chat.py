@@ -9,7 +9,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import bad_argument
+from ..adapters import get_adapter
+from ..errors import SteerformerError, bad_argument
 from ..prompts import PromptBatch
 from .measure import model_device
 
@@ -81,11 +82,29 @@ def stop_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 @torch.no_grad()
+def check_answer_fits(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+    """The longest prompt plus ``max_new_tokens`` must fit in the positions the model embeds: past them
+    a learned position table is indexed out of range (a CUDA assert or an IndexError deep in the
+    forward), and a rotary model answers from positions it was never trained on."""
+    try:
+        limit = get_adapter(model.config).max_positions
+    except (SteerformerError, AttributeError):  # no adapter: generation itself is the only judge
+        return
+    longest = max((len(p) for p in prompts), default=0)
+    if limit is not None and longest + int(max_new_tokens) > limit:
+        raise bad_argument("max_new_tokens", int(max_new_tokens),
+                           f"at most {max(limit - longest, 0)}: the longest prompt has {longest} tokens and "
+                           f"the model embeds {limit} positions (prompt + answer must fit)",
+                           f"Use --max-new-tokens {max(limit - longest, 0)} or less, or shorter questions."
+                           if limit > longest else "Use shorter questions.")
+
+
 def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 40,
                      sample: bool = False, seed: int = 0, batch_size: int = 16, temperature: float = 0.7,
                      top_p: float = 0.9) -> list[list[int]]:
     """The answer ids of each prompt (left-padded batches; cut at the first end-of-sequence token).
     ``sample``: nucleus sampling seeded per batch (same seed, same answers)."""
+    check_answer_fits(model, prompts, max_new_tokens)
     stops = stop_ids(model, tokenizer)
     pad = pad_id(tokenizer)
     out: list[list[int]] = []
@@ -105,4 +124,4 @@ def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]
     return out
 
 
-__all__ = ["chat_rows", "generate_answers", "has_chat_template", "pad_id", "stop_ids", "word_forms"]
+__all__ = ["chat_rows", "check_answer_fits", "generate_answers", "has_chat_template", "pad_id", "stop_ids", "word_forms"]

@@ -111,3 +111,45 @@ def test_the_top_of_an_all_zero_spectrum_is_zero() -> None:
     from steerformer.steering.algebra import top_eigenvalues
 
     np.testing.assert_array_equal(top_eigenvalues(torch.zeros(64, 64), 4), np.zeros(4, dtype=complex))
+
+
+# ---- a zero output matrix with a strength ----------------------------------------------------------
+def test_a_strength_on_a_zero_output_matrix_is_refused_not_made_with_gain_zero(tiny_checkpoint, tmp_path) -> None:
+    """gain = strength·|λ1(W_O V)|: with W_O = 0 every strength is gain 0; the edit used to be "made"."""
+    import shutil
+
+    d = tmp_path / "zero_o"
+    shutil.copytree(tiny_checkpoint, d)
+    tensors = load_file(str(d / "model.safetensors"))
+    key = next(k for k in tensors if k.endswith("h.1.attn.c_proj.weight"))
+    tensors[key] = torch.zeros_like(tensors[key])
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    res = run_cli(["steer", d, "--layer", "1", "--direction", tiny_checkpoint.parent / "u.npy",
+                   "--strength", "2", "--out", out])
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("error: --strength=2.0 is invalid") and "output matrix is all zero" in last, res.output
+    assert "--gain" in last and not out.exists()
+    # the gain itself still edits the layer (γ u aᵀ added to a zero matrix is not zero)
+    model = load_for_steering(d)
+    steer(model, layer=1, direction=torch.ones(64), gain=1.0)
+    assert float(model.transformer.h[1].attn.c_proj.weight.detach().abs().max()) > 0
+
+
+@pytest.mark.parametrize("cmd,expect", [
+    (["analyze", "IN", "--out", "OUT"], "error: cumulative=True is invalid: expected layer matrices whose product is not all zero"),
+    (["steer", "IN", "--direction", "U", "--max-kl", "0.1", "--out", "OUT"], "error: layers=0 is invalid: expected layers whose "
+                                                                             "h.0.mlp.c_proj receives non-zero states"),
+    (["collapse", "IN", "--out", "OUT", "--passes", "2", "--n-prompts", "3", "--length", "8"],
+     "error: model=IN is invalid: expected a model whose embedded prompts are not all zero"),
+], ids=["analyze", "kl-steer", "collapse"])
+def test_an_all_zero_model_is_one_line_in_analyze_the_kl_steer_and_collapse(tiny_checkpoint, zeros, tmp_path, cmd,
+                                                                             expect) -> None:
+    out = tmp_path / "out"
+    subs = {"IN": str(zeros), "OUT": str(out), "U": str(tiny_checkpoint.parent / "u.npy")}
+    res = run_cli([subs.get(a, a) for a in cmd])
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith(expect.replace("IN", repr(str(zeros)))), res.output
+    assert not out.exists()

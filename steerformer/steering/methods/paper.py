@@ -176,6 +176,12 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
     if cfg.gain is not None:
         g = float(cfg.gain)
     elif cfg.strength is not None:
+        if not abs_l1 > 0:  # an all-zero output matrix (or a nilpotent W_O·V): every strength is gain 0
+            raise bad_argument("strength", cfg.strength, f"a layer whose |λ1| is not 0 (layer {L} of "
+                               f"{source.model_id} has |λ1(F)| = {abs_l1:.3g}, its output matrix "
+                               f"{'is all zero' if not bool(param.detach().any()) else 'maps nothing back'}: "
+                               f"gain = strength × |λ1| would be 0, an edit that changes nothing)",
+                               "Give the gain itself (--gain) or steer another layer (--layer).")
         g = float(cfg.strength) * abs_l1
         if not g * float(row.a.abs().max()) < torch.finfo(param.dtype).max / 2:  # g·u·aᵀ itself overflows
             raise bad_argument("strength", cfg.strength, f"a strength whose edit is finite (gain = strength × "
