@@ -35,6 +35,7 @@ import torch
 
 from ..errors import bad_argument
 from ..prompts import PromptBatch
+from .judge import concept_words, mentions, word_forms  # noqa: F401 (re-exported: the words live with the judge)
 
 #: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
 HELDOUT_QUESTIONS = (
@@ -69,44 +70,7 @@ PROBE_QUESTIONS = (
 )
 
 
-# ---- words ---------------------------------------------------------------------------------------
-def word_forms(word: str) -> list[str]:
-    """``word`` and its simple forms (plural -s/-es/-ies, or the singular of a plural), lower case.
-    A phrase is kept whole (its last word gets the forms)."""
-    w = " ".join(str(word).split()).lower()
-    if not w:
-        raise bad_argument("concept", word, "a non-empty word or phrase")
-    head, _, last = w.rpartition(" ")
-    forms = {last}
-    if last.endswith("ies"):
-        forms.add(last[:-3] + "y")
-    elif last.endswith(("ses", "xes", "zes", "ches", "shes")):
-        forms.add(last[:-2])
-    elif last.endswith("s") and not last.endswith("ss"):
-        forms.add(last[:-1])
-    elif last.endswith("y") and last[-2:-1] not in "aeiou":
-        forms.add(last[:-1] + "ies")
-    else:
-        forms.add(last + ("es" if last.endswith(("s", "x", "z", "ch", "sh")) else "s"))
-    return sorted(f"{head} {f}" if head else f for f in forms)
-
-
-def concept_words(concept: str | Sequence[str]) -> list[str]:
-    """The words an answer must contain to count: a string → its :func:`word_forms`; a list → as given."""
-    if isinstance(concept, str):
-        return word_forms(concept)
-    words = sorted({" ".join(str(c).split()).lower() for c in concept} - {""})
-    if not words:
-        raise bad_argument("concept", list(concept), "a word, a phrase or a non-empty list of them")
-    return words
-
-
-def mentions(texts: Sequence[str], words: Sequence[str]) -> list[bool]:
-    """Whether each text contains one of ``words`` as a whole word (any case)."""
-    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
-    return [bool(pattern.search(t)) for t in texts]
-
-
+# ---- words (word_forms, concept_words, mentions: judge.py) ---------------------------------------
 def distinct2(texts: Sequence[str]) -> float:
     """Distinct word 2-grams ÷ all word 2-grams over ``texts`` (punctuation marks count as words)."""
     grams: set = set()

