@@ -6,7 +6,7 @@ from __future__ import annotations
 from .decode import DecodeResult, decode_loop_counts, greedy_decode, load_causal_lm
 from .loop import LoopedModel
 from .metrics import consensus_stats
-from .plot import collapse_figure, figure_path
+from .plots import collapse_figure, figure_path
 from .prompts import random_prompt_ids
 from .result import CollapseResult
 from ..loading import load_tokenizer

@@ -164,7 +164,7 @@ class CollapseResult:
         return f"{self.meta.get('model_id', '?')} · {o.get('weights')} · {'FFN' if o.get('ffn') else 'no FFN'}"
 
     def figure(self, stat: str = "e"):
-        from .plot import collapse_figure
+        from .plots import collapse_figure
 
         return collapse_figure([self], stat=stat)
 

@@ -28,7 +28,7 @@ from .fields import (
 )
 from .geometry import NonFiniteStateError, manifold_drift, project, random_tokens
 from .integrate import METHODS, SOLVERS, RungeKutta, Solution, Tableau, solve, solve_tokens
-from .results import SetupResult
+from .result import SetupResult
 from .setups import SETUPS, run_setup
 from .stability import (
     bipartite_eigenvalues,

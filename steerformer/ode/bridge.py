@@ -16,7 +16,7 @@ from ..errors import bad_argument
 from .diagnostics import alignment, consensus_error
 from .fields import discrete_step, iterate
 from .geometry import DTYPE, as_tensor, check_square_stack, random_tokens
-from .results import SetupResult
+from .result import SetupResult
 
 
 def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:

@@ -25,7 +25,7 @@ from .diagnostics import (
 from .fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
 from .geometry import DTYPE, random_tokens
 from .integrate import solve_tokens
-from .results import SetupResult
+from .result import SetupResult
 from .stability import bipartite_point, bipartite_stability, consensus_eigenvalues
 
 log = logging.getLogger(__name__)

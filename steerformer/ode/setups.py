@@ -11,7 +11,7 @@ from ..errors import bad_argument
 from . import experiments as ex
 from . import plots
 from .bridge import layer_matrix_dynamics, random_layer_matrix
-from .results import SetupResult
+from .result import SetupResult
 
 
 def setup_bridge(*, runs: int = 100, seed: int = 0, t1: float = 50, dt: float | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .alignment import alignment_stats, intertoken_distance, layer_statistics
 from .config import StatsConfig
 from .cumulative import cumulative_principal, principal_eigvec
-from .directions import Directions, eigen_directions, principal_subspace
+from .eigenbasis import Directions, eigen_directions, principal_subspace
 from .full_model import DEFAULT_PROMPTS, HiddenStates, model_hidden_states, read_prompts_file
 from .result import COLUMNS, AlignmentStats
 from .run import PowerMethodReport, power_method_stats

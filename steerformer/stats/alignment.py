@@ -17,7 +17,7 @@ from ..configs import progress_bar
 from ..errors import bad_argument
 from ..spectra import REAL_TOL, Spectra
 from .cumulative import cumulative_principal
-from .directions import Directions, chance_rho_S, eigen_directions, principal_subspace
+from .eigenbasis import Directions, chance_rho_S, eigen_directions, principal_subspace
 from .result import CI_COLUMNS, AlignmentStats, histogram
 from .uncertainty import bootstrap_intervals, prompt_sums
 

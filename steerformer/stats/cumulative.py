@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..spectra import lambda_is_complex
-from .directions import orthonormal_pair
+from .eigenbasis import orthonormal_pair
 
 log = logging.getLogger(__name__)
 

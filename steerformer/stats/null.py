@@ -91,7 +91,7 @@ def principal_bases(template: AttentionWeights, W_V: torch.Tensor, W_O: torch.Te
     a, b = vec.real, vec.imag
     q1 = a / torch.linalg.vector_norm(a, dim=-1, keepdim=True)
     res = b
-    for _ in range(2):  # Gram–Schmidt twice, as directions.orthonormal_pair
+    for _ in range(2):  # Gram–Schmidt twice, as eigenbasis.orthonormal_pair
         res = res - (q1 * res).sum(-1, keepdim=True) * q1
     nr = torch.linalg.vector_norm(res, dim=-1, keepdim=True)
     pair = (lam.imag.abs() > REAL_TOL * rad)[:, None] & (nr > 1e-14 * torch.linalg.vector_norm(b, dim=-1, keepdim=True))

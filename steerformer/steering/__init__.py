@@ -28,7 +28,7 @@ from .chain import Steering, is_steered, steering_of, steering_records, unsteer
 from .checkpoint import (
     load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
 )
-from .directions import ContrastiveDirection, contrastive_direction, contrastive_directions
+from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
 from .edit import Edit
 from .hub import HubError, push_to_hub
 from .lora import choose_lora_rank

@@ -34,7 +34,7 @@ from ..matrices import read_attention_weights, select_layers
 from . import algebra
 from .chain import Steering, steering_of
 from .common import model_object
-from .directions import ablation_directions
+from .sources import ablation_directions
 from .edit import Edit, check_layer_materialized, check_materialized
 from .measure import HeldOut
 from .record import SteeringRecord, build_record

@@ -35,7 +35,7 @@ from ..errors import InvalidArgumentError, bad_argument
 from ..loading import open_source
 from ..matrices import select_layers
 from .common import model_object
-from .directions import check_vector
+from .sources import check_vector
 from .edit import Edit
 from ..prompts import PromptBatch
 from .measure import encode, model_device, run_hooked

@@ -66,7 +66,7 @@ from .common import (
     file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
     safetensors_header, stores_transposed, tensor_sha256, tensor_specs, write_chain,
 )
-from .directions import check_vector, resolve_direction
+from .sources import check_vector, resolve_direction
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter

@@ -34,7 +34,7 @@ from . import algebra
 from .ablation import run_ablation
 from .chain import Steering, retie, steering_of, unsteer, untie
 from .common import CountedCurve, model_object, stores_transposed
-from .directions import DirectionSource, check_vector, resolve_direction
+from .sources import DirectionSource, check_vector, resolve_direction
 from .edit import Edit, check_layer_materialized, edited_stored
 from .measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
 from .record import SteeringRecord, build_record

@@ -418,7 +418,7 @@ def test_eigvec_direction_is_numbered_like_the_nonzero_spectrum() -> None:
     # (sitting between the positive and negative eigenvalues), so K pointed at rounding noise.
     import numpy as np
 
-    from steerformer.steering.directions import resolve_direction
+    from steerformer.steering.sources import resolve_direction
 
     model = make_model("mistral")
     ad = get_adapter(model.config)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from steerformer.ode import SetupResult
-from steerformer.ode.results import SUMMARY_DIGITS
+from steerformer.ode.result import SUMMARY_DIGITS
 
 
 def test_summary_rounds_floats_and_json_keeps_them() -> None:

@@ -11,7 +11,7 @@ import torch
 
 from steerformer.spectra import spectra
 from steerformer.stats import alignment_stats
-from steerformer.stats.directions import chance_rho_S
+from steerformer.stats.eigenbasis import chance_rho_S
 
 
 def _tokens(P: int, n: int, d: int, seed: int) -> torch.Tensor:

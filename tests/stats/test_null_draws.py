@@ -13,7 +13,7 @@ from steerformer.dynamics import run_dynamics
 from steerformer.loading import open_source
 from steerformer.matrices import read_attention_weights
 from steerformer.spectra import layer_spectrum, spectral_summary
-from steerformer.stats.directions import eigen_directions
+from steerformer.stats.eigenbasis import eigen_directions
 from steerformer.stats.null import null_statistics, null_weights, principal_bases
 from tests.models import make_model
 from tests.models import make_model

@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from steerformer.errors import InvalidArgumentError
 from steerformer.loading import bundled_minilm_path, load_model
 from steerformer.steering import steer, unsteer
-from steerformer.steering.directions import contrastive_direction, prompts_sha256
+from steerformer.steering.sources import contrastive_direction, prompts_sha256
 
 from tests.models import make_model
 
