@@ -122,6 +122,7 @@ class Bench:
         from steerformer.steering.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
+        self.partial: Path | None = None  # where run() writes the selection sweep after each concept
         self.max_new_tokens = max_new_tokens
         self.source = sf.open_source(model)
         self.n_layers = self.source.adapter.n_layers
@@ -210,7 +211,7 @@ class Method:
 class DefaultSteer(Method):
     name = "steer (default)"
     what = "sf.steer(model, token=c, tokenizer=tok): KL-calibrated addition as weights (budget 0.3); strength = gain x"
-    grid = (0.5, 0.75, 1.0, 1.25, 1.5)
+    grid = (0.75, 1.0, 1.2, 1.4)  # 1: the default as it is
 
     def prepare(self, bench, concept):
         import steerformer as sf
@@ -282,7 +283,7 @@ def _registered(name: str):
 class PaperEdit(Method):
     name = "paper edit (last layer)"
     what = "sf.steer(model, token=' c', tokenizer=tok, strength=s): the rank-1 W_O edit of the last layer"
-    grid = (0.002, 0.005, 0.01, 0.02, 0.05)
+    grid = (10.0, 15.0, 20.0, 25.0)  # SmolLM2: KL 0.003, 0.075, 4.0 at strength 3, 10, 30
 
     def setting(self, bench, state, strength):
         import steerformer as sf
@@ -314,7 +315,7 @@ class DiffMean(Method):
     name = "DiffMean hook"
     what = ("sf.activation_steering at the middle layer, v = mean state over the contrast texts about c minus "
             "about neutral nouns (all tokens but the first); strength = c x residual norm")
-    grid = (0.1, 0.15, 0.2, 0.3, 0.45)
+    grid = (0.15, 0.2, 0.25, 0.3, 0.35)  # SmolLM2, layer 15: KL ≈ 0.04, 0.18, 0.46 at 0.1, 0.2, 0.3
 
     def prepare(self, bench, concept):
         pairs = contrast_pairs(concept)
@@ -337,7 +338,7 @@ class SteeringVectors(Method):
     name = "steering-vectors"
     what = ("steering-vectors 0.12.2 as its docs show: train_steering_vector(model, tok, pairs, layers=[mid], "
             "read_token_index=-1), `with vec.apply(model, multiplier=m)`; strength = m x |v| / residual norm")
-    grid = (0.1, 0.15, 0.2, 0.3, 0.45)
+    grid = (0.15, 0.2, 0.25, 0.3, 0.35)  # the same units as DiffMean's
 
     def available(self):
         try:
@@ -455,6 +456,17 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
     states: dict = {}
     sweep: dict[str, dict[str, list[Point]]] = {m.name: {} for m in methods}
     prep_seconds: dict = {}
+    reported: dict = {}
+
+    def on_report(m: Method, concept: str, p: Point) -> dict:
+        """The report-split measurement of a chosen setting (a setting chosen twice is measured once)."""
+        key = (m.name, concept, p.strength)
+        if key not in reported:
+            reported[key] = bench.measure(rep, concept, m.name, p.strength,
+                                          m.setting(bench, states[m.name, concept], p.strength))
+        return reported[key].row()
+
+    per_concept: list[dict] = []
     for concept in concepts:
         bench.log(f"{concept}: selection sweep ({len(selection)} questions)")
         for m in methods:
@@ -469,27 +481,31 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
             prep_seconds[m.name, concept] = time.perf_counter() - t0
             sweep[m.name][concept] = [bench.measure(sel, concept, m.name, s, m.setting(bench, states[m.name, concept], s))
                                       for s in m.grid]
-    # choices, then the report split (a setting chosen twice is measured once)
+        # this concept's choices (they need no other concept), measured on the report split now
+        bench.log(f"{concept}: the choices on the report split ({len(report)} questions)")
+        for m in methods:
+            for b in BUDGETS:
+                p = choose(sweep[m.name].get(concept, []), b)
+                per_concept.append({"method": m.name, "concept": concept, "choice": f"best at KL <= {b:g}",
+                                    "strength": None if p is None else p.strength,
+                                    "selection": None if p is None else p.row(),
+                                    "report": None if p is None else on_report(m, concept, p)})
+        if bench.partial is not None:  # a long run shows what it has measured so far
+            bench.partial.parent.mkdir(parents=True, exist_ok=True)
+            bench.partial.write_text(json.dumps({"choices": per_concept, "sweep": [
+                p.row() | {"answers": p.answers} for pts in sweep.values() for ps in pts.values() for p in ps],
+                "report_points": [p.row() | {"answers": p.answers} for p in reported.values()]},
+                indent=1, default=float))
+    # the fixed setting of each method across concepts, then its report-split measurements
     choices: list[dict] = []
-    reported: dict = {}
     for m in methods:
         fixed, has_fixed = choose_fixed(sweep[m.name], FIXED_BUDGET) if sweep[m.name] else (None, False)
         for concept, pts in sweep[m.name].items():
-            picks = [(f"best at KL <= {b:g}", choose(pts, b)) for b in BUDGETS]
-            picks.append((f"fixed (KL <= {FIXED_BUDGET:g} on average)",
-                          next((p for p in pts if p.strength == fixed), None) if has_fixed else None))
-            for choice, p in picks:
-                entry = {"method": m.name, "concept": concept, "choice": choice,
-                         "strength": None if p is None else p.strength, "selection": None if p is None else p.row()}
-                if p is not None:
-                    key = (m.name, concept, p.strength)
-                    if key not in reported:
-                        reported[key] = bench.measure(rep, concept, m.name, p.strength,
-                                                      m.setting(bench, states[m.name, concept], p.strength))
-                    entry["report"] = reported[key].row()
-                else:
-                    entry["report"] = None
-                choices.append(entry)
+            choices += [c for c in per_concept if c["method"] == m.name and c["concept"] == concept]
+            p = next((p for p in pts if p.strength == fixed), None) if has_fixed else None
+            choices.append({"method": m.name, "concept": concept, "choice": f"fixed (KL <= {FIXED_BUDGET:g} on average)",
+                            "strength": None if p is None else p.strength, "selection": None if p is None else p.row(),
+                            "report": None if p is None else on_report(m, concept, p)})
     return {
         "methods": {m.name: {"what": m.what, "grid": list(m.grid)} for m in methods},
         "skipped": skipped,

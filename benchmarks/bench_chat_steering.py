@@ -319,6 +319,7 @@ def main() -> None:
     log(f"model loaded ({time.perf_counter() - t_load:.0f} s); {len(selection)} selection and {len(report)} report "
         f"questions, {args.tokens} tokens, concepts {concepts}, methods {methods}")
     bench = peers.Bench(model, tok, judge, max_new_tokens=args.tokens, log=log, smoke=args.smoke)
+    bench.partial = out / "selection_sweep_partial.json" if out is not None else None
     with torch.no_grad():
         _, t_fwd = timed(lambda: model(**bench.probe.batch.inputs()))
     record = peers.run(bench, concepts, methods, selection, report)
