@@ -253,8 +253,12 @@ class Trained(Method):
         import steerformer as sf
 
         t0 = time.perf_counter()
-        rec = sf.steer(bench.model, token=concept, tokenizer=bench.tok, method="trained")
+        try:
+            rec = sf.steer(bench.model, token=concept, tokenizer=bench.tok, method="trained")
+        except TypeError:  # a method whose options name the concept themselves
+            rec = sf.steer(bench.model, tokenizer=bench.tok, method="trained", concept=concept)
         seconds = time.perf_counter() - t0
+        bench.log(f"  trained on {concept} in {seconds:.0f} s")
         sf.unsteer(bench.model)
         return {"record": rec, "seconds": seconds}
 
