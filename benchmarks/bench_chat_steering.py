@@ -251,8 +251,8 @@ def stub_judge(items):
 
 
 def split_questions(n_selection: int, n_report: int) -> tuple[list[str], list[str]]:
-    """SELECTION and REPORT: disjoint slices of the held-out questions (the report split first, so
-    that its questions are those of the issue-17 table)."""
+    """SELECTION and REPORT: the project's split (``steerformer.prompts.SPLITS``: the probe questions
+    and the held-out questions), else disjoint slices of the held-out questions."""
     from steerformer.steering import evaluate
 
     if hasattr(evaluate, "SELECTION_QUESTIONS") and hasattr(evaluate, "REPORT_QUESTIONS"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import typing
 from typing import Iterator
 
 import typer
@@ -153,7 +154,6 @@ def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None 
     import dataclasses
     import functools
     import inspect
-    import typing
     from enum import Enum
 
     def deco(f):

@@ -10,7 +10,7 @@ import typer
 
 from steerformer.configs import StatsConfig
 from steerformer_cli._common import check_cheap_options, config_options, default_out, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 class EigDtype(str, Enum):

@@ -9,9 +9,9 @@ from typing import List, Optional
 
 import typer
 
-from steerformer.configs import CollapseConfig
+from steerformer.configs import CollapseConfig, torch_dtype
 from steerformer_cli._common import check_cheap_options, config_options, default_out, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 class Stat(str, Enum):
@@ -57,7 +57,6 @@ def collapse_cmd(
         from steerformer.collapse import (
             collapse, decode_loop_counts, greedy_decode, load_causal_lm, load_tokenizer, save_into_run,
         )
-        from steerformer.configs import torch_dtype
         from steerformer.loading import load_model
 
         if old_prompts is not None:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from steerformer_cli._common import parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 direction_app = typer.Typer(help="Directions as shareable artefacts: make one from prompts, export it for "
                                  "llama.cpp, publish it.", no_args_is_help=True)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from steerformer.errors import bad_argument
 from steerformer_cli._common import check_cheap_options, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 def _floats(spec: str, name: str) -> list[float]:
@@ -34,10 +34,15 @@ def evaluate_cmd(
     sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy answers."),
     seed: int = typer.Option(0, "--seed", help="Seed of --sample."),
     chat: bool = typer.Option(True, "--chat/--no-chat", help="Prompts through the tokenizer's chat template."),
+    judge: str = typer.Option("offline", "--judge", help="Who rates each answer 0-2 on concept, relevance, fluency: "
+                              "offline (bundled MiniLM + the base model), the URL of an OpenAI-compatible server "
+                              "(llama-server, vLLM), or none."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="--judge URL: the served model's name."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier evaluation in --out."),
 ) -> None:
     """Judge the default steer and activation addition over layers x coefficients on held-out answers
-    (concept rate, KL, distinct-2, fluency); print the table and sample answers, write the curve.
+    (concept rate, KL, distinct-2, fluency, and the judge's concept/relevance/fluency ratings, their
+    harmonic mean and the share of good steers); print the table and sample answers, write the curve.
 
     Example: steerformer evaluate smollm2 --token ocean --out runs/ocean-eval
     """
@@ -45,7 +50,8 @@ def evaluate_cmd(
     from steerformer.matrices import select_layers
     from steerformer.outputs import EVALUATE, write_atomically
     from steerformer.steering import (
-        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, steered,
+        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, make_judge,
+        steered,
     )
 
     with user_errors():
@@ -56,6 +62,7 @@ def evaluate_cmd(
             raise bad_argument("--questions", questions, f"a number in [1, {len(HELDOUT_QUESTIONS)}]")
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
+        the_judge = make_judge(judge, model=judge_model, name="--judge")
         m = load_for_steering(model)
         select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
         tok = load_tokenizer(m)
@@ -70,7 +77,7 @@ def evaluate_cmd(
                 m, vec, coeff=c, positions="skip-first"))({k: v})
             strengths[f"hook, layer {k}"] = cs
         ev = evaluate_steering(m, tok, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
-                               chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed)
+                               chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed, judge=the_judge)
         write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],
                          name="--out")
         typer.echo(ev.summary())

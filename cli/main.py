@@ -1,7 +1,7 @@
 """Entry point of the ``steerformer`` console script.
 
-Each command lives in its own module and registers itself on ``app``; this file only assembles
-them and configures logging, so that adding a command never touches the others.
+Each command lives in its own module and registers itself on ``app`` (``cli/app.py``); this file
+only imports them, so that adding a command never touches the others.
 
 Start-up is kept fast (``steerformer --help`` must not load torch, transformers, matplotlib or
 scipy): command modules import the library inside their command functions, and ``import
@@ -10,100 +10,17 @@ steerformer`` itself is lazy. tests/cli/test_startup.py checks it.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Optional
+from steerformer_cli.app import app
 
-import typer
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
-
-
-def _tidy_params(params: list) -> list:
-    """Render the help the classic way, whatever the installed typer does.
-
-    typer >= 0.2x prints a value type after every option, flags included (``--no-plots <bool>``,
-    which reads as if the flag took a value: ``--no-plots true`` is then an error), and wraps a
-    required argument in braces on the usage line (``{model}``). This is the one place that turns
-    both back: a flag shows no value type, an argument shows as ``MODEL``.
-    """
-    for p in params:
-        if isinstance(p, TyperOption) and p.is_flag and p.metavar is None:
-            p.metavar = ""  # typer shows the metavar in place of the type; empty = nothing
-        elif isinstance(p, TyperArgument) and p.metavar is None:
-            p.metavar = (p.name or "").upper()
-    return params
-
-
-def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:
-    rv = [cmd.options_metavar] if cmd.options_metavar else []
-    for p in cmd.get_params(ctx):
-        if isinstance(p, TyperArgument):
-            name = p.metavar or (p.name or "").upper()
-            name += "..." if p.nargs != 1 else ""
-            rv.append(name if p.required else f"[{name}]")
-    return rv
-
-
-class SteerformerCommand(TyperCommand):
-    """Every steerformer command: classic flag and usage rendering (see :func:`_tidy_params`)."""
-
-    def get_params(self, ctx: Any) -> list:
-        return _tidy_params(super().get_params(ctx))
-
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        return _usage_pieces(self, ctx)
-
-
-class SteerformerGroup(TyperGroup):
-    """The top-level ``steerformer`` group, rendered like its commands."""
-
-    def get_params(self, ctx: Any) -> list:
-        return _tidy_params(super().get_params(ctx))
-
-
-class _App(typer.Typer):
-    """``typer.Typer`` whose commands default to :class:`SteerformerCommand`."""
-
-    def command(self, *args: Any, cls: Optional[type] = None, **kwargs: Any):  # type: ignore[override]
-        return super().command(*args, cls=cls or SteerformerCommand, **kwargs)
-
-
-app = _App(
-    name="steerformer",
-    help="See, measure and steer how tokens move through a transformer's layers.\n\n"
-         "Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --spectra-only",
-    cls=SteerformerGroup,
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        from steerformer import __version__
-
-        typer.echo(f"steerformer {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
-    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-
+__all__ = ["app"]
 
 # Command modules register on import (order = order in --help).
-from steerformer_cli import analyze as _analyze  # noqa: E402,F401
-from steerformer_cli import collapse as _collapse  # noqa: E402,F401
-from steerformer_cli import simulate as _simulate  # noqa: E402,F401
-from steerformer_cli import steer as _steer  # noqa: E402,F401
-from steerformer_cli import evaluate as _evaluate  # noqa: E402,F401
-from steerformer_cli import direction as _direction  # noqa: E402,F401
-from steerformer_cli import models as _models  # noqa: E402,F401
-from steerformer_cli import sweep as _sweep  # noqa: E402,F401
+from steerformer_cli import analyze as _analyze  # noqa: F401
+from steerformer_cli import collapse as _collapse  # noqa: F401
+from steerformer_cli import simulate as _simulate  # noqa: F401
+from steerformer_cli import steer as _steer  # noqa: F401
+from steerformer_cli import evaluate as _evaluate  # noqa: F401
+from steerformer_cli import direction as _direction  # noqa: F401
+from steerformer_cli import models as _models  # noqa: F401
+from steerformer_cli import sweep as _sweep  # noqa: F401
+from steerformer_cli import export as _export  # noqa: F401

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 @app.command("models")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from steerformer_cli._common import check_cheap_options, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 def _layer_matrix(model: str, layer: int):

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from steerformer_cli._common import default_out, parse_layers, user_errors
-from steerformer_cli.main import app
+from steerformer_cli.app import app
 
 
 @app.command("sweep")

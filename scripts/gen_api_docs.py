@@ -49,8 +49,10 @@ def doc_of(obj: object) -> str | None:
 def _constant_doc(package: str, name: str) -> str | None:
     """The ``#:`` comment line(s) just above ``NAME =`` in the module that defines a constant."""
     mod = importlib.import_module(package)
-    candidates = [mod] + [m for m in sys.modules.values()
-                          if getattr(m, "__name__", "").startswith(package + ".") and hasattr(m, name)]
+    value = getattr(mod, name)
+    candidates = [mod] + [m for m in list(sys.modules.values())  # a constant re-exported from another module
+                          if getattr(m, "__name__", "").startswith(("steerformer.", package + "."))
+                          and getattr(m, name, None) is value]
     for m in candidates:
         try:
             lines = inspect.getsource(m).splitlines()

@@ -8,10 +8,9 @@ first used, so that ``steerformer --help`` starts fast. ``steerformer.X`` and
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -34,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteStateError": ".errors", "SteerformerError": ".errors", "UnsupportedModelError": ".errors",
     # loading, matrices, spectra
     "BUNDLED_MINILM": ".loading", "BUNDLED_SMOLLM2": ".loading", "ModelSource": ".loading", "open_source": ".loading",
+    "load_tokenizer": ".loading",
     "LayerMatrices": ".matrices", "layer_matrices": ".matrices", "read_attention_weights": ".matrices",
     "Spectra": ".spectra", "spectra": ".spectra",
     # ODE module
@@ -62,47 +62,18 @@ _EXPORTS: dict[str, str] = {
     "alignment_stats": ".stats", "model_hidden_states": ".stats", "power_method_stats": ".stats",
 }
 
-# subpackages reachable as attributes (``steerformer.ode``)
-_SUBMODULES = ("adapters", "collapse", "ode", "results", "stats", "steering")
+# subpackages reachable as attributes (``steerformer.ode``, ``steerformer.formats``)
+_SUBMODULES = ("adapters", "collapse", "formats", "ode", "results", "stats", "steering", "sweep")
 
 __all__ = sorted([*_EXPORTS, "__version__", "ode"])
 
-
-# Public functions named like the submodule that defines them (``steerformer.analyze`` is the
-# function, as it always was). Importing such a submodule makes Python set the package attribute to
-# the module; the package class below refuses that, so the name resolves to the function.
-_SHADOWED = frozenset(n for n in _EXPORTS if _EXPORTS[n] == f".{n}")
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return  # the submodule stays in sys.modules; the attribute is the public function
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines ``name`` on first use (PEP 562) and cache the value."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module, __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+# ``__getattr__`` imports the submodule that defines a name on first use (PEP 562); a function named
+# like its submodule (``steerformer.analyze``) stays the function (steerformer/_lazy.py).
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES, __all__)
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
-    from . import ode
+    from . import formats, ode, sweep
     from .adapters import ADAPTERS, Adapter, AttentionWeights, MaskSpec, get_adapter
     from .analyze import AnalysisReport, analyze
     from .attention import attention_output, attention_probs
@@ -112,7 +83,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
         UnsupportedModelError,
     )
-    from .loading import BUNDLED_MINILM, BUNDLED_SMOLLM2, ModelSource, open_source
+    from .loading import BUNDLED_MINILM, BUNDLED_SMOLLM2, ModelSource, load_tokenizer, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
     from .configs import CollapseConfig, SteerConfig

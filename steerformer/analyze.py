@@ -17,7 +17,7 @@ from .configs import EIG_DTYPES, renamed_parameters, torch_dtype
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
-from .spectra import Spectra, spectra
+from .spectra import Spectra, default_workers, spectra
 from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
@@ -183,9 +183,8 @@ def analyze(
                            f"({', '.join(sorted(stats_options))})")
     tdtype = torch_dtype(dtype, choices=EIG_DTYPES)
     from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
-    from .spectra import default_workers
 
-    resolve_device(device)  # cheap checks before any weight is read
+    dev = resolve_device(device)  # cheap checks before any weight is read; the one check of the run
 
     auto_top_k = top_k == "auto" and config is None
     if top_k == "auto":
@@ -209,7 +208,7 @@ def analyze(
     n_distinct = len(set(mats.slot_ids))
     if workers is None:
         workers = default_workers() if d >= 512 and n_distinct > 1 else 1
-    sp = spectra(mats, dtype=tdtype, device=device, progress=progress and "eig per layer", top_k=top_k, workers=workers)
+    sp = spectra(mats, dtype=tdtype, device=dev, progress=progress and "eig per layer", top_k=top_k, workers=workers)
     records = [{"layer": k, "slot": s, **sp.record(i)} for i, (k, s) in enumerate(zip(mats.layer_ids, mats.slot_ids))]
     meta = {
         **source.meta(),
@@ -226,6 +225,6 @@ def analyze(
     }
     power = None
     if config is not None:
-        power = power_method_stats(source, config, matrices=mats, spectra=sp, dtype=tdtype, device=device,
+        power = power_method_stats(source, config, matrices=mats, spectra=sp, dtype=tdtype, device=dev,
                                    progress=progress)
     return AnalysisReport(meta=meta, layers=records, spectra=sp, matrices=mats, power=power)

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from numbers import Integral
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .errors import bad_argument
+
+if TYPE_CHECKING:  # torch is imported where a dtype or device is read: `steerformer --help` stays fast
+    import torch
 
 #: The seed of every random draw unless a function says otherwise (collapse: 42, the paper's).
 SEED = 0
@@ -54,6 +58,67 @@ def torch_dtype(value: Any, *, choices: Sequence[str] | None = None, name: str =
         raise bad_argument(name, value, f"one of {', '.join(sorted(allowed))}"
                            + (" or a torch.dtype" if choices is None else ""))
     return getattr(torch, DTYPES[key])
+
+
+def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
+    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
+    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
+    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
+    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``); it lives
+    here, with the other option checks, so that the math core (``eig.py``) uses it without importing
+    the source layer."""
+    import torch
+
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
+    if kinds is not None and dev.type not in kinds:
+        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
+                               "Use --device cpu.")
+        if dev.index is not None and dev.index >= n:
+            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
+        return dev
+    if dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
+        return dev
+    try:
+        torch.empty(0, device=dev)
+    except Exception:
+        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
+    return dev
+
+
+def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
+    """Normalize a layer selection (negative indices count from the end) and check the range (numpy
+    integers count: numpy registers them as ``numbers.Integral``)."""
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, Integral):
+        layers = [int(layers)]
+    out = []
+    for k in layers:
+        if not isinstance(k, Integral) or not -n_layers <= k < n_layers:
+            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
+                               f"(the model has {n_layers} layers)")
+        out.append(int(k) % n_layers)
+    if not out:
+        raise bad_argument(name, list(layers), f"at least one layer index in [-{n_layers}, {n_layers - 1}]",
+                           "Leave it out (None) to take every layer.")
+    dup = sorted({k for k in out if out.count(k) > 1})
+    if dup:  # refused, not de-duplicated: a repeated layer is a typo more often than a wish
+        raise bad_argument(name, list(layers), f"each layer once (layer {', '.join(map(str, dup))} is named "
+                           "more than once, counting negative indices from the end)")
+    return out
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
@@ -270,75 +335,79 @@ def check_ablation_scale(scale: Any) -> None:
                                + ("" if layer is None else f" (layer {layer}: {s!r})"))
 
 
-@dataclasses.dataclass
-class SteerConfig(Config):
-    """Options of one steering call (:func:`steerformer.steering.steer`) other than the direction
-    and the prompts."""
+#: where the KL-calibrated addition acts: every position, or all but the first (the chat template's first token)
+POSITIONS = ("skip-first", "all")
+#: the KL budget of the addition method, nats per token on the probe continuations (docs/steering-chat.md)
+DEFAULT_MAX_KL = 0.3
 
-    renamed: ClassVar[dict[str, str]] = {"dynamics_prompts": "dynamics_n_prompts"}
+
+def check_positions(positions: Any) -> str:
+    """``positions`` of the addition (the config and the run-time hook both check it here)."""
+    if positions not in POSITIONS:
+        raise bad_argument("positions", positions, f"one of {POSITIONS}",
+                           "'skip-first' leaves the first position (the chat template's first token) alone.")
+    return positions
+
+
+#: how the addition's layer scan chooses (docs/math.md §5d, "Selection and report")
+LAYER_CHOICES = ("judged", "concept")
+
+
+def check_max_kl(max_kl: Any) -> float:
+    """A KL budget > 0, nats per token."""
+    if isinstance(max_kl, bool) or not _finite(max_kl) or float(max_kl) <= 0:
+        raise bad_argument("max_kl", max_kl, "a KL budget > 0 in nats per token (e.g. 0.3)",
+                           "Smaller budgets change the answers less.")
+    return float(max_kl)
+
+
+# ---- the steering methods' options (steerformer.steering.methods) ---------------------------------
+# Each built-in method's config is declared here, not in its module under steering/methods/, for one
+# reason: the CLI builds ``steer --help`` from these fields without importing torch (the method
+# modules do). :class:`SteerConfig` is their union plus the options of the call itself.
+class MethodConfig(Config):
+    """A steering method's options: ``option(...)`` fields and :meth:`check`, the method's own rules
+    (its values, and the options of other methods it refuses). Standalone, ``__post_init__`` runs
+    them; inside :class:`SteerConfig` they run when the call may choose that method."""
+
+    #: the registered name of the method these options belong to
+    method_name: ClassVar[str] = ""
+
+    def check(self) -> None:
+        """Refuse a bad value of this method's own fields (bad_argument naming the field)."""
+
+    def __post_init__(self) -> None:
+        self.check_types()
+        self.check()
+
+
+@dataclasses.dataclass
+class PaperConfig(MethodConfig):
+    """The papers' rank-1 edit of one attention layer's output matrix, W_O' = W_O + γ u (wᵀV⁺)
+    (``steering/methods/paper.py``)."""
+
+    method_name: ClassVar[str] = "paper"
 
     strength: float | None = option(None, "gain = strength x |lambda1(F_layer)|.", cli_type=float)
     gain: float | None = option(None, "Absolute gain (instead of --strength).", cli_type=float)
     target_alignment: float | None = option(None, "Choose the smallest gain reaching this alignment (the paper's "
                                                    "calibration; default 0.99 where no KL budget applies).",
                                             cli_type=float)
-    max_kl: float | None = option(None, "KL budget, nats/token: the largest gain whose teacher-forced KL on "
-                                        "probe prompts stays within it (default for causal LMs: 0.3).",
-                                  cli_type=float)
-    positions: str = option("skip-first", "KL-calibrated edit: where the addition acts (all | skip-first: not the "
-                                          "first token).", choices=("skip-first", "all"))
     measure: str = option("model", "Where the target is measured.", choices=MEASURES[::-1])
     solve: str = option("min-norm", "How wᵀV⁺ is obtained.", choices=SOLVES[::-1])
-    layer: int | None = option(None, "Execution layer to edit (negative counts from the end; default: a layer "
-                                     "scan for the KL-calibrated edit, else the last layer).", cli_type=int)
-    mode: str = option("steer", "steer (toward u; a negative --gain/--strength steers away) | ablate (remove u "
-                                "from the writes of --ablate-layers).", choices=MODES)
-    scale: float = option(1.0, "--mode ablate: W' = (I - s UU^T) W, s in (0, 1] (Python: also {layer: s}).",
-                          flag="--ablate-scale")
-    writers: str = option("attention", "--mode ablate: the writers that lose the direction(s), a comma list of "
-                                       "attention, mlp, embedding.", flag="--ablate-writers")
-    ablate_bias: bool = option(False, "--mode ablate: also b' = (I - s UU^T) b (a LoRA adapter cannot carry it).")
-    norm_preserving: str | None = option(None, "--mode ablate: keep each row's norm (Heretic) or each column's.",
-                                         choices=NORM_PRESERVING)
     through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
     untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
     compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
     dynamics_n_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
     dynamics_tokens: int = option(10, "Tokens per prompt of the controlled dynamics.", cli=False)
     seed: int = option(SEED, "Seed of the random tokens of the controlled dynamics.", cli=False)
-    report: bool = option(True, "Measure everything the record reports (False: only what the edit needs).", cli=False)
-    progress: bool = option(False, "No progress bars on stderr.", invert="--quiet")
 
     @property
     def target(self) -> float:
         """The alignment target of the paper's calibration (0.99 unless given)."""
         return 0.99 if self.target_alignment is None else float(self.target_alignment)
 
-    @property
-    def edit_layer(self) -> int:
-        """The layer of the paper's edit (the last unless given)."""
-        return -1 if self.layer is None else int(self.layer)
-
-    def __post_init__(self) -> None:
-        self.check_types()
-        if self.mode not in MODES:
-            raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
-        if self.mode != "steer":  # ablation: W' = (I − s UUᵀ) W on the layers given by ``layers=``
-            for name, default in (("layer", None), ("gain", None), ("strength", None), ("max_kl", None)):
-                if getattr(self, name) != default:
-                    raise bad_argument(name, getattr(self, name), f"the default ({default}) with mode='ablate'",
-                                       "Ablation takes layers=[...] (CLI --ablate-layers; default all) and "
-                                       "scale= (--ablate-scale), not a layer or a gain.")
-            check_ablation_scale(self.scale)
-            self.writers = ",".join(ablation_writers(self.writers))
-            if self.norm_preserving is not None and self.norm_preserving not in NORM_PRESERVING:
-                raise bad_argument("norm_preserving", self.norm_preserving, f"None or one of {NORM_PRESERVING}")
-            return
-        for name in ("scale", "writers", "ablate_bias", "norm_preserving"):
-            default = next(f.default for f in dataclasses.fields(self) if f.name == name)
-            if getattr(self, name) != default:
-                raise bad_argument(name, getattr(self, name), f"the default ({default!r}) unless mode='ablate'",
-                                   "It is an option of ablation: pass mode='ablate' (CLI --mode ablate).")
+    def check(self) -> None:
         if self.solve not in SOLVES:
             raise bad_argument("solve", self.solve, f"one of {SOLVES}")
         if self.measure not in MEASURES:
@@ -350,21 +419,202 @@ class SteerConfig(Config):
             if v is not None and (isinstance(v, bool) or not _finite(v) or float(v) == 0):
                 raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
                                    "Milder steering is a value closer to 0.")
-        if self.max_kl is not None:
-            m = self.max_kl
-            if isinstance(m, bool) or not _finite(m) or float(m) <= 0:
-                raise bad_argument("max_kl", m, "a KL budget > 0 in nats per token (e.g. 0.3)",
-                                   "Smaller budgets change the answers less.")
-            for name in ("gain", "strength", "target_alignment"):
-                if getattr(self, name) is not None:
-                    raise bad_argument(name, getattr(self, name), f"no {name} with max_kl (the budget chooses the gain)",
-                                       "Pass one of max_kl, target_alignment, gain, strength.")
         if self.strength is None and self.gain is None and self.target_alignment is not None:
             t = self.target_alignment
             if isinstance(t, bool) or not _finite(t) or not 0 < float(t) < 1:
                 raise bad_argument("target_alignment", t, "a number in (0, 1): the mean |cos| wanted")
-        if self.positions not in ("skip-first", "all"):
-            raise bad_argument("positions", self.positions, "'skip-first' or 'all'")
+
+
+@dataclasses.dataclass
+class AdditionConfig(MethodConfig):
+    """Activation addition written as weights after the layer(s), the gain the largest within a KL
+    budget (``steering/methods/addition.py``)."""
+
+    method_name: ClassVar[str] = "addition"
+
+    max_kl: float = option(DEFAULT_MAX_KL, "KL budget, nats/token: the largest gain whose teacher-forced KL on "
+                                           "probe prompts stays within it (the addition method: causal LMs).",
+                           cli_type=float)
+    positions: str = option("skip-first", "KL-calibrated edit: where the addition acts (all | skip-first: not the "
+                                          "first token).", choices=POSITIONS)
+    # default "concept": on SmolLM2 the judged choice picked the same layer for 4 of 5 concepts, mean
+    # good steers 0.212 vs 0.225, at 2-4x the calibration time (docs/steering-chat.md)
+    layer_choice: str = option("concept", "KL-calibrated edit's layer scan: concept (the concept tokens' "
+                                          "probability on the probe) | judged (the judge's mean aggregate on "
+                                          "short answers to selection questions; concept when MiniLM is "
+                                          "missing).", choices=LAYER_CHOICES)
+
+    def check(self) -> None:
+        check_max_kl(self.max_kl)
+        check_positions(self.positions)
+        if self.layer_choice not in LAYER_CHOICES:
+            raise bad_argument("layer_choice", self.layer_choice, f"one of {LAYER_CHOICES}")
+
+
+@dataclasses.dataclass
+class AblationConfig(MethodConfig):
+    """Directional ablation of the residual-stream writers, W' = (I − s UUᵀ) W
+    (``steering/methods/ablation.py``)."""
+
+    method_name: ClassVar[str] = "ablation"
+    #: options of the other methods that ablation refuses: it takes layers= and scale=, no layer or gain
+    REFUSED: ClassVar[tuple[str, ...]] = ("layer", "gain", "strength", "max_kl")
+
+    scale: float = option(1.0, "--mode ablate: W' = (I - s UU^T) W, s in (0, 1] (Python: also {layer: s}).",
+                          flag="--ablate-scale")
+    writers: str = option("attention", "--mode ablate: the writers that lose the direction(s), a comma list of "
+                                       "attention, mlp, embedding.", flag="--ablate-writers")
+    ablate_bias: bool = option(False, "--mode ablate: also b' = (I - s UU^T) b (a LoRA adapter cannot carry it).")
+    norm_preserving: str | None = option(None, "--mode ablate: keep each row's norm (Heretic) or each column's.",
+                                         choices=NORM_PRESERVING)
+
+    def check(self) -> None:
+        check_ablation_scale(self.scale)
+        self.writers = ",".join(ablation_writers(self.writers))
+        if self.norm_preserving is not None and self.norm_preserving not in NORM_PRESERVING:
+            raise bad_argument("norm_preserving", self.norm_preserving, f"None or one of {NORM_PRESERVING}")
+
+
+#: the built-in methods' configs, by method name (their fields are the options of SteerConfig)
+METHOD_CONFIGS: dict[str, type] = {c.method_name: c for c in (PaperConfig, AdditionConfig, AblationConfig)}
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The declared default of field ``name`` of the dataclass ``cls``."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+@dataclasses.dataclass
+class SteerConfig(AblationConfig, AdditionConfig, PaperConfig):
+    """Options of one steering call (:func:`steerformer.steering.steer`) other than the direction
+    and the prompts: the options of the call (``method``, ``layer``, ``report``, ``progress``) and
+    those of every built-in method (:data:`METHOD_CONFIGS`). The method is ``method=`` when given
+    (``mode="ablate"`` is ``method="ablation"``), else the one whose options are given, else the
+    model's head decides (:func:`steerformer.steering.methods.choose_method`)."""
+
+    renamed: ClassVar[dict[str, str]] = {"dynamics_prompts": "dynamics_n_prompts"}
+
+    method: str | None = option(None, "The steering method: paper | addition | ablation, or any registered name "
+                                      "(default: addition for a causal LM, else paper; an option of one method "
+                                      "chooses it).", cli_type=str)
+    layer: int | None = option(None, "Execution layer to edit (negative counts from the end; default: a layer "
+                                     "scan for the KL-calibrated edit, else the last layer).", cli_type=int)
+    mode: str = option("steer", "steer (toward u; a negative --gain/--strength steers away) | ablate (remove u "
+                                "from the writes of --ablate-layers; the same as --method ablation).", choices=MODES)
+    report: bool = option(True, "Measure everything the record reports (False: only what the edit needs).", cli=False)
+    progress: bool = option(False, "No progress bars on stderr.", invert="--quiet")
+
+    @property
+    def edit_layer(self) -> int:
+        """The layer of the paper's edit (the last unless given)."""
+        return -1 if self.layer is None else int(self.layer)
+
+    @property
+    def explicit_method(self) -> str | None:
+        """The method named by ``method=`` or ``mode="ablate"`` (None: chosen by the options or the model)."""
+        if self.mode == "ablate":
+            return "ablation"
+        return self.method
+
+    def method_options(self, method: str) -> dict[str, Any]:
+        """The fields of ``method``'s built-in config, with this call's values."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(METHOD_CONFIGS[method])}
+
+    def options_of(self, given: Any = ()) -> dict[str, list[str]]:
+        """{built-in method: its options this call sets}: the non-default fields and the names in ``given``
+        (keywords passed explicitly, even at their default)."""
+        given = set(given)
+        out: dict[str, list[str]] = {}
+        for name, cls in METHOD_CONFIGS.items():
+            for f in dataclasses.fields(cls):
+                if f.name in given or getattr(self, f.name) != f.default:
+                    out.setdefault(name, []).append(f.name)
+        return out
+
+    def selected_method(self, given: Any = ()) -> str | None:
+        """The method this call names or whose options it sets (None: the model's head decides), after
+        refusing options of two methods — the one place the flag rules between methods live."""
+        explicit = self.explicit_method
+        used = self.options_of(given)
+        if explicit == "ablation":
+            for name in AblationConfig.REFUSED:
+                default = default_of(type(self), name)
+                if name in set(given) or getattr(self, name) != default:
+                    raise bad_argument(name, getattr(self, name), f"the default ({default}) with "
+                                       "mode='ablate'", "Ablation takes layers=[...] (CLI --ablate-layers; default "
+                                       "all) and scale= (--ablate-scale), not a layer or a gain.")
+            return explicit
+        for name in used.pop("ablation", []):
+            raise bad_argument(name, getattr(self, name), f"the default ({default_of(AblationConfig, name)!r}) unless "
+                               "mode='ablate'", "It is an option of ablation: pass mode='ablate' (CLI --mode ablate).")
+        if explicit is not None:
+            for other, names in used.items():
+                if other != explicit:
+                    raise bad_argument(names[0], getattr(self, names[0]), f"no {names[0]} with method={explicit!r} (an "
+                                       f"option of the {other} method)", f"Drop it, or pass method={other!r}.")
+            return explicit
+        if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
+            first, second = list(used)[:2]
+            name, other = used[first][0], used[second][0]
+            raise bad_argument(name, getattr(self, name), f"no {name} with {other} ({name} is an option of the "
+                               f"{first} method, {other} of the {second} method)",
+                               f"Pass the options of one method, e.g. drop {name} or {other}.")
+        return next(iter(used), None)
+
+    def __post_init__(self) -> None:
+        self.check_types()
+        if self.mode not in MODES:
+            raise bad_argument("mode", self.mode, "'steer' (toward/away from u) or 'ablate' (remove u from the layers' writes)")
+        if self.method is not None and (not isinstance(self.method, str) or not self.method):
+            raise bad_argument("method", self.method, "a registered method name such as 'paper', 'addition', 'ablation'")
+        if self.mode == "ablate" and self.method not in (None, "ablation"):
+            raise bad_argument("method", self.method, "'ablation' (or no method) with mode='ablate'")
+        method = self.selected_method()
+        for name, cls in METHOD_CONFIGS.items():  # each method's rules, where this call may choose it
+            if method in (None, name) and not (method is None and name == "ablation"):
+                cls.check(self)
+
+
+# The CLI's flag groups of ``steerformer steer`` other than the steering call's own options: declared
+# once here so that ``cli/steer.py`` generates them (``config_options``) instead of spelling them out.
+@dataclasses.dataclass
+class ContrastiveOptions(Config):
+    """Where a contrastive direction's prompts come from (``steer --positive/--negative/--pairs``)."""
+
+    positive: Path | None = option(None, "Contrastive: a text file of positive prompts (one per line).", cli_type=Path)
+    negative: Path | None = option(None, "Contrastive: a text file of negative prompts (one per line).", cli_type=Path)
+    pairs: Path | None = option(None, 'Contrastive: a JSONL file of {"positive": ..., "negative": ...} lines.',
+                                cli_type=Path)
+    contrastive_method: str = option("mean-diff", "Contrastive direction: mean-diff | pca.")
+
+
+#: what ``steer --out`` holds (``--format``)
+OUT_FORMATS = ("checkpoint", "peft")
+
+
+@dataclasses.dataclass
+class OutputOptions(Config):
+    """What ``steer`` writes to ``--out``."""
+
+    out: Path | None = option(None, "Save the steered checkpoint here.", cli_type=Path)
+    format: str = option("checkpoint", "What --out holds: checkpoint (the steered model) | peft (the edits as a LoRA "
+                                       "adapter).", choices=OUT_FORMATS)
+    lora_rank: int | None = option(None, "--format peft: the rank of a truncated adapter for edits that are not "
+                                         "low-rank (--norm-preserving); its error is reported.", cli_type=int)
+    overwrite: bool = option(False, "Replace a non-empty --out folder.")
+
+
+@dataclasses.dataclass
+class HubOptions(Config):
+    """Uploading the saved folder to the Hub (``steer --push-to-hub``); the fields are
+    ``push_to_hub``'s keywords."""
+
+    repo_id: str | None = option(None, "Upload the saved folder to this repo id.", flag="--push-to-hub", cli_type=str)
+    private: bool = option(False, "Create the Hub repo as private.")
+    revision: str | None = option(None, "Push to this branch (created when missing).", flag="--hub-revision",
+                                  cli_type=str)
+    create_pr: bool = option(False, "Open a pull request instead of committing.")
+    timeout: float = option(30.0, "Seconds each Hub request may wait for an answer.", flag="--hub-timeout")
 
 
 def renamed(kwargs: dict[str, Any], renames: dict[str, str], where: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import logging
 import numpy as np
 import torch
 
+from .configs import check_device
 from .errors import bad_argument
 
 log = logging.getLogger(__name__)
@@ -61,17 +62,22 @@ CUDA_EIG_FROM = 2048
 def solver_device(n: int, device: str | torch.device | None) -> torch.device:
     """Where an n × n eigenproblem runs when ``device`` is asked for: CUDA only from
     :data:`CUDA_EIG_FROM` on (the CPU is faster below), else the CPU."""
-    dev = resolve_device(device)
+    dev = run_device(device)
     return dev if dev.type == "cuda" and n >= CUDA_EIG_FROM else torch.device("cpu")
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The checked torch device the solvers run on (cpu for None): :func:`loading.check_device`
+    """The checked torch device the solvers run on (cpu for None): :func:`configs.check_device`
     (a CUDA request without CUDA, a typo or a missing GPU index is one clear error naming
     ``device``) limited to cpu and cuda."""
-    from .loading import check_device
-
     return check_device(device, kinds=("cpu", "cuda"))
+
+
+def run_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a solver uses it. A ``torch.device`` is what :func:`resolve_device` gave the
+    caller, which checked it once per run (``analyze``, ``spectra``); a name or ``None`` (a direct
+    call) is checked here. So a run checks its device once, not once per layer and solver."""
+    return device if isinstance(device, torch.device) else resolve_device(device)
 
 
 def _scipy_eig(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +96,7 @@ def dense_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.f
     """
     if dtype not in (torch.float64, torch.float32):
         raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
-    dev = resolve_device(device)
+    dev = run_device(device)
     if dev.type == "cuda":
         A = torch.as_tensor(matrix).to(dtype=dtype, device=dev)
         return torch.linalg.eig(A)

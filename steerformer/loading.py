@@ -18,12 +18,11 @@ from typing import Any, Iterator
 
 import torch
 
-from .adapters import Adapter, get_adapter
+from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .configs import renamed_parameters
+from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
-from .results import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +198,11 @@ def _public_id(name: str) -> str:
     """A model loaded from a bundled model's package files (or from the cached conversion of a
     GGUF) is reported by its Hub id or its file, so messages, records and model cards name the
     model rather than a site-packages or cache path."""
-    from .gguf_source import converted_source
+    converted = None
+    if Path(name).is_dir():  # only a folder can be a converted GGUF: a live model's name needs no GGUF code
+        from .gguf_source import converted_source
 
-    converted = converted_source(name) if Path(name).is_dir() else None
+        converted = converted_source(name)
     if converted is not None:
         return converted["model_id"]
     try:
@@ -333,6 +334,7 @@ def confined_file(path: Path, fname: Any, *, what: str) -> Path:
 def _read_index(path: Path, index: str, *, for_transformers: bool = False) -> dict[str, str]:
     """The ``weight_map`` of shard index ``index``: tensor name -> a file of the index's own kind
     (``.safetensors`` / ``.bin``). ``for_transformers``: the ``metadata`` object transformers reads too."""
+    # the JSON reader is imported where a checkpoint's files are read: a model in memory reads none
     from .results import read_json
 
     try:
@@ -365,11 +367,11 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
     path, ``/dev/zero``, a FIFO) or a file of another kind, or (``headers``: before transformers
     reads the folder) whose safetensors headers, JSON files or index metadata are not what
     transformers can read — before steerformer's reader or transformers opens anything."""
+    from .results import read_json
+
     path = Path(path)
     names: set[str] = set()
     if headers:
-        from .results import read_json
-
         for fname in _TRANSFORMERS_JSON:
             if (path / fname).is_file():
                 read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
@@ -393,8 +395,6 @@ def load_config(path: Path):
     try:
         return AutoConfig.from_pretrained(str(path))
     except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
-        from .adapters import ADAPTERS
-
         why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
         raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
@@ -496,40 +496,6 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
         raise
 
 
-def check_device(device: Any, *, name: str = "device", kinds: tuple[str, ...] | None = None) -> torch.device:
-    """The torch device ``device`` names (cpu for None), checked before anything is loaded: a
-    typo, CUDA on a CPU build or an index past the last GPU is one clear error naming ``name``.
-    ``kinds``: the device types the caller can run on (the eigen-solvers: cpu and cuda). The one
-    device check of the package (``eig.resolve_device`` is this with ``kinds=("cpu", "cuda")``)."""
-    if device is None:
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise bad_argument(name, device, "a torch device such as cpu, cuda, cuda:1 or mps") from None
-    if kinds is not None and dev.type not in kinds:
-        raise bad_argument(name, device, " or ".join(repr(k) for k in kinds))
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise bad_argument(name, device, "a device this machine has (this torch build sees no CUDA GPU)",
-                               "Use --device cpu.")
-        if dev.index is not None and dev.index >= n:
-            raise bad_argument(name, device, f"cuda:0 … cuda:{n - 1} ({n} GPU(s) visible)")
-        return dev
-    if dev.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise bad_argument(name, device, "a device this machine has (MPS is not available)", "Use --device cpu.")
-        return dev
-    try:
-        torch.empty(0, device=dev)
-    except Exception:
-        raise bad_argument(name, device, "a device this machine has", "Use --device cpu.") from None
-    return dev
-
-
 def _dtype_kwarg() -> str:
     """transformers 5 renamed ``torch_dtype=`` to ``dtype=``."""
     import transformers
@@ -593,6 +559,8 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
     validated as :func:`read_safetensors_header` says — the one parser of safetensors headers."""
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
+
+    from .results import parse_json
 
     with open(file, "rb") as f:
         size = os.fstat(f.fileno()).st_size

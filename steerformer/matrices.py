@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .adapters.base import AttentionWeights, Part
-from .configs import renamed_parameters
+from .configs import renamed_parameters, select_layers  # noqa: F401  (select_layers re-exported)
 from .errors import bad_argument
 from .loading import ModelSource, as_source
 
@@ -57,28 +57,6 @@ class LayerMatrices:
 
     def numpy(self) -> np.ndarray:
         return self.formed().cpu().numpy()
-
-
-def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: str = "layers") -> list[int]:
-    """Normalize a layer selection (negative indices count from the end) and check the range."""
-    if layers is None:
-        return list(range(n_layers))
-    if isinstance(layers, (int, np.integer)):
-        layers = [int(layers)]
-    out = []
-    for k in layers:
-        if not isinstance(k, (int, np.integer)) or not -n_layers <= k < n_layers:
-            raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
-                               f"(the model has {n_layers} layers)")
-        out.append(int(k) % n_layers)
-    if not out:
-        raise bad_argument(name, list(layers), f"at least one layer index in [-{n_layers}, {n_layers - 1}]",
-                           "Leave it out (None) to take every layer.")
-    dup = sorted({k for k in out if out.count(k) > 1})
-    if dup:  # refused, not de-duplicated: a repeated layer is a typo more often than a wish
-        raise bad_argument(name, list(layers), f"each layer once (layer {', '.join(map(str, dup))} is named "
-                           "more than once, counting negative indices from the end)")
-    return out
 
 
 def _read_attention(source: ModelSource, k: int, slot: int, get, parts: Sequence[Part], *,

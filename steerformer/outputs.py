@@ -35,7 +35,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import InvalidArgumentError, bad_argument
+from .errors import FileFormatError, InvalidArgumentError, bad_argument
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,6 @@ class OutputFile:
 
 
 def _is_steerformer_json(path: Path) -> bool:
-    from .errors import FileFormatError
     from .results import read_json
 
     try:

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .eig import dense_eig, factored_eig, null_vectors, resolve_device, solver_device, top_eig
+from .eig import dense_eig, factored_eig, null_vectors, run_device, solver_device, top_eig
 from .configs import progress_bar
 from .errors import bad_argument
 
@@ -356,7 +356,7 @@ def spectra(
         raise bad_argument("top_k", top_k, f"an integer in [1, d={d}]")
     if not isinstance(workers, (int, np.integer)) or workers < 1:
         raise bad_argument("workers", workers, "an integer ≥ 1")
-    resolve_device(device)
+    device = run_device(device)  # checked once per run (analyze checked it already); the solvers take it as it is
     slots = list(range(L)) if slot_ids is None else list(slot_ids)
     if len(slots) != L:
         raise bad_argument("slot_ids", slot_ids, f"one slot id per matrix ({L})")
@@ -368,7 +368,7 @@ def spectra(
     todo = list(first.items())
     fac = lambda k: None if factors is None else factors[k]  # noqa: E731
     results: dict[int, tuple] = {}
-    if workers > 1 and len(todo) > 1 and (device is None or resolve_device(device).type == "cpu"):
+    if workers > 1 and len(todo) > 1 and device.type == "cpu":
         import concurrent.futures as cf
         import multiprocessing as mp
 

@@ -48,8 +48,6 @@ def figure_path(out) -> tuple[Path, str]:
     """(file to write, matplotlib format) for ``plot-collapse --out``: an existing folder gets
     :data:`DEFAULT_FIGURE` inside it; a name without suffix gets ``.png``; a suffix matplotlib
     cannot write is refused (before any run is read)."""
-    from pathlib import Path
-
     from matplotlib.backend_bases import FigureCanvasBase
 
     from ..errors import bad_argument

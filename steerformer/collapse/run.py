@@ -14,7 +14,7 @@ import torch
 
 from ..configs import WEIGHTS, CollapseConfig, progress_bar, renamed, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
-from ..loading import load_tokenizer
+from ..loading import is_pretrained_model, load_model, load_tokenizer
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, own: bool):
     """The model to loop, in eval mode. A model object is copied before anything would change it
     (dtype, device, or weights when ``own``), so the caller's model is left as it was."""
-    from ..loading import is_pretrained_model, load_model
-
     if not is_pretrained_model(model_or_path):
         return load_model(model_or_path, dtype=dtype, device=device)
     model = model_or_path

@@ -23,11 +23,13 @@ from ..discrete import residual_map
 from ..errors import bad_argument
 from .geometry import (
     DTYPE,
+    NonFiniteStateError,
     as_tensor,
     check_positive,
     check_spd,
     check_square_stack,
     tangent,
+    threads_for,
 )
 
 MatrixSpec = Union[object, Callable[[float], object]]
@@ -281,8 +283,6 @@ def iterate(
 
     Stops with NonFiniteStateError (reporting the step) if the state stops being finite.
     """
-    from .geometry import NonFiniteStateError, threads_for
-
     if int(steps) != steps or steps < 0:
         raise bad_argument("steps", steps, "an integer ≥ 0")
     if int(save_every) != save_every or save_every < 1:

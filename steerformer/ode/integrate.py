@@ -42,7 +42,9 @@ from .geometry import (
     check_finite,
     check_positive,
     check_time_span,
+    manifold_drift,
     threads_for,
+    w_norm,
 )
 
 log = logging.getLogger(__name__)
@@ -431,7 +433,6 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
     step and the drift record to the field's W."""
     from ..tokens import check_tokens
-    from .geometry import manifold_drift, w_norm
 
     W = getattr(field, "W", None)
     y = check_tokens(y0, W=W, normalize="require", name="y0")

@@ -17,27 +17,8 @@ import torch
 from ..configs import renamed_parameters
 from ..errors import bad_argument
 from ..loading import ModelSource, as_source, load_model, load_tokenizer
-from ..prompts import PromptBatch
+from ..prompts import DEFAULT_PROMPTS, PromptBatch
 
-#: Built-in prompts: plain English sentences of varied length and topic.
-DEFAULT_PROMPTS = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Transformers process every token of a sentence in parallel through a stack of layers.",
-    "In the morning the fishermen pulled their boats onto the cold grey beach.",
-    "She opened the old book and found a letter that nobody had read for fifty years.",
-    "Water boils at one hundred degrees Celsius at sea level.",
-    "The committee will announce its decision after the meeting next Tuesday.",
-    "A small cat slept on the warm windowsill while the rain kept falling outside.",
-    "Prices of fresh vegetables rose sharply during the long dry summer.",
-    "He practiced the violin for hours every day until his fingers hurt.",
-    "The power method finds the dominant eigenvector of a matrix by repeated multiplication.",
-    "Our train was delayed because of snow on the tracks near the mountain pass.",
-    "Children in the village learn to swim in the river before they learn to read.",
-    "The museum reopened with a new exhibition of ancient coins and pottery.",
-    "If you mix blue and yellow paint, you get green.",
-    "The spacecraft sent back pictures of a frozen moon covered in cracks.",
-    "Good bread needs flour, water, salt, yeast and a lot of patience.",
-)
 
 
 @dataclasses.dataclass

@@ -13,38 +13,81 @@ Modules, each one noun (lower ones never import higher ones):
     lora        the PEFT LoRA adapter (exact or truncated), vLLM's route, the rank under a cost budget
     upload      the Hub upload every published artefact shares (timeouts, one-line failures)
     direction   ``Direction``: directions per layer as a shareable artefact (folder, Hub, control vector)
-    directions  where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
+    sources     where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
     checkpoint  save, load (re-attaching the chain), unsteer a checkpoint, steer one on disk (lazy)
     verify      ``verify_checkpoint``
-    ablation    ``ablate``: directional ablation of every residual-stream writer
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
     calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
-    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency): ``evaluate_steering``
-    steer       ``steer``: plan → apply → measure → record; ``steered``
+    judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
+    selection   choices made on the selection questions: the judged choice among candidate edits
+    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
+    lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
+    methods     the steering methods by name (paper, addition, ablation), ``register_method``, ``get_method``
+    steer       ``steer`` (chooses a method, runs the lifecycle), ``ablate``, ``steered``
     hub         ``push_to_hub``
 """
 
-from .chain import Steering, is_steered, steering_of, steering_records, unsteer
-from .checkpoint import (
-    load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
-)
-from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
-from .edit import Edit
-from .hub import HubError, push_to_hub
-from .lora import choose_lora_rank
-from .record import SteeringRecord
-from .ablation import ablate
-from .direction import Direction
-from .steer import steer, steered
-from .activation import activation_steering, addition_as_weights, edits_applied
-from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
-from .calibrate import addition_vectors
-from .verify import verify_checkpoint
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+# public name -> submodule that defines it; imported on first use (steerformer/_lazy.py), so that
+# ``sf.steer`` on a causal LM imports no hub, upload, export, LoRA or verify code (tests/test_lazy_imports.py)
+_EXPORTS: dict[str, str] = {
+    "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
+    "unsteer": ".chain",
+    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
+    "save_steered": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
+    "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
+    "contrastive_directions": ".sources",
+    "Edit": ".edit",
+    "HubError": ".hub", "push_to_hub": ".hub",
+    "choose_lora_rank": ".lora",
+    "SteeringRecord": ".record",
+    "Direction": ".direction",
+    "ablate": ".steer", "steer": ".steer", "steered": ".steer",
+    "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
+    "activation_steering": ".activation", "addition_as_weights": ".activation",
+    "edits_applied": ".activation",
+    "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
+    "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate",
+    "addition_vectors": ".calibrate",
+    "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
+    "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
+    "kl_curve": ".methods.addition",
+    "verify_checkpoint": ".verify",
+}
 
 __all__ = [
-    "Baseline", "ContrastiveDirection", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
+    "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
     "edits_applied", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
-    "verify_checkpoint",
+    "verify_checkpoint", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
+    "make_judge", "kl_curve",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from .chain import Steering, is_steered, steering_of, steering_records, unsteer
+    from .checkpoint import (
+        load_for_steering, load_model, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+    )
+    from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions
+    from .edit import Edit
+    from .hub import HubError, push_to_hub
+    from .lora import choose_lora_rank
+    from .record import SteeringRecord
+    from .direction import Direction
+    from .steer import ablate, steer, steered
+    from .methods import Method, get_method, register_method
+    from .activation import activation_steering, addition_as_weights, edits_applied
+    from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
+    from .methods.addition import kl_curve
+    from .evaluate import HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .calibrate import addition_vectors
+    from .verify import verify_checkpoint

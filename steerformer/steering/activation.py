@@ -31,23 +31,15 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
+from ..configs import check_positions, select_layers
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import open_source
-from ..matrices import select_layers
 from .common import model_object
 from .sources import check_vector
 from .edit import Edit
 from ..prompts import PromptBatch
 from .measure import encode, model_device, run_hooked
 
-POSITIONS = ("all", "skip-first")
-
-
-def check_positions(positions: str) -> str:
-    if positions not in POSITIONS:
-        raise bad_argument("positions", positions, f"one of {POSITIONS}",
-                           "'skip-first' leaves the first position (the chat template's first token) alone.")
-    return positions
 
 
 def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any, model_id: str) -> dict[int, torch.Tensor]:
@@ -240,12 +232,13 @@ def fit_constant_row(z: torch.Tensor, first: torch.Tensor, *, positions: str = "
 
 def addition_edits(model: Any, vectors: Mapping[int, torch.Tensor], coeff: float, *, positions: str = "skip-first",
                    prompts: Any = None, tokenizer: Any = None, inputs: Mapping[int, tuple] | None = None,
-                   ridge: float = 0.1, exact_bias: bool = True) -> list[Edit]:
+                   ridge: float = 0.1, exact_bias: bool = True, source: Any = None) -> list[Edit]:
     """The weight-space equal of adding ``coeff·v`` after each layer of ``vectors`` (values: nothing is
     changed): a bias edit where the layer's output writer has one (``positions="all"``, exact), else
     the rank-1 edit with a fitted on the writer's inputs over ``prompts`` (strings, or a
-    ``PromptBatch`` such as chat-formatted rows; or the given ``inputs``, :func:`writer_inputs`)."""
-    source = open_source(model)
+    ``PromptBatch`` such as chat-formatted rows; or the given ``inputs``, :func:`writer_inputs`).
+    ``source``: ``model`` already opened (a steering call opens it once)."""
+    source = source if source is not None else open_source(model)
     adapter = source.adapter
     positions = check_positions(positions)
     coeff = check_coeff(coeff)

@@ -29,34 +29,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import bad_argument
-from ..prompts import PromptBatch
-from .evaluate import PROBE_QUESTIONS, chat_rows, generate_answers, has_chat_template, pad_id, word_forms
-from .measure import REFERENCE_SENTENCES, ModelProbe, model_probe
+from ..prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch
+from .chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
+from .measure import ModelProbe, kl_per_token, model_device, model_probe
 
-#: the default KL budget, nats per token on the probe continuations (docs/steering-chat.md)
-DEFAULT_MAX_KL = 0.3
-
-#: carriers of the templated contrast: each ends right before the concept (or another noun)
-CARRIERS = (
-    "I have always been fascinated by",
-    "Today we are going to talk about",
-    "My favourite thing in the world is",
-    "She wrote a long essay about",
-    "All I could think about was",
-    "The documentary was entirely about",
-    "He spent the whole evening reading about",
-    "There is nothing more beautiful than",
-)
-OTHER_NOUNS = ("city", "table", "paper", "window", "car", "book", "family", "history", "work", "school", "food",
-               "money", "computer", "weather", "health", "law")
-
-
-def check_max_kl(max_kl: Any) -> float:
-    if isinstance(max_kl, bool) or not isinstance(max_kl, (int, float)) or not math.isfinite(float(max_kl)) \
-            or float(max_kl) <= 0:
-        raise bad_argument("max_kl", max_kl, "a KL budget > 0 in nats per token (e.g. 0.3)",
-                           "Smaller budgets change the answers less.")
-    return float(max_kl)
 
 
 # ---- the probe -----------------------------------------------------------------------------------
@@ -71,17 +47,22 @@ class ContinuationProbe:
     select: torch.Tensor  # (P, n) bool: positions that predict a continuation token
     first: torch.Tensor  # (P, n) bool: each row's first token
     base_logprobs: torch.Tensor  # (N, vocab) float64
+    texts: list[str] | None = None  # the prompts' texts (None: random ids)
+    rows: list[list[int]] | None = None  # the prompts' ids
+    continuations: list[list[int]] | None = None  # the base model's greedy continuations
 
     @classmethod
     @torch.no_grad()
     def of(cls, model: Any, adapter: Any, tokenizer: Any, prompts: Sequence[str] | None = None, *,
            n_new: int = 16) -> "ContinuationProbe":
+        texts = None
         if tokenizer is not None and (prompts is not None or has_chat_template(tokenizer)):
             texts = list(PROBE_QUESTIONS[:6] if prompts is None else prompts)
             rows = chat_rows(tokenizer, texts, name="prompts")
             pad = pad_id(tokenizer)
         elif tokenizer is not None:
-            rows = [list(r) for r in tokenizer(list(REFERENCE_SENTENCES[:6]))["input_ids"]]
+            texts = list(REFERENCE_SENTENCES[:6])
+            rows = [list(r) for r in tokenizer(texts)["input_ids"]]
             pad = pad_id(tokenizer)
         else:  # no tokenizer: seeded random ids
             g = torch.Generator().manual_seed(0)
@@ -89,7 +70,7 @@ class ContinuationProbe:
             pad = 0
         cont = _greedy(model, rows, n_new, pad, tokenizer)
         batch = PromptBatch.from_rows([r + c for r, c in zip(rows, cont)], pad_id=pad)
-        dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+        dev = model_device(model)
         batch = batch.to(dev)
         select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
         for i, (r, c) in enumerate(zip(rows, cont)):
@@ -98,7 +79,7 @@ class ContinuationProbe:
         first[:, 0] = True
         cache = model_probe(model, adapter, 0, batch)
         probe = cls(model=model, adapter=adapter, cache=cache, batch=batch, select=select, first=first,
-                    base_logprobs=torch.empty(0))
+                    base_logprobs=torch.empty(0), texts=texts, rows=rows, continuations=cont)
         probe.base_logprobs = probe.logprobs(0)
         return probe
 
@@ -111,8 +92,7 @@ class ContinuationProbe:
 
     def kl(self, logprobs: torch.Tensor) -> float:
         """Mean over the continuation tokens of KL(p_base ‖ p), nats."""
-        b = self.base_logprobs
-        return float((b.exp() * (b - logprobs)).sum(-1).mean())
+        return float(kl_per_token(self.base_logprobs, logprobs).mean())
 
     @staticmethod
     def mass(logprobs: torch.Tensor, token_ids: Sequence[int]) -> float:
@@ -156,7 +136,7 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
     with torch.no_grad():
         for _ in range(n_new):
             batch = PromptBatch.from_rows(out, pad_id=pad, left=True)
-            dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+            dev = model_device(model)
             kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
             logits = model(**batch.to(dev).inputs(), **kw).logits[:, -1]
             for r, t in zip(out, logits.argmax(-1).tolist()):
@@ -213,7 +193,7 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
     others = [o for o in OTHER_NOUNS if o != word.lower()]
     texts = [f"{c} {w}" for c in CARRIERS for w in [word, *others]]
     batch = PromptBatch.from_texts(texts, tokenizer)
-    dev = next(p.device for p in model.parameters() if p.device.type != "meta")
+    dev = model_device(model)
     batch = batch.to(dev)
     calls = block_outputs(model, adapter, batch, max(layers))
     mask = batch.attention_mask.to(torch.float64).cpu()

@@ -70,6 +70,7 @@ from .sources import check_vector, resolve_direction
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter
+from .lifecycle import Plan
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
@@ -551,9 +552,10 @@ def steer_checkpoint(
     edit.before_sha256, edit.after_sha256 = tensor_sha256(original), tensor_sha256(new)
 
     # record (the options this edit honoured; the rest keep their defaults: refused above)
-    record = build_record(source, [edit], {name: original}, {name: new}, direction_source=dsource.to_dict(),
-                          abs_lambda1=abs_l1, spectrum_before=spec_before,
+    plan = Plan(edits=[edit], direction_source=dsource.to_dict(), abs_lambda1=abs_l1, spectrum_before=spec_before)
+    record = build_record(source, plan, None, {name: original}, {name: new},
                           config=dataclasses.replace(cfg, report=False).to_dict())
+    record.method = "paper"  # the paper's edit, made on disk
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
     shards = sorted(p.name for p in src.glob("*.safetensors"))

@@ -20,6 +20,7 @@ The folder (``Direction.save``):
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import tempfile
@@ -32,7 +33,6 @@ import torch
 from ..errors import CheckpointError, ModelNotFoundError, bad_argument
 from ..outputs import DIRECTION, write_atomically
 from .common import vector_hash
-from .upload import DEFAULT_TIMEOUT, hub_target, upload_folder
 
 DIRECTION_FORMAT = "steerformer.direction/1"
 VECTORS_FILE = "direction.safetensors"
@@ -57,6 +57,12 @@ of width {d} at layer(s) {layers} (layer N = the output of block N, transformers
 |---|---|
 {rows}
 """
+
+
+def _entry(module: str, name: str) -> Any:
+    # The verbs call up into steering's entry points, looked up when called: a Direction is data that
+    # the direction sources (below steer and activation) read, so importing them here would be a cycle.
+    return getattr(importlib.import_module(f"steerformer.steering.{module}"), name)
 
 
 def _layer_key(layer: int) -> str:
@@ -120,6 +126,22 @@ class Direction:
             raise bad_argument(name, f"{v.shape[0]} directions at layer {layer}", "one direction for a steering edit",
                                "Steer with one of them, or ablate them all (mode='ablate').")
         return v[0]
+
+    # ---- using it (as steering-vectors' SteeringVector.apply) -----------------------------------------
+    def apply(self, model: Any, *, coeff: float = 1.0, layers: Any = None, positions: str = "all") -> Any:
+        """``with direction.apply(model, coeff=c):`` — inside the block every forward of ``model`` adds
+        c·v after each layer this direction holds (or after ``layers``), at every position (or all but
+        the first, ``positions="skip-first"``); the hooks are removed on exit, also on an exception.
+        The run-time hook :func:`~steerformer.steering.activation.activation_steering`; the weights
+        are not touched."""
+        return _entry("activation", "activation_steering")(model, self, layers=layers, coeff=coeff,
+                                                           positions=positions)
+
+    def steer(self, model: Any, **options: Any) -> Any:
+        """Edit ``model``'s weights with this direction as u: :func:`~steerformer.steering.steer`
+        ``(model, self, **options)`` (any method and its options, e.g. ``method="ablation"``,
+        ``layer=``, ``max_kl=``); returns the record; ``unsteer(model)`` undoes it bit for bit."""
+        return _entry("steer", "steer")(model, self, **options)
 
     # ---- conversions ---------------------------------------------------------------------------
     @classmethod
@@ -205,11 +227,16 @@ class Direction:
 
     def push_to_hub(self, repo_id: str, *, private: bool = False, token: str | None = None,
                     endpoint: str | None = None, commit_message: str | None = None, revision: str | None = None,
-                    create_pr: bool = False, timeout: float = DEFAULT_TIMEOUT) -> str:
+                    create_pr: bool = False, timeout: float | None = None) -> str:
         """Save the folder with its card and upload it to ``repo_id`` (arguments as
-        :func:`~steerformer.steering.push_to_hub`); returns the commit URL."""
+        :func:`~steerformer.steering.push_to_hub`; ``timeout=None``: its default, 30 s); returns the
+        commit URL."""
+        # imported here: steering with a Direction in memory imports no upload code (issue 26)
+        from .upload import DEFAULT_TIMEOUT, hub_target, upload_folder
+
         target = hub_target(repo_id, private=private, token=token, endpoint=endpoint, commit_message=commit_message,
-                            revision=revision, create_pr=create_pr, timeout=timeout)
+                            revision=revision, create_pr=create_pr,
+                            timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
         with tempfile.TemporaryDirectory(prefix="steerformer-direction-") as tmp:
             folder = self.save(Path(tmp) / "direction", repo_id=repo_id)
             return upload_folder(target, folder, default_message="Upload direction (steerformer)")

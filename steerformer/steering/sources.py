@@ -15,9 +15,17 @@ positive and negative prompts p_i⁺, p_i⁻, with h(p) the hidden state *after*
 
 Token reduction: the last real token when layer ℓ attends causally (it has seen the whole prompt),
 the mean over real tokens when it attends fully (encoders). Which one comes from the adapter's
-declared mask of layer ℓ, never from the model's type; ``token=`` overrides it. The result is a
+declared mask of layer ℓ, never from the model's type; ``reduction=`` overrides it. The result is a
 :class:`ContrastiveDirection`: the unit vector plus where it came from (method, layer, reduction,
 sha256 of each prompt list); ``steer(model, direction)`` records that source.
+
+``token=`` means one thing everywhere: a word whose direction the call steers toward (or
+removes), read in the basis of the layer the method writes to — the unembedding row for the
+paper's edit of the last layer (whose output the head reads; the input embedding row without a
+head), the templated contrast (``calibrate.concept_directions``) for the addition after a middle
+layer, where the unembedding row moves nothing (docs/steering-chat.md). ``record.direction_source``
+says which reading was used. How a contrastive prompt's states are reduced was also called
+``token=`` ("last" or "mean"): it is ``reduction=`` now (the old keyword warns, for one release).
 """
 
 from __future__ import annotations
@@ -26,21 +34,22 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 import torch
 
-from ..configs import progress_bar
+from ..configs import progress_bar, renamed_parameters, select_layers
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
-from ..matrices import read_attention_weights, select_layers
-from ..results import parse_json
 from . import algebra
 from .common import is_path_like, vector_hash
-from .direction import Direction
-from .measure import encode, run_hooked
+from .measure import encode, model_device, run_hooked
+
+if TYPE_CHECKING:  # imported where a shared direction is read or made (a call from a token never is)
+    from .direction import Direction
 
 METHODS = ("mean-diff", "pca")
 TOKENS = ("auto", "last", "mean")
@@ -132,7 +141,8 @@ def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction,
     """(Direction, where it came from) when ``value`` names a shared direction: a
     :class:`Direction`, a folder written by ``Direction.save``, a llama.cpp control-vector
     ``.gguf``, or a Hub repo id ('namespace/name'); None for arrays and ``.npy`` files."""
-    if isinstance(value, Direction):
+    loaded = sys.modules.get(f"{__package__}.direction")  # no Direction object exists before its module is imported
+    if loaded is not None and isinstance(value, loaded.Direction):
         return value, "object"
     if not is_path_like(value):
         return None
@@ -140,6 +150,8 @@ def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction,
     p = Path(text).expanduser()
     if p.suffix.lower() == ".npy":
         return None
+    from .direction import Direction
+
     if p.suffix.lower() == ".gguf":
         if not p.is_file():
             raise bad_argument(name, text, "an existing control-vector .gguf file")
@@ -218,7 +230,7 @@ def text_direction(model: Any, tokenizer: Any, text: str, d: int) -> tuple[torch
         raise bad_argument("text", text, "a non-empty string")
     enc = tokenizer([text], return_tensors="pt")
     base = getattr(model, "base_model", model)
-    dev = next((p.device for p in base.parameters() if p.device.type != "meta"), None)
+    dev = model_device(base)
     enc = {k: v.to(dev) for k, v in enc.items()} if dev is not None else enc
     with torch.no_grad():
         h = base(**enc).last_hidden_state[0]
@@ -248,6 +260,8 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         u, info = token_direction(model, tokenizer, token, d)
         return u, DirectionSource("token", info)
     if eigvec is not None:
+        from ..matrices import read_attention_weights  # an eigenvector of F needs the layer's weights; u of a word does not
+
         w = read_attention_weights(source, [layer], parts=("vo",), device="cpu")[layer]
         algebra.check_value_map(w.value_matrix(), layer, source.model_id)  # a zero F has no eigenvector to give
         u, info = eigvec_direction(None, eigvec, factors=w.layer_factors())  # numbered as analyze reports
@@ -312,7 +326,7 @@ class ContrastiveDirection:
     vector: torch.Tensor
     method: str
     layer: int
-    token: str  # "last" | "mean": how a prompt's states were reduced
+    token: str  # "last" | "mean": how a prompt's states were reduced (``reduction``; the stored name)
     n_positive: int
     n_negative: int
     positive_sha256: str
@@ -326,6 +340,11 @@ class ContrastiveDirection:
     def __repr__(self) -> str:  # the vector stays out: one line
         return (f"ContrastiveDirection({self.method} at layer {self.layer}, token={self.token}, "
                 f"{self.n_positive}+/{self.n_negative}- prompts, raw_norm={self.raw_norm:.4g}, d={self.vector.numel()})")
+
+    @property
+    def reduction(self) -> str:
+        """How a prompt's states were reduced: "last" or "mean" (stored as ``token``)."""
+        return self.token
 
     @property
     def direction_source(self) -> DirectionSource:
@@ -343,6 +362,8 @@ class ContrastiveDirection:
     def to_direction(self) -> Direction:
         """This direction as a shareable :class:`Direction` at its layer (the unit vector; method,
         prompt hashes, token reduction and counts as metadata)."""
+        from .direction import Direction
+
         meta = {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in ("vector", "method", "layer", "positive_sha256", "negative_sha256", "model_id",
                              "model_commit")}
@@ -362,6 +383,8 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[str], list[str]]:
     p = Path(path)
     if not p.is_file():
         raise bad_argument("pairs", str(path), 'a JSONL file of {"positive": "...", "negative": "..."} lines')
+    from ..results import parse_json  # a pairs file only
+
     pos, neg = [], []
     for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -399,10 +422,10 @@ def token_reduction(adapter, layer: int) -> str:
     return "mean" if adapter.mask(layer).kind == "full" else "last"
 
 
-def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, token: str,
+def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, reduction: str,
                  batch_size: int = 16, name: str = "prompts", bar: Any = None) -> torch.Tensor:
     """(P, d) float64: the output of execution layer ``layer`` for each prompt, reduced over its real
-    tokens (``token`` = "last" or "mean"). Read with forward hooks on the model's own blocks."""
+    tokens (``reduction`` = "last" or "mean"). Read with forward hooks on the model's own blocks."""
     base = model.base_model
     seq = adapter.layer_sequence()
     names = sorted({adapter.layer_block(s) for s in set(seq)})
@@ -415,7 +438,7 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
         run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
         h = calls[layer].to("cpu", torch.float64)  # (B, n, d)
         mask = batch.attention_mask.to("cpu", torch.float64)  # beside h, on the host
-        if token == "mean":
+        if reduction == "mean":
             out.append((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
         else:  # the last real token, whichever side the tokenizer pads
             last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
@@ -425,6 +448,7 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
     return torch.cat(out)
 
 
+@renamed_parameters(token="reduction")
 def contrastive_direction(
     model: Any,
     positive: Sequence[str] | str | os.PathLike | None = None,
@@ -433,7 +457,7 @@ def contrastive_direction(
     pairs: str | os.PathLike | None = None,
     layer: int = -1,
     method: Literal["mean-diff", "pca"] = "mean-diff",
-    token: Literal["auto", "last", "mean"] = "auto",
+    reduction: Literal["auto", "last", "mean"] = "auto",
     tokenizer: Any = None,
     batch_size: int = 16,
     progress: bool = False,
@@ -442,11 +466,12 @@ def contrastive_direction(
     execution layer ``layer`` (negative counts from the end). Prompts: two lists of strings, two
     text files (one prompt per line), or ``pairs=`` a JSONL file of {"positive", "negative"} lines.
     ``method``: "mean-diff" or "pca" (pairs: as many positives as negatives, matched by position).
-    ``progress``: a tqdm bar on stderr over the prompts."""
+    ``reduction``: how a prompt's states are reduced, "last" token, "mean" over tokens, or "auto" (module
+    doc; the old name ``token=`` warns). ``progress``: a tqdm bar on stderr over the prompts."""
     if method not in METHODS:
         raise bad_argument("method", method, f"one of {METHODS}")
-    if token not in TOKENS:
-        raise bad_argument("token", token, f"one of {TOKENS}")
+    if reduction not in TOKENS:
+        raise bad_argument("reduction", reduction, f"one of {TOKENS}")
     pairs_file = None
     if pairs is not None:
         if positive is not None or negative is not None:
@@ -473,11 +498,11 @@ def contrastive_direction(
     if tokenizer is None:
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
-    red = token_reduction(adapter, L) if token == "auto" else token
+    red = token_reduction(adapter, L) if reduction == "auto" else reduction
     with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
-        hp = layer_states(model, adapter, L, positive, tokenizer, token=red, batch_size=batch_size, name="positive",
+        hp = layer_states(model, adapter, L, positive, tokenizer, reduction=red, batch_size=batch_size, name="positive",
                           bar=bar)
-        hn = layer_states(model, adapter, L, negative, tokenizer, token=red, batch_size=batch_size, name="negative",
+        hn = layer_states(model, adapter, L, negative, tokenizer, reduction=red, batch_size=batch_size, name="negative",
                           bar=bar)
     explained = None
     if method == "mean-diff":
@@ -501,17 +526,20 @@ def contrastive_direction(
                                 pairs_file=pairs_file, model_id=source.model_id, model_commit=source.commit)
 
 
+@renamed_parameters(token="reduction")
 def contrastive_directions(model: Any, positive: Any = None, negative: Any = None, *, layers: Sequence[int],
                            pairs: Any = None, method: Literal["mean-diff", "pca"] = "mean-diff",
-                           token: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
+                           reduction: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
                            batch_size: int = 16, progress: bool = False) -> Direction:
     """:func:`contrastive_direction` at each of ``layers``, as one shareable :class:`Direction`
     (a unit vector per layer; the prompts' sha256, the reduction, and each layer's raw norm and
     explained share as metadata)."""
+    from .direction import Direction
+
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model = load_model(model)
     n_layers = open_source(model).adapter.n_layers
-    found = [contrastive_direction(model, positive, negative, pairs=pairs, layer=L, method=method, token=token,
+    found = [contrastive_direction(model, positive, negative, pairs=pairs, layer=L, method=method, reduction=reduction,
                                    tokenizer=tokenizer, batch_size=batch_size, progress=progress)
              for L in select_layers(list(layers), n_layers, name="layers")]
     first = found[0].to_direction()

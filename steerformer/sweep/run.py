@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._text import csv_text, json_text
-from ..configs import torch_dtype
+from ..configs import EIG_DTYPES, torch_dtype
 from ..errors import bad_argument
 
 EXECUTORS = ("local", "ray")
@@ -310,8 +310,6 @@ def sweep(
 
     if executor not in EXECUTORS:
         raise bad_argument("--executor", executor, f"one of {', '.join(EXECUTORS)}")
-    from ..configs import EIG_DTYPES
-
     if dtype not in EIG_DTYPES:
         raise bad_argument("--dtype", dtype, "float64 or float32")
     if not isinstance(workers, int) or workers < 1:

@@ -31,18 +31,18 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 
 def test_torch_already_installed_is_kept(tmp_path) -> None:
-    assert _run(tmp_path, has_torch=True) == ["-c import torch"]
+    assert _run(tmp_path, has_torch=True) == ["-c import torch"]  # and a "[setup]" line, no install
 
 
 def test_missing_torch_installs_the_readme_commands(tmp_path) -> None:
     readme = (ROOT / "README.md").read_text()
     (tmp_path / "a").mkdir()
     default = _run(tmp_path / "a", has_torch=False)
-    assert default[1] == "-m pip install -q torch==2.13.0"
+    assert default[1] == "-m pip install --progress-bar off torch==2.13.0"
     assert "`pip install torch==2.13.0`" in readme and "CUDA build" in readme
     (tmp_path / "b").mkdir()
     cpu = _run(tmp_path / "b", has_torch=False, TORCH_INDEX_URL=CPU)
-    assert cpu[1] == f"-m pip install -q torch==2.13.0 --index-url {CPU}"
+    assert cpu[1] == f"-m pip install --progress-bar off torch==2.13.0 --index-url {CPU}"
     assert f"pip install torch==2.13.0 --index-url {CPU}" in readme
     assert f"TORCH_INDEX_URL={CPU} bash scripts/demo.sh" in readme
 

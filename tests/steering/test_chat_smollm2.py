@@ -58,6 +58,12 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
         assert point.concept_rate > ev.base_concept_rate
         assert point.kl < 2 * 0.3  # held-out prompts: the same order as the probe's budget (the paper edit: ~56)
         assert rec.evaluation["concept_rate"] == point.concept_rate
+        # the judge's ratings ride along (offline judge), and the record puts the KL on the report
+        # answers beside the probe KL the budget bounds
+        assert point.aggregate is not None and 0 <= point.aggregate <= 2 and rec.evaluation["good"] == point.good
+        assert ev.base_judged["relevance"] == 2.0  # each base answer is its own reference: ratio 1
+        assert rec.calibration["kl_report_answers"] == point.kl and "probe" in rec.calibration["budget_bounds"]
+        assert "on the report questions' answers" in rec.summary()
     finally:
         sf.unsteer(model)
 

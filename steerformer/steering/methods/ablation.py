@@ -23,105 +23,54 @@ W_O only, b_O left alone.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
-from ..configs import SteerConfig, ablation_writers
-from ..errors import bad_argument
-from ..loading import load_tokenizer, open_source
-from ..matrices import read_attention_weights, select_layers
-from . import algebra
-from .chain import Steering, steering_of
-from .common import model_object
-from .sources import ablation_directions
-from .edit import Edit, check_layer_materialized, check_materialized
-from .measure import HeldOut
-from .record import SteeringRecord, build_record
+from ...configs import AblationConfig, ablation_writers
+from ...errors import bad_argument
+from ...matrices import read_attention_weights, select_layers
+from .. import algebra
+from ..chain import steering_of
+from ..edit import Edit, check_layer_materialized, check_materialized
+from ..lifecycle import Call, Plan
+from ..sources import ablation_directions
+from .registry import Method, register_method
 
 #: offset of the RMS norm's gain per declared norm kind: g = offset + weight
 _NORM_OFFSET = {"rmsnorm": 0.0, "rmsnorm+1": 1.0}
 
 
-def ablate(
-    model: Any,
-    direction: Any = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    layers: Sequence[int] | int | None = None,
-    scale: float | Mapping[Any, float] = 1.0,
-    writers: str | Sequence[str] = "attention",
-    bias: bool = False,
-    norm_preserving: str | None = None,
-    tokenizer: Any = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    report: bool = True,
-) -> SteeringRecord:
-    """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
-    all), W' = (I − s UUᵀ) W, in place; returns the record (one record, one edit per weight).
+class Ablation(Method):
+    """Directional ablation of every selected writer (module doc)."""
 
-    ``direction``: one vector (d,) or k vectors (k, d) — array, tensor, ``.npy`` — or a shared
-    :class:`~steerformer.steering.direction.Direction` (the object, its folder or Hub id, a
-    control-vector ``.gguf``: per-layer vectors are used at their layers); or ``token``, ``eigvec``
-    (of the last selected layer's F), ``text`` as for :func:`~steerformer.steering.steer`.
-    ``writers``: a comma list or sequence of "attention", "mlp", "embedding". ``scale``: s in
-    (0, 1], or {layer: s} (plus "embedding": s). ``bias``: also b' = (I − s UUᵀ) b.
-    ``norm_preserving``: None, "rows" (Heretic's: each residual coordinate keeps the norm of its
-    weights) or "columns" (each output vector keeps its norm); the residue ‖UᵀW'‖/‖UᵀW‖ of each
-    edit is in ``edit.solve["residue"]``. ``report``: measure the alignment of the final states with
-    U and the KL on held-out prompts."""
-    if not isinstance(writers, str):
-        writers = ",".join(writers or [])
-    cfg = SteerConfig(mode="ablate", scale=scale, writers=writers, ablate_bias=bias, norm_preserving=norm_preserving,
-                      report=report)
-    return run_ablation(model, direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
-                        tokenizer=tokenizer, heldout_prompts=heldout_prompts)
+    config = AblationConfig
+
+    def plan(self, call: Call, cfg: Any) -> Plan:
+        model, source, adapter = call.model, call.source, call.adapter
+        steering = steering_of(model)
+        if steering is not None and steering.untie:
+            raise bad_argument("model", type(model).__name__, "a model without untied layers for ablation",
+                               "Unsteer it first.")
+        kinds = ablation_writers(cfg.writers)
+        selected = select_layers(call.layers, adapter.n_layers, name="layers")  # refuses duplicates itself
+        seq = adapter.layer_sequence()
+        by_slot: dict[int, int] = {}
+        for L in selected:
+            by_slot.setdefault(seq[L], L)  # a shared weight is edited once
+        for slot, L in by_slot.items():
+            check_layer_materialized(model, adapter, L, slot)
+        dirs = ablation_directions(model, source, sorted(by_slot.values()), direction=call.direction,
+                                   token=call.token, eigvec=call.eigvec, text=call.text, tokenizer=call.tokenizer)
+        edits = plan_ablation(model, source, dirs, kinds, by_slot, cfg)
+        last = max(by_slot.values())
+        target = algebra.orthonormal_directions(dirs.at(last)).reshape(adapter.d_model, -1).T  # (k, d)
+        target = target[0] if target.shape[0] == 1 else target
+        return Plan(edits=edits, direction_source=dirs.source.to_dict(), direction=target,
+                    message=_message(edits, kinds, cfg), heldout_layer=min(by_slot.values()))
 
 
-def run_ablation(model: Any, direction: Any, cfg: SteerConfig, *, token: Any = None, eigvec: Any = None,
-                 text: Any = None, layers: Any = None, tokenizer: Any = None,
-                 heldout_prompts: Any = None) -> SteeringRecord:
-    """:func:`ablate` with its options as a :class:`~steerformer.configs.SteerConfig` (mode "ablate")."""
-    model = model_object(model, "ablate")
-    source = open_source(model)
-    adapter = source.adapter
-    steering = steering_of(model)
-    if steering is not None and steering.untie:
-        raise bad_argument("model", type(model).__name__, "a model without untied layers for ablation",
-                           "Unsteer it first.")
-    kinds = ablation_writers(cfg.writers)
-    selected = select_layers(layers, adapter.n_layers, name="layers")  # refuses duplicates itself
-    seq = adapter.layer_sequence()
-    by_slot: dict[int, int] = {}
-    for L in selected:
-        by_slot.setdefault(seq[L], L)  # a shared weight is edited once
-    for slot, L in by_slot.items():
-        check_layer_materialized(model, adapter, L, slot)
-    tokenizer = load_tokenizer(model, tokenizer)
-    dirs = ablation_directions(model, source, sorted(by_slot.values()), direction=direction, token=token,
-                               eigvec=eigvec, text=text, tokenizer=tokenizer)
-    edits = plan_ablation(model, source, dirs, kinds, by_slot, cfg)
-    last = max(by_slot.values())
-    target = algebra.orthonormal_directions(dirs.at(last)).reshape(adapter.d_model, -1).T  # (k, d)
-    target = target[0] if target.shape[0] == 1 else target
-    first_layer = min(by_slot.values())
-    held = HeldOut.before(model, adapter, first_layer, heldout_prompts, tokenizer) if cfg.report else None
-    steering = steering or Steering()
-    base = model.base_model
-    with steering.applying(model, edits):
-        full = any(e.layer < 0 for e in edits)  # an embedding changed: the probe's cached inputs are stale
-        measured = held.after(model, target, edits[0].gain, full=full) if held is not None else {}
-        record = build_record(
-            source, edits, steering.originals, {e.module: base.get_parameter(e.module).detach() for e in edits},
-            direction_source=dirs.source.to_dict(), measured=measured, heldout_prompts=heldout_prompts,
-            message=_message(edits, kinds, cfg), config=cfg.to_dict(), direction=target)
-    steering.push(model, record)  # the edits are applied: push only appends
-    return record
-
-
-def _message(edits: list[Edit], kinds: tuple[str, ...], cfg: SteerConfig) -> str:
+def _message(edits: list[Edit], kinds: tuple[str, ...], cfg: AblationConfig) -> str:
     k = edits[0].rank
     s = cfg.scale if not isinstance(cfg.scale, dict) else "per layer"
     text = (f"ablation of {k} direction{'s' if k > 1 else ''} from {len(edits)} weight(s) ({', '.join(kinds)}; "
@@ -173,10 +122,10 @@ def _check_untied(model: Any, writer: Any) -> None:
 
 
 def plan_ablation(model: Any, source: Any, dirs: Any, kinds: tuple[str, ...], by_slot: dict[int, int],
-                  cfg: SteerConfig) -> list[Edit]:
+                  cfg: AblationConfig) -> list[Edit]:
     """The edits of one ablation (module doc), in order: the embeddings, then per layer (``by_slot``:
     weight slot → the execution layer named for it) the attention output and the MLP. ``dirs``:
-    ``directions.ablation_directions``' answer. Changes nothing in ``model``."""
+    ``sources.ablation_directions``' answer. Changes nothing in ``model``."""
     adapter = source.adapter
     base = model.base_model
     plans: list[tuple[Any, int, int, float, torch.Tensor]] = []  # (writer, layer, slot, s, U)
@@ -222,4 +171,6 @@ def _layer_matrix_view(source: Any, edit: Edit) -> None:
     edit.bias_coef = None if b_V is None else float(a @ b_V.to(torch.float64))
 
 
-__all__ = ["ablate", "plan_ablation", "run_ablation"]
+register_method("ablation", Ablation)
+
+__all__ = ["Ablation", "plan_ablation"]

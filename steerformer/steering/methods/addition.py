@@ -1,0 +1,237 @@
+"""``addition``: activation addition written as weights (docs/math.md §5d), the default for a causal
+LM — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers; the one that raises
+the concept's tokens most wins; ``layer_choice="judged"``: the judge's score on selection questions,
+docs/math.md §5d "Selection and report"), along the concept's direction at each layer, with the
+largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (docs/steering-chat.md):
+
+    b' = b + γ u   (the output writer has a bias and ``positions="all"``: exact)
+    W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
+                    the first token)
+
+The edit as weights is ``activation.addition_edits``; the probe, the concept's direction and the
+gain search are ``calibrate.py``; the judged choice ``selection.py``. What is learned once per
+(model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`, so :func:`kl_curve`
+gives the edit at several budgets with one probe and one layer choice. Options:
+:class:`~steerformer.configs.AdditionConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+from ...configs import AdditionConfig, SteerConfig, check_max_kl, select_layers, with_options
+from ...errors import bad_argument
+from ..activation import addition_edits, output_writer
+from ..calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
+                         search_gain)
+from ..edit import Edit, check_layer_materialized
+from ..lifecycle import Call, Plan
+from ..measure import HeldOut, head_kind
+from ..sources import DirectionSource, resolve_direction
+from .registry import Method, register_method
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class KLPlanner:
+    """What the KL-calibrated edit learns once per (model, concept): the probe (selection prompts),
+    the direction at each candidate layer and the unit edit of each layer group — so that a budget
+    is a gain search alone (a few re-runs of the upper blocks), and a curve over budgets
+    (:func:`kl_curve`) recalibrates nothing else."""
+
+    model: Any
+    source: Any
+    probe: Any  # calibrate.ContinuationProbe
+    dirs: dict
+    writers: dict
+    positions: str
+    mass_ids: list
+    units: dict = dataclasses.field(default_factory=dict)  # tuple(group) -> (unit edits, residual norms)
+
+    def unit(self, group: Sequence[int]) -> tuple[list[Edit], dict]:
+        key = tuple(group)
+        if key not in self.units:
+            scales = {k: self.probe.residual_scale(k) for k in group}
+            inputs = {k: self.probe.writer_inputs(k, self.writers[k].module) for k in group}
+            self.units[key] = (addition_edits(self.model, {k: self.dirs[k] * scales[k] for k in group}, 1.0,
+                                              positions=self.positions, inputs=inputs, source=self.source), scales)
+        return self.units[key]
+
+    def at(self, group: Sequence[int], alpha: float) -> list[Edit]:
+        """The edits of ``group`` at gain α (× each layer's residual norm)."""
+        return [dataclasses.replace(e, gain=e.gain * alpha,
+                                    bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
+                for e in self.unit(group)[0]]
+
+    def search(self, group: Sequence[int], max_kl: float):
+        """(edits, the gain search, residual norms): the largest α within ``max_kl`` on the probe."""
+
+        def kl_at(alpha: float):
+            trial = self.at(group, alpha)
+            for e in trial:
+                e.apply(self.model, check=False)
+            try:
+                lp = self.probe.logprobs(min(group))
+            finally:
+                for e in reversed(trial):
+                    e.remove(self.model, check=False)
+            return self.probe.kl(lp), lp
+
+        found = search_gain(kl_at, max_kl, 1.0)  # the gain found is α (× each layer's residual norm)
+        return self.at(group, found.gain), found, self.unit(group)[1]
+
+    def scan(self, groups: Sequence[Sequence[int]], max_kl: float) -> list[dict]:
+        """Each group calibrated to ``max_kl``: its α, probe KL, concept-token mass and edits."""
+        rows = []
+        for group in groups:
+            edits, found, scales = self.search(group, max_kl)
+            rows.append({"layers": list(group), "alpha": found.gain, "kl": found.kl, "evals": len(found.curve),
+                         "concept_mass": self.probe.mass(found.logprobs, self.mass_ids), "residual_norm": scales,
+                         "edits": edits, "search": found})
+        return rows
+
+
+def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | None, DirectionSource]:
+    """The checks and the once-per-concept work: (planner, layer groups to scan, the concept phrase or
+    None, where the direction came from). Call inside ``call.source.memoized()``."""
+    model, source, adapter, tokenizer = call.model, call.source, call.adapter, call.tokenizer
+    if call.head != "causal-lm":
+        raise bad_argument("max_kl", cfg.max_kl, f"a causal LM (a next-token head); {type(model).__name__} has "
+                           "none", "Use target_alignment=, gain= or strength= on this model.")
+    layers, layer = call.layers, call.config.layer
+    if layers is not None and layer is not None:
+        raise bad_argument("layers", layers, "either layer= or layers=, not both")
+    fixed = select_layers(layers if layers is not None else layer, adapter.n_layers,
+                          name="layers" if layers is not None else "layer") \
+        if layers is not None or layer is not None else None
+    candidates = fixed or default_scan_layers(adapter.n_layers)
+    writers = {k: output_writer(adapter, k, source.model_id) for k in candidates}  # refuses before any work
+    for k in candidates:
+        check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
+    token, text = call.token, call.text
+    phrase = token if token is not None else text
+    if phrase is not None and (call.direction is not None or call.eigvec is not None or (token and text)):
+        raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
+    if phrase is not None:
+        dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates)
+        dsource = DirectionSource("token" if token is not None else "text", info)
+        mass_ids = concept_token_ids(tokenizer, phrase)
+    else:
+        resolved = {k: resolve_direction(model, source, k, direction=call.direction, eigvec=call.eigvec,
+                                         tokenizer=tokenizer) for k in candidates}
+        dirs = {k: u for k, (u, _) in resolved.items()}
+        dsource = resolved[candidates[0]][1]
+        mass_ids = []
+    probe = ContinuationProbe.of(model, adapter, tokenizer, call.prompts)
+    planner = KLPlanner(model=model, source=source, probe=probe, dirs=dirs, writers=writers,
+                        positions=cfg.positions, mass_ids=mass_ids)
+    return planner, ([fixed] if fixed else [[k] for k in candidates]), phrase, dsource
+
+
+def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, planner: KLPlanner) -> tuple[dict, str]:
+    """The scan's winner and how it was chosen (docs/math.md §5d, "Selection and report"): by the
+    judge's mean aggregate on short answers to selection questions (``layer_choice="judged"``, a
+    concept phrase, the bundled MiniLM; ties: more good steers, then the concept tokens'
+    probability), else by the concept tokens' probability on the probe."""
+    if len(scan) == 1:
+        return scan[0], "given"
+    by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
+    if cfg.layer_choice == "judged" and phrase is not None:
+        from ..chat import has_chat_template
+        from ..judge import MiniLM, OfflineJudge
+        from ..selection import SELECTION_ANSWERS, judged_choice, selection_baseline
+
+        if MiniLM.available():
+            baseline, probe, n = None, planner.probe, SELECTION_ANSWERS
+            if probe.texts and has_chat_template(call.tokenizer):
+                # the probe's questions are selection questions, its continuations the base answers
+                baseline = selection_baseline(call.model, call.tokenizer, probe.texts[:n], probe.rows[:n],
+                                              probe.continuations[:n])
+            choice = judged_choice(call.model, call.tokenizer, [r["edits"] for r in by_mass], phrase,
+                                   judge=OfflineJudge(), baseline=baseline)
+            for r, sc in zip(by_mass, choice["scores"]):
+                r["judged"] = {k: sc[k] for k in ("aggregate", "good", "concept", "relevance", "fluency")}
+            return by_mass[choice["best"]], (f"judged: mean aggregate of the offline judge on "
+                                             f"{len(choice['questions'])} selection questions, "
+                                             f"{choice['max_new_tokens']} greedy tokens")
+        log.info("layer_choice='judged' needs the bundled MiniLM; choosing by the concept tokens' probability")
+    if not planner.mass_ids:
+        return scan[len(scan) // 2], "the middle of the scan (no concept tokens)"
+    return by_mass[0], "concept-token probability on the probe continuations"
+
+
+class Addition(Method):
+    """Activation addition as weights within a KL budget (module doc)."""
+
+    config = AdditionConfig
+
+    def plan(self, call: Call, cfg: Any) -> Plan:
+        max_kl = float(cfg.max_kl)
+        with call.source.memoized():
+            planner, groups, phrase, dsource = prepare(call, cfg)
+            scan = planner.scan(groups, max_kl)
+            best, layer_choice = choose_layer(call, cfg, scan, phrase, planner)
+        edits, found = best["edits"], best["search"]
+        calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
+                       "layers": best["layers"], "positions": cfg.positions, "message": found.message,
+                       "concept_token_ids": planner.mass_ids, "probe_prompts": len(planner.probe.select),
+                       "budget_bounds": "KL(base || steered) per token, teacher-forced on the base model's "
+                                        "continuations of the probe (selection) prompts",
+                       "layer_choice": layer_choice,
+                       "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
+                       if len(scan) > 1 else None}
+        return Plan(edits=edits, direction_source=dsource.to_dict(), choice=found, measure="kl",
+                    calibration=calibration, heldout_layer=min(best["layers"]))
+
+    def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
+        """The probe's KL at the gain found and, on the held-out sentences, the KL (into the
+        calibration) and the state cosine."""
+        found = plan.choice
+        measured = {"kl": found.kl, "kl_kind": "teacher-forced on the probe prompts' base continuations"}
+        kl_heldout = None
+        if held is not None:
+            after = held.after(call.model, plan.edits[0].u, found.gain)
+            measured["state_cosine"] = after["state_cosine"]
+            kl_heldout = after["kl"]
+        plan.calibration = {**plan.calibration, "kl_heldout": kl_heldout}
+        return measured
+
+
+register_method("addition", Addition)
+
+__all__ = ["Addition", "KLPlanner", "kl_curve"]
+
+
+def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, token: str | None = None,
+             text: str | None = None, eigvec: int | None = None, tokenizer: Any = None,
+             layers: Sequence[int] | int | None = None, prompts: Sequence[str] | None = None,
+             **options: Any) -> dict:
+    """The addition at each KL budget of ``budgets`` with one probe, one set of directions and one
+    layer choice (the scan at ``max_kl``, default 0.3, chosen as ``steer`` chooses) — each further
+    budget is a gain search at that layer alone. Nothing is applied: returns ``{"layers",
+    "layer_choice", "scan", "points": [{"max_kl", "kl_probe", "alpha", "edits"}, ...]}``; apply a
+    point with ``edits_applied(model, point["edits"])`` (each scanned layer's edits at ``max_kl`` are
+    in ``scan`` too). Options as ``steer``'s addition (``max_kl``, ``layer``, ``positions``,
+    ``layer_choice``)."""
+    from ...loading import load_tokenizer, open_source
+    from ..common import model_object
+
+    cfg = with_options(None, SteerConfig, options, "kl_curve")
+    budgets = [check_max_kl(b) for b in budgets]
+    if not budgets:
+        raise bad_argument("budgets", budgets, "at least one KL budget > 0 (nats per token)")
+    model = model_object(model, "kl_curve")
+    call = Call(model, open_source(model), load_tokenizer(model, tokenizer), cfg, head_kind(model),
+                direction=direction, token=token, eigvec=eigvec, text=text, prompts=prompts, layers=layers)
+    with call.source.memoized():
+        planner, groups, phrase, _ = prepare(call, cfg)
+        scan = planner.scan(groups, float(cfg.max_kl))
+        best, how = choose_layer(call, cfg, scan, phrase, planner)
+        points = []
+        for b in budgets:
+            edits, found, _ = planner.search(best["layers"], b)
+            points.append({"max_kl": b, "kl_probe": found.kl, "alpha": found.gain, "edits": edits})
+    return {"layers": best["layers"], "layer_choice": how, "points": points,
+            "scan": [{k: v for k, v in r.items() if k != "search"} for r in scan]}

@@ -1,0 +1,199 @@
+"""``paper``: the papers' rank-1 edit of one attention layer's output matrix (docs/math.md §5; the
+algebra in ``steering/algebra.py``), the default for every model that is not a causal LM:
+
+    W_O' = W_O + γ u (wᵀV⁺)
+
+a = wᵀV⁺ exact (least squares when V is singular) or a ridge fit on the states entering the layer;
+the gain given, from a strength (γ = strength·|λ1(F_layer)|), or the smallest reaching a target
+alignment; optionally pre-compensated through the FFN, with the value bias's shift removed through
+b_O, after giving an ALBERT model's last layer its own weights. Options:
+:class:`~steerformer.configs.PaperConfig`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from ...configs import PaperConfig, progress_bar
+from ...errors import InvalidArgumentError, bad_argument
+from ...loading import open_source
+from ...matrices import read_attention_weights, select_layers
+from .. import algebra
+from ..chain import retie, steering_of, untie
+from ..common import CountedCurve, stores_transposed
+from ..edit import Edit, check_layer_materialized, edited_stored
+from ..lifecycle import Call, Plan
+from ..measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, model_probe
+from ..sources import check_vector, resolve_direction
+from .registry import Method, register_method
+
+log = logging.getLogger(__name__)
+
+
+class Paper(Method):
+    """The papers' rank-1 output-matrix edit (module doc)."""
+
+    config = PaperConfig
+
+    def plan(self, call: Call, cfg: Any) -> Plan:
+        model = call.model
+        if call.layers is not None:
+            raise bad_argument("layers", call.layers, "no layers= with the paper's edit (gain, strength, "
+                               "target_alignment or its options): one layer=", "Several layers are for the "
+                               "KL-calibrated edit (max_kl) or mode='ablate'.")
+        untied = None
+        if cfg.untie_last:
+            if not call.adapter.can_untie:
+                raise bad_argument("untie_last", True, "a model whose layers share weights (ALBERT)")
+            if steering_of(model) is not None:
+                raise InvalidArgumentError("untie_last=True on a model that is already steered: unsteer it first.")
+            untied = untie(model)
+            call.source = open_source(model)  # the layers' weights changed: the model is read anew
+        source, adapter = call.source, call.adapter
+        try:
+            L = select_layers(call.config.edit_layer, adapter.n_layers, name="layer")[0]
+            slot = adapter.layer_sequence()[L]
+            check_layer_materialized(model, adapter, L, slot)
+            with source.memoized():  # V/O read once per call (every read comes before the edit is applied)
+                if call.config.report or (searching(cfg) and cfg.measure == "dynamics"):
+                    read_attention_weights(source, list(range(L + 1)))  # Q/K/V/O up to L: the dynamics probe's read
+                u_target, dsource = resolve_direction(model, source, L, direction=call.direction, token=call.token,
+                                                      eigvec=call.eigvec, text=call.text, tokenizer=call.tokenizer)
+                w = u_target if call.left is None else check_vector(call.left, adapter.d_model, name="left",
+                                                                    model_name=source.model_id)
+                plan = plan_edit(model, source, L, slot, u_target, w, cfg, call.config,
+                                 prompts=call.prompts, tokenizer=call.tokenizer)
+        except BaseException:
+            if untied is not None and steering_of(model) is None:
+                retie(model, untied)
+            raise
+        chain = steering_of(model)
+        plan.direction_source = dsource.to_dict()
+        plan.untied = untied if untied is not None else (chain.untie if chain is not None else None)
+        if plan.choice is not None and not plan.choice.reached:
+            log.warning("%s", plan.choice.message)
+        return plan
+
+    def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
+        """The held-out alignment and price, the predicted side of u, the controlled dynamics and
+        the spectrum of F_layer after the edit."""
+        if held is None:
+            return {}
+        model, adapter, edit = call.model, call.adapter, plan.edits[0]
+        measured = held.after(model, plan.target, edit.gain)
+        if plan.through_ffn is None:  # the prediction is about u itself, not a pre-compensated target
+            measured["predicted_u_shift"] = held.predicted_u_shift(edit.w_eff, edit.gain)
+        dynamics = plan.extra["dynamics"]
+        measured["alignment_dynamics_before"] = dynamics.alignment(torch.zeros_like(edit.delta()), edit.u)
+        measured["alignment_dynamics_after"] = dynamics.alignment(edit.delta(), edit.u)
+        param = model.base_model.get_parameter(edit.module)
+        W_new = adapter.output_weight_from_stored(param.detach().to(torch.float64).cpu())
+        measured["spectrum_after"] = algebra.top_summary(None, factors=(W_new, plan.extra["V"]))
+        return measured
+
+
+def searching(cfg: PaperConfig) -> bool:
+    """The gain is searched (neither a gain nor a strength given)."""
+    return cfg.strength is None and cfg.gain is None
+
+
+def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor, w: torch.Tensor,
+              cfg: PaperConfig, call_config: Any, *, prompts: Any = None, tokenizer: Any = None) -> Plan:
+    """The edit of execution layer ``L`` (weight ``slot``) toward ``u_target`` with left vector ``w``:
+    the row a = wᵀV⁺, the gain, FFN pre-compensation. Changes nothing in ``model``."""
+    report, progress = call_config.report, call_config.progress
+    adapter = source.adapter
+    base = model.base_model
+    name = adapter.output_weight_name(slot)
+    param = base.get_parameter(name)
+    # float64 CPU copies: a = wᵀV⁺, spectra and reports run on the CPU; the edit itself is made on
+    # the weight's device from u and a moved there once (edit.edited_stored)
+    weights = read_attention_weights(source, [L], parts=("vo",), device="cpu")[L]
+    V = weights.value_matrix()
+    algebra.check_value_map(V, L, source.model_id)
+    bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
+    b_V = getattr(weights, "b_V", None)
+    if cfg.compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
+        raise bad_argument("compensate_bias", True, "a layer with a value bias b_V and an output bias b_O",
+                           f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
+                           "its edit shifts no bias, nothing to compensate.")
+    search_gain = searching(cfg)
+    probe = None
+    if report or cfg.solve == "min-norm" or cfg.through_ffn or (search_gain and cfg.measure == "model"):
+        probe = model_probe(model, adapter, L, encode(model, prompts, tokenizer, name="prompts"))
+
+    if cfg.solve == "exact":  # a = wᵀV⁺
+        row = algebra.exact_row(V, w)
+        if row.method == "lstsq":
+            log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
+    else:
+        row = algebra.ridge_row(V, w, *probe.split_inputs())
+    transposed = stores_transposed(adapter)
+
+    def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
+        return edited_stored(param, u, row.a, g, transposed=transposed)
+
+    spec_before = algebra.top_summary(None, factors=weights.layer_factors()) \
+        if (report or cfg.strength is not None or search_gain) else None
+    abs_l1 = spec_before["abs_lambda1"] if spec_before else None
+    dyn: DynamicsProbe | None = dynamics_probe(source, L, n_prompts=cfg.dynamics_n_prompts,
+                                               n_tokens=cfg.dynamics_tokens, seed=cfg.seed) \
+        if (report or (search_gain and cfg.measure == "dynamics")) else None
+
+    def search(u: torch.Tensor, desc: str = "gain search") -> algebra.StrengthChoice:
+        if cfg.measure == "dynamics":
+            f = lambda g: dyn.alignment(algebra.delta_output(u, row.a, g), u)  # noqa: E731
+        else:
+            f = lambda g: probe.alignment(u_target, {name: stored(u, g)})  # noqa: E731
+        curve = CountedCurve(f, desc, progress)
+        try:
+            return algebra.choose_gain(curve, cfg.target, scale=abs_l1)
+        finally:
+            curve.close()
+
+    choice = ffn_info = None
+    if cfg.gain is not None:
+        g = float(cfg.gain)
+    elif cfg.strength is not None:
+        g = float(cfg.strength) * abs_l1
+        if not g * float(row.a.abs().max()) < torch.finfo(param.dtype).max / 2:  # g·u·aᵀ itself overflows
+            raise bad_argument("strength", cfg.strength, f"a strength whose edit is finite (gain = strength × "
+                               f"|λ1| = {g:.3g} overflows the weights)", "Use a strength of at most ~1e5.")
+    else:
+        choice = search(u_target)
+        g = choice.gain
+    u = u_target
+    if cfg.through_ffn:
+        before_ffn = probe.alignment(u_target, {name: stored(u_target, g)})
+        with progress_bar(progress, "through-ffn", total=60, unit="step") as bar:
+            u, history = compensate(probe, u_target, lambda v: {name: stored(v, g)},
+                                    on_step=lambda val: (bar.update(1), bar.set_postfix(alignment=f"{val:.3f}")))
+        if search_gain:
+            choice = search(u, "gain search (after FFN)")
+            g = choice.gain
+        ffn_info = {"alignment_without": before_ffn, "alignment_with_at_same_gain": history and max(history),
+                    "steps": len(history), "gain_used_for_solve": g}
+    # a has one block per query head: b_V repeated like V (grouped-query layers)
+    bias_coef = float(row.a.cpu() @ weights.value_bias_heads().to(torch.float64).cpu()) if b_V is not None else None
+    edit = Edit(module=name, layer=L, slot=slot, u=u.detach().cpu().clone(), a=row.a.detach().cpu().clone(), gain=g,
+                kind="steer", solve=row.to_dict(), w=w.detach().cpu().clone(), w_eff=V.T @ row.a.cpu(),
+                bias_coef=bias_coef, bias_module=bias_name if cfg.compensate_bias else None,
+                compensate_bias=bool(cfg.compensate_bias), transposed=transposed)
+    return Plan(edits=[edit], direction_source={}, target=u_target, choice=choice, measure=cfg.measure,
+                target_alignment=cfg.target, abs_lambda1=abs_l1, spectrum_before=spec_before, through_ffn=ffn_info,
+                heldout_layer=L, extra={"V": V, "dynamics": dyn})
+
+
+def _has_param(base: Any, name: str) -> bool:
+    try:
+        base.get_parameter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+register_method("paper", Paper)
+
+__all__ = ["Paper", "plan_edit", "searching"]
