@@ -1,20 +1,28 @@
-"""Steering a chat model (SmolLM2-135M-Instruct): the default ``steer`` judged on held-out answers
-(docs/math.md §5d; docs/steering-chat.md), against activation addition and the paper's last-layer edit.
+"""Steering a chat model (SmolLM2-135M-Instruct): steerformer's methods and its peers, as real packages,
+on the same questions with the same judge (issue 27 item 4; docs/steering-chat.md, "Peers").
 
-Per concept (greedy answers to held-out chat questions):
-1. the default ``sf.steer(model, token=concept, tokenizer=tok)`` (layer scan + KL budget): concept
-   rate (the base rate stated), KL, distinct-2, fluency; the time of the call (search included)
-   ÷ one forward pass over the probe prompts — the ratio;
-2. the same addition as a run-time hook (``activation_steering``) at the same layer and coefficient,
-   and the KL between the hook and the weight edit (teacher-forced on the base answers);
-3. the paper's edit (layer -1, target alignment 0.99);
-4. (``--compare`` concepts) the weight edit's curve over gains at the chosen layer against the
-   best activation addition over layers × coefficients (our own hook: repeng needs numpy<2 and
-   cannot be installed here), each point's (concept rate, KL).
-Once: ``generate`` tokens/s steered ÷ base, for the weight edit and for the hook.
+Methods (``--methods``, run in this order): ``steer`` (the default ``sf.steer(model, token=c,
+tokenizer=tok)``: KL-calibrated addition written as weights; strength = its gain x), ``trained`` (the
+method registered as "trained", skipped with one line where it is not), ``paper`` (the paper's rank-1
+edit of the last layer, ``strength=``), ``diffmean`` (a plain mean-difference vector of contrastive
+texts at the middle layer, ``sf.activation_steering``), ``steering-vectors`` (the package, as its docs
+show; the ``bench`` extra, installed with --no-deps), ``repeng`` (skipped with one line where it does
+not import: 0.4 fails on NumPy 2), ``prompt`` / ``prompt-system`` (an instruction to mention the
+concept in the question, or in a system prompt).
 
-Run:  python benchmarks/bench_chat_steering.py [--out runs/chat] [--model FOLDER]
-      python benchmarks/bench_chat_steering.py --smoke     (one concept, 2 prompts, 6 tokens)
+Per concept the held-out questions split into SELECTION (every strength measured; the only place
+choices are made) and REPORT (>= 10 questions, never used to choose): per method the best setting at
+selection KL <= 0.3 and <= 0.6, and one fixed setting across concepts, each measured on REPORT.
+Judged per answer (``steerformer.steering.judge``, the offline judge by default): concept,
+relevance, fluency (0-2), aggregate, good steer; plus concept rate, KL (teacher-forced on the base
+answers) and fluency (free). Also: the default steer's time / one forward pass, and generate tokens/s
+steered / base (weight edit and hook). Outputs in --out: peers.json, peers.csv, peers.png; a markdown
+table on stdout.
+
+Run:  python benchmarks/bench_chat_steering.py --out runs/peers [--concepts ocean,music] [--methods steer,diffmean]
+      python benchmarks/bench_chat_steering.py --smoke     (seconds: tiny random Llama, stub judge)
+      python benchmarks/bench_chat_steering.py --classic [--smoke]   (the issue-17 table: the default against
+                                                                     the hook at its layer and the paper's edit)
 """
 
 from __future__ import annotations
@@ -68,9 +76,12 @@ def tokens_per_second(model, tok, prompts, n_new: int, ctx) -> float:
     return len(prompts) * n_new / dt
 
 
-def main() -> None:
+def classic(argv: list[str] | None = None) -> None:
+    """The per-concept table of issue 17 (the default against the hook at the same layer and the paper's
+    edit, the weight edit's curve against the hook): ``--classic``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: one concept, 2 prompts, 6 tokens")
+    ap.add_argument("--classic", action="store_true")
     ap.add_argument("--model", default=None, help="a SmolLM2 folder (default: steerformer.BUNDLED_SMOLLM2)")
     ap.add_argument("--out", default=None, help="folder for the evaluations (JSON, CSV, figures)")
     ap.add_argument("--concepts", default=",".join(CONCEPTS))
@@ -79,7 +90,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-paper", action="store_true", help="leave out the paper's edit (measured before)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import contextlib
 
@@ -97,7 +108,7 @@ def main() -> None:
     compare = set() if args.smoke else set(args.compare.split(","))
     n_q, n_tok = (2, 6) if args.smoke else (args.questions, args.tokens)
     out = Path(args.out) if args.out else None
-    model, tok = load(args.model)
+    model, tok = tiny_llama() if args.smoke else load(args.model)
     base = Baseline.of(model, tok, HELDOUT_QUESTIONS[:n_q], max_new_tokens=n_tok)
     probe = ContinuationProbe.of(model, sf.open_source(model).adapter, tok,
                                  PROBE_QUESTIONS[:2] if args.smoke else None)
@@ -105,7 +116,8 @@ def main() -> None:
         _, t_fwd = timed(lambda: model(**probe.batch.inputs()))
     rows, samples = [], {}
     # the smoke run skips the layer scan and probes with 2 prompts
-    steer_kw = {"layer": 19, "prompts": PROBE_QUESTIONS[:2], "report": False} if args.smoke else {}
+    steer_kw = {"layer": sf.open_source(model).adapter.n_layers - 1, "prompts": PROBE_QUESTIONS[:2],
+                "report": False} if args.smoke else {}
     for concept in concepts:
         rec, t_steer = timed(lambda: sf.steer(model, token=concept, tokenizer=tok, **steer_kw))
         sf.unsteer(model)
@@ -196,6 +208,156 @@ def main() -> None:
           f"{sum(r['steer_ratio'] for r in rows) / len(rows):.1f}")
     print(f"generate tokens/s ratio steered ÷ base: weight edit {tps_edit / tps_base:.3f}, hook "
           f"{tps_hook / tps_base:.3f} (base {tps_base:.1f} tok/s; best of interleaved runs)")
+
+
+
+
+def tiny_llama():
+    """The smoke run's model: a tiny random Llama (tests/models.py) with a byte-level tokenizer
+    built here (every string tokenizes) and a minimal chat template."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from tests.models import family_config
+
+    specials = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the config's pad, bos, eos
+    vocab = {t: i for i, t in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    merges = []
+    for word in ("Ġocean",):  # one token, as in SmolLM2's vocabulary: the paper's edit takes one
+        for k in range(2, len(word) + 1):
+            merges.append((word[:k - 1], word[k - 1]))
+            vocab.setdefault(word[:k], len(vocab))
+    core = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    tok.chat_template = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+    cfg = family_config("llama")
+    cfg.vocab_size = len(vocab)
+    cfg.max_position_embeddings = 512  # byte-level chat prompts are long
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval(), tok
+
+
+def stub_judge(items):
+    """The smoke run's judge (no MiniLM): concept 2 when a term is mentioned, relevance 1, fluency
+    from repetition alone."""
+    from steerformer.steering.judge import Rating, mentions, repetition
+
+    return [Rating(2 if mentions([it.answer], it.terms)[0] else 0, 1 if it.answer.strip() else 0,
+                   2 if repetition(it.answer) < 0.25 else 1) for it in items]
+
+
+def split_questions(n_selection: int, n_report: int) -> tuple[list[str], list[str]]:
+    """SELECTION and REPORT: the project's split (``steerformer.prompts.SPLITS``: the probe questions
+    and the held-out questions), else disjoint slices of the held-out questions."""
+    from steerformer.steering import evaluate
+
+    if hasattr(evaluate, "SELECTION_QUESTIONS") and hasattr(evaluate, "REPORT_QUESTIONS"):
+        sel, rep = list(evaluate.SELECTION_QUESTIONS), list(evaluate.REPORT_QUESTIONS)
+    else:
+        qs = list(evaluate.HELDOUT_QUESTIONS)
+        rep, sel = qs[:len(qs) - 6], qs[len(qs) - 6:]
+    return sel[:n_selection], rep[:n_report]
+
+
+def main() -> None:
+    if "--classic" in sys.argv[1:]:
+        return classic(sys.argv[1:])
+    import _steering_peers as peers
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: a tiny random Llama, a stub judge, one concept, 2+2 questions, 6 tokens")
+    ap.add_argument("--classic", action="store_true", help="the issue-17 table instead (its own flags: --classic -h)")
+    ap.add_argument("--model", default=None, help="a SmolLM2 folder (default: steerformer.BUNDLED_SMOLLM2)")
+    ap.add_argument("--out", default=None, help="folder for peers.json, peers.csv, peers.png")
+    ap.add_argument("--concepts", default=",".join(CONCEPTS))
+    ap.add_argument("--methods", default=",".join(peers.METHODS),
+                    help=f"comma list of {', '.join(peers.METHODS)} (in the order run)")
+    ap.add_argument("--selection", type=int, default=6, help="questions of the selection split")
+    ap.add_argument("--report", type=int, default=10, help="questions of the report split (never used to choose)")
+    ap.add_argument("--tokens", type=int, default=40, help="greedy answer length")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--judge", default="offline", help="'offline' or the URL of an OpenAI-compatible chat server")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = ap.parse_args()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in peers.METHODS]
+    if unknown or not methods:
+        ap.error(f"--methods {args.methods!r}: unknown {unknown or 'empty'}; valid: {', '.join(peers.METHODS)}")
+    concepts = [c.strip() for c in args.concepts.split(",") if c.strip()]
+    if not concepts:
+        ap.error(f"--concepts {args.concepts!r}: give at least one concept word, e.g. --concepts ocean,music")
+    for flag, v in (("--selection", args.selection), ("--report", args.report), ("--tokens", args.tokens),
+                    ("--threads", args.threads)):
+        if v < 1:
+            ap.error(f"{flag} {v}: must be at least 1")
+    if args.smoke:
+        concepts, args.selection, args.report, args.tokens = concepts[:1], 2, 2, 6
+    selection, report = split_questions(args.selection, args.report)
+    if len(selection) < args.selection or len(report) < args.report:
+        ap.error(f"--selection {args.selection} --report {args.report}: at most {len(selection)} and "
+                 f"{len(report)} questions are held out for them")
+    out = Path(args.out) if args.out else None
+
+    import contextlib
+
+    import torch
+
+    import steerformer as sf
+    from steerformer.steering import edits_applied
+    from steerformer.steering.judge import make_judge
+
+    torch.set_num_threads(args.threads)
+    judge = stub_judge if args.smoke else make_judge(args.judge)
+    log = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
+    t_load = time.perf_counter()
+    model, tok = tiny_llama() if args.smoke else load(args.model)
+    log(f"model loaded ({time.perf_counter() - t_load:.0f} s); {len(selection)} selection and {len(report)} report "
+        f"questions, {args.tokens} tokens, concepts {concepts}, methods {methods}")
+    bench = peers.Bench(model, tok, judge, max_new_tokens=args.tokens, log=log, smoke=args.smoke)
+    bench.partial = out / "selection_sweep_partial.json" if out is not None else None
+    with torch.no_grad():
+        _, t_fwd = timed(lambda: model(**bench.probe.batch.inputs()))
+    record = peers.run(bench, concepts, methods, selection, report)
+    record.update({"model": sf.open_source(model).model_id, "judge": "stub (smoke)" if args.smoke else str(args.judge),
+                   "max_new_tokens": args.tokens, "threads": args.threads, "forward_seconds": t_fwd,
+                   "steer_ratio": {c: s / t_fwd for c, s in record["steer_seconds"].items()}})
+    # generate throughput, steered ÷ base (the weight edit costs nothing; the hook runs Python per layer)
+    state = getattr(bench, "last_steer", None)
+    if state is not None:
+        rec, alpha = state["record"], state["alpha"]
+        vectors = {e.layer: e.u * (e.gain / alpha) for e in rec.edits}  # u · s_ℓ: the hook adds α·s_ℓ·u
+        prompts = bench.probe_prompts()
+        n_new = 4 if args.smoke else 32
+        contexts = {"base": contextlib.nullcontext, "weight_edit": lambda: edits_applied(model, rec.edits),
+                    "hook": lambda: sf.activation_steering(model, vectors, coeff=alpha, positions="skip-first")}
+        tps: dict = {k: 0.0 for k in contexts}
+        for _ in range(1 if args.smoke else 3):  # interleaved, best of 3: a shared machine's load drifts
+            for k, ctx in contexts.items():
+                tps[k] = max(tps[k], tokens_per_second(model, tok, prompts, n_new, ctx()))
+        record["tokens_per_s"] = tps
+    title = (f"{record['model']}: {len(concepts)} concept(s), {len(report)} report questions, greedy {args.tokens} "
+             f"tokens, judge {record['judge']}")
+    if out is not None:
+        files = peers.save(record, out, title)
+        log(f"wrote {', '.join(str(p) for p in files.values())}")
+    print(peers.markdown_table(record))
+    print()
+    print(peers.per_concept_table(record))
+    for c, r in record["steer_ratio"].items():
+        print(f"{c}: default steer {record['steer_seconds'][c]:.1f} s, ratio to one forward pass over the probe "
+              f"prompts {r:.1f}")
+    if "tokens_per_s" in record:
+        tps = record["tokens_per_s"]
+        print(f"generate tokens/s ratio steered ÷ base: weight edit {tps['weight_edit'] / tps['base']:.3f}, hook "
+              f"{tps['hook'] / tps['base']:.3f} (base {tps['base']:.1f} tok/s; best of interleaved runs)")
+    for why in record["skipped"].values():
+        print(f"skipped: {why}")
+
 
 
 if __name__ == "__main__":
