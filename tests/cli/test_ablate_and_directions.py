@@ -27,7 +27,9 @@ def _run(*args: str):
 
 def _one_line_exit2(res, *words: str) -> None:
     assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.replace("\r", "\n").splitlines() if ln.strip() and "Loading weights" not in ln]
+    # progress (transformers' bar, steer's phase lines "loading MODEL ...") is not the error's words
+    lines = [ln for ln in res.output.replace("\r", "\n").splitlines()
+             if ln.strip() and "Loading weights" not in ln and not ln.rstrip().endswith(" ...")]
     assert "Traceback" not in res.output and len(lines) == 1 and lines[0].startswith("error:"), res.output
     for w in words:
         assert w in lines[0], (w, lines[0])
