@@ -37,6 +37,8 @@ PAIRS = [
 
 
 def test_a_few_steps_raise_the_concept_on_an_unseen_question_at_bounded_kl(smol) -> None:
+    from steerformer.steering.activation import addition_edits
+    from steerformer.steering.calibrate import addition_vectors
     from steerformer.steering.evaluate import answer_logprobs, chat_rows, generate_answers, mean_kl
     from steerformer.steering.methods.trained import train_edit, user_examples
 
@@ -44,22 +46,37 @@ def test_a_few_steps_raise_the_concept_on_an_unseen_question_at_bounded_kl(smol)
     before = {k: hashlib.sha256(v.detach().contiguous().numpy().tobytes()).hexdigest()
               for k, v in model.state_dict().items()}
     examples = user_examples(tok, PAIRS)
+    # the method's start: the DiffMean weight edit at a small coefficient (trained_steering does this)
+    vec = addition_vectors(model, tok, "ocean", [19])
+    start = addition_edits(model, vec, 0.05, prompts=sf.PromptBatch.from_rows(
+        [e.prompt + e.positive for e in examples], pad_id=tok.pad_token_id))
+    init = {e.layer: (e.u.reshape(-1, 1), e.a.reshape(1, -1)) for e in start}
     edits, info = train_edit(model, tok, examples, layers=[19], rank=1, steps=12, lr=0.05, kl_weight=1.0,
-                             objective="sft+reps", progress=False)
+                             objective="sft+reps", init=init, scale={e.layer: e.gain for e in start},
+                             progress=False)
     assert info["history"][-1]["loss"] < info["history"][0]["loss"]
     rows = chat_rows(tok, ["How can I improve my sleep?"])  # a report question: never trained on
     answers = generate_answers(model, tok, rows, max_new_tokens=16)
     ocean = tok(" ocean", add_special_tokens=False)["input_ids"][0]
+
+    def under(es):
+        with torch.no_grad():
+            for e in es:
+                e.apply(model)
+            try:
+                return answer_logprobs(model, rows, answers)
+            finally:
+                for e in reversed(es):
+                    e.remove(model)
+
     with torch.no_grad():
         base = answer_logprobs(model, rows, answers)
-        for e in edits:
-            e.apply(model)
-        steered = answer_logprobs(model, rows, answers)
-        for e in reversed(edits):
-            e.remove(model)
-    rise = float(steered[0][:, ocean].mean() - base[0][:, ocean].mean())
-    kl = mean_kl(base, steered)
-    assert rise > 0.5 and kl < 0.5, (rise, kl)
+    at_start, trained = under(start), under(edits)
+    rise_start = float(at_start[0][:, ocean].mean() - base[0][:, ocean].mean())
+    rise = float(trained[0][:, ocean].mean() - base[0][:, ocean].mean())
+    kl = mean_kl(base, trained)
+    # measured: the start raises log p(" ocean") by 1.0 nats (KL 0.02), 12 steps to 2.3 (KL 0.06)
+    assert rise > rise_start + 0.2 and kl < 0.5, (rise_start, rise, kl)
     after = {k: hashlib.sha256(v.detach().contiguous().numpy().tobytes()).hexdigest()
              for k, v in model.state_dict().items()}
     assert after == before
