@@ -14,7 +14,7 @@ import torch
 
 from ..configs import WEIGHTS, CollapseConfig, progress_bar, renamed, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
-from ..loading import is_pretrained_model, load_model, load_tokenizer
+from ..loading import is_pretrained_model, load_model, load_tokenizer, model_display_name
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
@@ -259,8 +259,6 @@ def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict
 
     name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
         (getattr(model.config, "_name_or_path", "") or type(model).__name__)
-    from ..loading import model_display_name
-
     return {"model_id": model_display_name(name), "model_type": adapter.model_type, "n_blocks": looped.n_blocks,
             "d_model": adapter.d_model, "n_heads": adapter.n_heads,
             "masks": [adapter.mask(k).to_dict() for k in range(looped.n_blocks)],
