@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from steerformer.configs import check_max_kl
 from steerformer.errors import bad_argument
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_layers_early, library_bars, parse_layers, user_errors,
@@ -75,8 +76,8 @@ def evaluate_cmd(
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
         the_judge = make_judge(judge, model=judge_model, name="--judge")
-        if max_kl is not None and not max_kl > 0:
-            raise bad_argument("--max-kl", max_kl, "a KL budget > 0 in nats per token (e.g. 0.3)")
+        if max_kl is not None:
+            check_max_kl(max_kl)  # the one check of a KL budget (steerformer.configs), before loading
         check_layers_early(model, hook_layers, "--layers")
         say = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
         say(f"loading {model} ...")
