@@ -48,6 +48,7 @@ def _current_context():
 #: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
     "steer": {"directory": "--out"},
+    "make": {"directory": "--out"},  # direction make: Direction.save(directory)
 }
 
 

@@ -50,8 +50,8 @@ def evaluate_cmd(
     from steerformer.matrices import select_layers
     from steerformer.outputs import EVALUATE, write_atomically
     from steerformer.steering import (
-        HELDOUT_QUESTIONS, activation_steering, addition_vectors, evaluate_steering, load_for_steering, make_judge,
-        steered,
+        HELDOUT_QUESTIONS, activation_steering, addition_vectors, check_generates, evaluate_steering,
+        load_for_steering, make_judge, steered,
     )
 
     with user_errors():
@@ -64,6 +64,7 @@ def evaluate_cmd(
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
         the_judge = make_judge(judge, model=judge_model, name="--judge")
         m = load_for_steering(model)
+        check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
         select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
         tok = load_tokenizer(m)
         if tok is None:

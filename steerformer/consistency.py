@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .errors import CheckpointError, FileFormatError
+from .errors import CheckpointError, FileFormatError, bad_argument
 
 #: Adapter fact -> the standard transformers config field. ``config.attribute_map`` maps a family's
 #: own spelling onto it (GPT-2's ``n_embd`` is ``hidden_size``); messages use the spelling in config.json.
@@ -44,6 +44,14 @@ OPTIONAL_FACTS = ("n_kv_heads", "head_dim", "vocab_size")
 UNUSED_BASE_MODULES = ("pooler",)
 #: What ``dtype`` / ``torch_dtype`` in a config.json may say.
 CONFIG_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double", "auto")
+
+
+#: Config fields counting layers or heads, and their bound: checked on the raw config.json before
+#: transformers parses it (its configs build per-layer lists: ``n_layer: 10**12`` would fill memory).
+COUNT_FIELDS = ("n_layer", "num_hidden_layers", "num_layers", "n_layers", "num_decoder_layers", "n_head",
+                "num_attention_heads", "num_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads",
+                "multi_query_group_num", "num_hidden_groups", "inner_group_num")
+MAX_CONFIG_COUNT = 100_000
 
 
 class MissingHeadError(CheckpointError):
@@ -64,6 +72,10 @@ def read_config_json(path: Path) -> dict:
     raw = read_json(f)
     if not isinstance(raw, dict):
         raise FileFormatError(f"{f}: a JSON {type(raw).__name__}, not an object; not a transformers config.")
+    for key, v in raw.items():  # before transformers builds anything from them (layer_types lists...)
+        if key in COUNT_FIELDS and type(v) is int and not 0 <= v <= MAX_CONFIG_COUNT:
+            raise FileFormatError(f"{f}: {key}={v!r} is invalid: expected at most {MAX_CONFIG_COUNT} (no model has "
+                                  "more layers or heads); the config is corrupt. Fix config.json.")
     for key in ("dtype", "torch_dtype"):
         v = raw.get(key)
         if v is not None and (not isinstance(v, str) or v.removeprefix("torch.") not in CONFIG_DTYPES):
@@ -229,8 +241,12 @@ def load_pretrained(cls: Any, path: Path, **kw: Any) -> Any:
     """``cls.from_pretrained(path, **kw)``, strict (see the module doc): a tensor transformers would
     fill at random, or a checkpoint tensor of the base model that finds no place, is one
     CheckpointError (:class:`MissingHeadError` when only a head class's head is missing)."""
+    if kw.pop("trust_remote_code", False):
+        raise bad_argument("trust_remote_code", True, "False: steerformer never runs a checkpoint's own code",
+                           "Drop trust_remote_code.")
     with _without_load_report():
-        net, info = cls.from_pretrained(str(path), output_loading_info=True, ignore_mismatched_sizes=True, **kw)
+        net, info = cls.from_pretrained(str(path), output_loading_info=True, ignore_mismatched_sizes=True,
+                                        trust_remote_code=False, **kw)  # never the checkpoint's own code
     judge_loading(net, info, path)
     return net
 

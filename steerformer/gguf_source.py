@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import CheckpointError, UnsupportedModelError, bad_argument
+from .errors import CheckpointError, SteerformerError, UnsupportedModelError, bad_argument
+from .files import cache_root, open_regular, read_regular
 
 GGUF_MAGIC = b"GGUF"
 #: GGUF metadata value types → struct format (8 = string, 9 = array).
@@ -148,7 +149,7 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
     import gguf
 
     p = Path(path)
-    with open(p, "rb") as f:
+    with open_regular(p) as f:  # a FIFO or a device: one error, never a hang
         size = os.fstat(f.fileno()).st_size
         if size < 24:
             raise CheckpointError(f"{p} is not a GGUF file: {size} bytes, shorter than the GGUF header.")
@@ -156,10 +157,15 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
             if mm[:4] != GGUF_MAGIC:
                 raise CheckpointError(f"{p} is not a GGUF file (it does not start with the bytes 'GGUF').")
             cur = _Cursor(memoryview(mm), p)
+            error = None
             try:
                 header = _parse(cur, p, size, gguf)
-            finally:
-                cur.buf.release()
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once the map can close
+                error = exc.with_traceback(None)  # its frames held views of the map: closing it would
+                del exc                           # raise BufferError and hide this error
+            cur.buf.release()
+    if error is not None:
+        raise error
     return header
 
 
@@ -210,6 +216,107 @@ def _parse(cur: _Cursor, p: Path, size: int, gguf: Any) -> GGUFHeader:
     return GGUFHeader(p, version, metadata, lengths, tensors, data_start)
 
 
+#: Metadata counts (after ``<architecture>.``) checked before anything is built from them.
+GGUF_COUNTS = ("block_count", "embedding_length", "feed_forward_length", "context_length", "vocab_size",
+               "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length")
+#: No model has a count above this (widths, heads, layers, positions, vocabulary); larger is a corrupt file.
+MAX_GGUF_COUNT = 1 << 24
+
+
+def _bad_metadata(header: GGUFHeader, key: str, value: Any, expected: str) -> CheckpointError:
+    return CheckpointError(f"{header.path}: GGUF metadata {key}={value!r} is invalid: expected {expected}. The file is "
+                           "corrupt or was edited; convert the model again.")
+
+
+def check_gguf_metadata(header: GGUFHeader) -> None:
+    """The counts of a GGUF's metadata checked against each other and against its tensors, before any
+    config, name map or model is built from them: each a positive whole number of sane size (a
+    float, a string, zero or 10**12 is refused); ``block_count`` equal to the blocks its tensor
+    names hold (``blk.0`` … ``blk.N-1``: more blocks would be filled at random, fewer dropped);
+    heads that divide the width; ``embedding_length`` the width of ``token_embd``."""
+    import re
+
+    arch, md = header.architecture, header.metadata
+    counts: dict[str, int] = {}
+    for suffix in GGUF_COUNTS:
+        key = f"{arch}.{suffix}"
+        if key not in md:
+            continue
+        v = md[key]
+        if key in header.array_lengths:  # per-layer head counts (some families): each one checked
+            if not (isinstance(v, list) and v and all(type(x) is int and 0 < x <= MAX_GGUF_COUNT for x in v)):
+                raise _bad_metadata(header, key, v if v is not None else f"<array of {header.array_lengths[key]}>",
+                                    "positive whole numbers")
+            continue
+        if type(v) is not int or not 0 < v <= MAX_GGUF_COUNT:
+            raise _bad_metadata(header, key, v, f"a positive whole number up to {MAX_GGUF_COUNT}")
+        counts[suffix] = v
+    blocks = set()
+    for name in header.tensors:
+        m = re.match(r"blk\.(\d+)\.", name)
+        if m:
+            blocks.add(int(m.group(1)))
+    n = counts.get("block_count")
+    if n is None and f"{arch}.block_count" not in md and blocks:
+        raise _bad_metadata(header, f"{arch}.block_count", None, f"the number of blocks its tensors hold ({len(blocks)})")
+    if n is not None and blocks != set(range(n)):
+        held = "no blocks" if not blocks else f"blocks 0-{max(blocks)}" if blocks == set(range(max(blocks) + 1)) \
+            else f"{len(blocks)} blocks numbered {sorted(blocks)[:6]}"
+        raise CheckpointError(f"{header.path}: GGUF metadata {arch}.block_count={n} but its tensors hold {held}; "
+                              "the model would be built with blocks filled at random or left out. The file is corrupt "
+                              "or was edited; convert the model again.")
+    d = counts.get("embedding_length")
+    H, G = counts.get("attention.head_count"), counts.get("attention.head_count_kv")
+    if d is not None and H is not None and "attention.key_length" not in counts and d % H:
+        raise _bad_metadata(header, f"{arch}.attention.head_count", H,
+                            f"a divisor of {arch}.embedding_length={d} (heads of equal width)")
+    if H is not None and G is not None and H % G:
+        raise _bad_metadata(header, f"{arch}.attention.head_count_kv", G,
+                            f"a divisor of {arch}.attention.head_count={H}")
+    emb = header.tensors.get("token_embd.weight")
+    if d is not None and emb is not None and (len(emb.shape) != 2 or emb.shape[1] != d):
+        raise CheckpointError(f"{header.path}: GGUF metadata {arch}.embedding_length={d} but token_embd.weight has "
+                              f"shape {list(emb.shape)}; the file is corrupt or was edited. Convert the model again.")
+
+
+def _expected_gguf_shapes(config: Any) -> dict[str, tuple[int, ...]]:
+    """llama.cpp's tensor shapes (torch order) for a Llama-layout model of ``config``: every tensor's
+    dims checked against the architecture, not only the attention weights."""
+    d, H = int(config.hidden_size), int(config.num_attention_heads)
+    G = int(getattr(config, "num_key_value_heads", None) or H)
+    dh = int(getattr(config, "head_dim", None) or d // H)
+    ff, v = int(config.intermediate_size), int(config.vocab_size)
+    per_block = {"attn_norm.weight": (d,), "ffn_norm.weight": (d,), "attn_q.weight": (H * dh, d),
+                 "attn_k.weight": (G * dh, d), "attn_v.weight": (G * dh, d), "attn_output.weight": (d, H * dh),
+                 "ffn_gate.weight": (ff, d), "ffn_up.weight": (ff, d), "ffn_down.weight": (d, ff)}
+    shapes = {"token_embd.weight": (v, d), "output_norm.weight": (d,), "output.weight": (v, d)}
+    for i in range(int(config.num_hidden_layers)):
+        shapes.update({f"blk.{i}.{k}": s for k, s in per_block.items()})
+    return shapes
+
+
+def check_gguf_tensors(header: GGUFHeader, config: Any) -> None:
+    """Every tensor of a GGUF of a family steerformer reads lazily (``lazily_readable``) has the
+    shape its config implies, and none the model needs is missing (it would be filled at random).
+    Also run before the full load through transformers, so both paths refuse the same lies."""
+    from .adapters.runtimes import GGUF_LAYOUTS
+
+    if config.model_type not in GGUF_LAYOUTS:
+        return
+    expected = _expected_gguf_shapes(config)
+    for name, shape in expected.items():
+        info = header.tensors.get(name)
+        if info is None:
+            if name == "output.weight":  # tied to token_embd
+                continue
+            raise CheckpointError(f"{header.path}: the GGUF has no tensor {name!r}, which its metadata implies; the "
+                                  "model would be built with it filled at random. The file is corrupt or incomplete.")
+        if tuple(info.shape) != shape:
+            raise CheckpointError(f"{header.path}: GGUF tensor {name!r} has shape {list(info.shape)}, but the metadata "
+                                  f"implies {list(shape)} (width {config.hidden_size}, {config.num_attention_heads} "
+                                  "heads); the file is corrupt or was edited. Convert the model again.")
+
+
 def gguf_config(header: GGUFHeader) -> Any:
     """The transformers config the GGUF stands for, as transformers' ``load_gguf_checkpoint``
     derives it (its key tables, its architecture renames, tied embeddings when there is no
@@ -227,6 +334,7 @@ def gguf_config(header: GGUFHeader) -> Any:
         raise UnsupportedModelError(
             f"{header.path}: a GGUF of architecture {arch!r}, which transformers' GGUF loader does not read "
             f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}). Use a checkpoint folder instead.")
+    check_gguf_metadata(header)  # before any count is used (the name map, the config, transformers)
     config: dict[str, Any] = {"tie_word_embeddings": "output.weight" not in header.tensors or arch in ("falcon", "bloom")}
     for key, value in GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(arch) or {}).items():
         config.setdefault(key, value)
@@ -248,10 +356,12 @@ def gguf_config(header: GGUFHeader) -> Any:
     model_type = config.pop("model_type", updated)
     config.pop("_model_name_or_path", None)
     try:
-        return AutoConfig.for_model(model_type, **config)
-    except (ValueError, KeyError) as exc:
+        built = AutoConfig.for_model(model_type, **config)
+    except Exception as exc:  # noqa: BLE001 - unknown type, a value of the wrong type (strict dataclasses)...
         raise UnsupportedModelError(f"{header.path}: a GGUF of architecture {arch!r} (model type {model_type!r}) that "
                                     f"transformers cannot configure ({str(exc).splitlines()[0][:160]}).") from None
+    check_gguf_tensors(header, built)
+    return built
 
 
 def permuted_qk(model_type: str) -> bool:
@@ -304,49 +414,55 @@ class GGUFTensors:
         raise CheckpointError(f"tensor {key!r} is not in the GGUF {self.header.path} (no GGUF tensor maps to it); is "
                               f"the file a {self.config.model_type} model?")
 
-    def get(self, key: str) -> torch.Tensor:
-        from gguf import GGMLQuantizationType, quants
+    def shape_of(self, key: str) -> torch.Tensor | None:
+        """``key`` as a meta tensor of its stored shape (nothing read); None when the GGUF has no such tensor."""
+        try:
+            name = self.gguf_name(key)
+        except CheckpointError:
+            return None
+        return torch.empty(self.header.tensors[name].shape, device="meta")
 
+    def get(self, key: str) -> torch.Tensor:
         from .consistency import check_finite
 
         name = self.gguf_name(key)
         info = self.header.tensors[name]
+        try:
+            t = self._dequantized(info)
+        except Exception as exc:  # noqa: BLE001 - its frames hold a view of the map, whose close would
+            raise exc.with_traceback(None) from None  # raise BufferError and hide this error
+        if permuted_qk(self.config.model_type) and (".attn_q." in name or ".attn_k." in name):
+            heads = self.config.num_attention_heads if ".attn_q." in name else self.config.num_key_value_heads
+            t = unpermute_qk(t, int(heads))
+        check_finite(t, f"{name}, {key}", f"in the GGUF {self.header.path}")
+        return t
+
+    def _dequantized(self, info: GGUFTensorInfo) -> torch.Tensor:
+        from gguf import GGMLQuantizationType, quants
+
         raw = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.start)
         if info.shape:  # rows of bytes: the blocks of one row of the tensor
             raw = raw.reshape(*info.shape[:-1], -1)
         values = quants.dequantize(raw, GGMLQuantizationType(info.qtype))
-        t = torch.from_numpy(np.array(values, dtype=np.float32)).reshape(info.shape)  # a copy: the map may close
-        if permuted_qk(self.config.model_type) and (".attn_q." in name or ".attn_k." in name):
-            heads = self.config.num_attention_heads if ".attn_q." in name else self.config.num_key_value_heads
-            t = unpermute_qk(t, int(heads))
-        check_finite(t, key, str(self.header.path))
-        return t
+        del raw
+        return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(info.shape)  # a copy: the map may close
 
     def close(self) -> None:
-        self._map.close()
+        try:
+            self._map.close()
+        except BufferError:  # a view still alive (an error on its way up): the map closes when it goes
+            pass
         self._file.close()
 
 
 # ---- the cached conversion of a full load ------------------------------------------------------
-def cache_root() -> Path:
-    """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
-    ~/.cache/steerformer."""
-    env = os.environ.get("STEERFORMER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steerformer"
-
-
 def file_sha256(path: Path) -> str:
     """SHA-256 of the file, remembered in the cache per (path, size, mtime, inode)."""
     st = path.stat()
     stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     index = cache_root() / "gguf" / "hashes.json"
-    try:
-        known = json.loads(index.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if stamp in known:
+    known = _read_hash_index(index)
+    if _is_digest(known.get(stamp)):
         return known[stamp]
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -364,6 +480,46 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
+def _is_digest(v: Any) -> bool:
+    import re
+
+    return isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None
+
+
+def _read_hash_index(index: Path) -> dict:
+    """The remembered hashes; an index that is not a JSON object of digests (a list, null, a string,
+    nesting 100 000 deep, a FIFO) is ignored with a warning and rebuilt — its entries name cache
+    folders, so only 64-hex-digit digests are ever used (never ``../x``)."""
+    import logging
+
+    from .results import parse_json
+
+    if not (index.exists() or index.is_symlink()):
+        return {}
+    try:
+        known = parse_json(read_regular(index, max_bytes=64 << 20, what="the GGUF hash cache"), index)
+    except (OSError, SteerformerError) as exc:
+        logging.getLogger(__name__).warning("ignoring the GGUF hash cache %s (%s); it is rebuilt", index, exc)
+        return {}
+    if not isinstance(known, dict):
+        logging.getLogger(__name__).warning("ignoring the GGUF hash cache %s (a JSON %s, not an object); it is rebuilt",
+                                            index, type(known).__name__)
+        return {}
+    return {k: v for k, v in known.items() if _is_digest(v)}
+
+
+def cached_folder(digest: str) -> Path:
+    """The cache folder of a converted GGUF: ``<cache>/gguf/<sha256>``, refused (one line) when it is
+    a link or otherwise resolves outside the cache."""
+    base = cache_root() / "gguf"
+    folder = base / digest
+    if not _is_digest(digest) or folder.is_symlink() or \
+            (folder.exists() and folder.resolve().parent != base.resolve()):
+        raise CheckpointError(f"the GGUF conversion cache entry {folder} points outside the cache {base}; refusing to "
+                              f"read it. Remove it (rm -r {folder}) and run again.")
+    return folder
+
+
 #: The file in a converted folder that names its GGUF (and marks the conversion complete).
 SOURCE_FILE = "steerformer_gguf.json"
 
@@ -374,17 +530,24 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     path = Path(path).resolve()
     header = read_gguf_header(path)  # a truncated or foreign file: one line, before transformers
     gguf_config(header)  # an architecture transformers cannot load: one line
-    folder = cache_root() / "gguf" / file_sha256(path)
+    folder = cached_folder(file_sha256(path))
     if (folder / SOURCE_FILE).is_file():
+        if (folder / SOURCE_FILE).is_symlink():
+            raise CheckpointError(f"the GGUF conversion cache entry {folder} holds a link; refusing to read it. Remove "
+                                  f"it (rm -r {folder}) and run again.")
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:  # transformers' own failures on a file it cannot convert
         raise CheckpointError(f"{path}: transformers' GGUF loader failed ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None
+    from .consistency import check_finite
+
+    for key, tensor in model.state_dict().items():  # a NaN weight is the file's, named as such (not a gain)
+        check_finite(tensor, key, f"converted from the GGUF {path}")
     # The dequantized model is plain nn.Linear weights; transformers only marks it as a GGUF model
     # (hf_quantizer), which makes save_pretrained refuse it. Saved without the mark, it loads back
     # bit for bit (tested).

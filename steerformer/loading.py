@@ -22,7 +22,9 @@ from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
 from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
-from .errors import CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, bad_argument
+from .errors import (
+    CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument,
+)
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +310,11 @@ def _allowed_roots(path: Path) -> list[Path]:
     return roots
 
 
+def checkpoint_roots(path: Path) -> list[Path]:
+    """Where any file of checkpoint folder ``path`` may live after symlinks (see ``_allowed_roots``)."""
+    return _allowed_roots(Path(path))
+
+
 def confined_file(path: Path, fname: Any, *, what: str) -> Path:
     """``path / fname`` resolved (after symlinks), checked to be a regular file inside the
     checkpoint (or its cache snapshot's blobs) — before anything opens it."""
@@ -391,13 +398,28 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
 def load_config(path: Path):
     from transformers import AutoConfig
 
-    read_config_json(path)  # depth and dtype first: transformers would raise RecursionError / AttributeError
+    raw = read_config_json(path)  # depth and dtype first: transformers would raise RecursionError / AttributeError
+    check_model_type(raw, path)  # before transformers can offer to run the checkpoint's own code
     try:
-        return AutoConfig.from_pretrained(str(path))
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - unknown type, a field of the wrong type (strict dataclasses)...
         why = " ".join(line.strip() for line in str(exc).splitlines()[:2])[:240] or type(exc).__name__
         raise CheckpointError(f"cannot read the config in {path} ({why}); "
                               f"steerformer supports model types: {', '.join(sorted(ADAPTERS))}.") from None
+
+
+def check_model_type(raw: dict, path: Path) -> None:
+    """A config.json whose ``model_type`` steerformer has no adapter for is refused here, in one line:
+    transformers would otherwise import the checkpoint's own code through its ``auto_map`` — after
+    asking "Do you wish to run the custom code? [y/N]", which a piped ``y`` answers. An ``auto_map``
+    beside a supported ``model_type`` is ignored (every load passes ``trust_remote_code=False``)."""
+    model_type = raw.get("model_type")
+    if isinstance(model_type, str) and model_type in ADAPTERS:
+        return
+    code = " It names its own code (auto_map), which steerformer never runs." if "auto_map" in raw else ""
+    raise UnsupportedModelError(
+        f"{Path(path) / 'config.json'}: model_type={model_type!r} is not supported by steerformer; supported model "
+        f"types: {', '.join(sorted(ADAPTERS))}.{code} Use a checkpoint of a supported family.")
 
 
 def check_config_against_weights(path: Path, config: Any, adapter: Adapter) -> None:
@@ -413,6 +435,23 @@ def check_config_against_weights(path: Path, config: Any, adapter: Adapter) -> N
 #: Files whose presence means a checkpoint folder ships a tokenizer. Without one, transformers 5's
 #: AutoTokenizer builds an *empty* tokenizer from the model type alone (every word <unk>).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
+#: Every file of a checkpoint folder transformers' tokenizers may read (and ``save_pretrained`` copy out).
+TOKENIZER_SIDE_FILES = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt",
+                        "tokenizer.model", "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json")
+
+
+def check_tokenizer_files(path: Path) -> None:
+    """The tokenizer files of checkpoint folder ``path`` are regular files of bounded size inside it (or
+    its cache snapshot's blobs): a link to a file outside would be read into the tokenizer and saved
+    with every steered copy; a FIFO or ``/dev/zero`` would hang. One CheckpointError otherwise."""
+    from .files import checked_side_file
+
+    for name in TOKENIZER_SIDE_FILES:
+        f = Path(path) / name
+        if f.is_symlink() or f.exists():
+            checked_side_file(Path(path), f, _allowed_roots(Path(path)))
 
 
 @renamed_parameters(model_or_path="model")
@@ -436,10 +475,11 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
         return None
     if not any((path / f).is_file() for f in TOKENIZER_FILES):
         return None
+    check_tokenizer_files(path)
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)  # never the checkpoint's code
     except Exception as exc:  # unreadable tokenizer files: carry on without, as for none
         log.info("no usable tokenizer in %s (%s)", path, exc)
         return None
@@ -560,9 +600,10 @@ def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
 
+    from .files import open_regular
     from .results import parse_json
 
-    with open(file, "rb") as f:
+    with open_regular(file) as f:  # a FIFO or a device: one error, never a hang
         size = os.fstat(f.fileno()).st_size
         raw = f.read(8)
         if len(raw) < 8:

@@ -25,6 +25,7 @@ error naming the output and what was left (:func:`write_failed`): nothing, for t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -33,7 +34,7 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .errors import FileFormatError, InvalidArgumentError, bad_argument
 
@@ -81,9 +82,37 @@ def _resolve(p: str | os.PathLike) -> Path:
     return Path(p).expanduser().resolve()
 
 
+@contextlib.contextmanager
+def path_errors(name: str, shown: str) -> Iterator[None]:
+    """A path the file system cannot hold or follow — a name longer than it allows (ENAMETOOLONG), a
+    symlink loop (ELOOP; ``resolve`` raises RuntimeError before Python 3.13) — is one line naming ``name``."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "loop" not in str(exc).lower():
+            raise
+        raise bad_argument(name, shown, "a path without a symlink loop", "Pick another path.") from None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise bad_argument(name, shown, "a path the file system can hold (a name is longer than it allows, "
+                               "255 bytes on most)", "Pick a shorter name.") from None
+        if exc.errno == errno.ELOOP:
+            raise bad_argument(name, shown, "a path without a symlink loop", "Pick another path.") from None
+        raise
+
+
 def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: bool = False,
                         inputs: Iterable[str | os.PathLike | None] = (), name: str = "--out",
                         incremental: bool = False) -> Path:
+    """Refuse (``InvalidArgumentError``, one line) an output folder that breaks a rule of the module
+    doc; return it resolved. (:func:`path_errors` around :func:`_check_output_folder`.)"""
+    with path_errors(name, str(out)):
+        return _check_output_folder(out, kind, overwrite=overwrite, inputs=inputs, name=name, incremental=incremental)
+
+
+def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: bool = False,
+                         inputs: Iterable[str | os.PathLike | None] = (), name: str = "--out",
+                         incremental: bool = False) -> Path:
     """Refuse (``InvalidArgumentError``, one line) an output folder that breaks a rule of the module
     doc; return it resolved. ``inputs``: checkpoint folders read by the command (strings that are
     not existing folders, e.g. Hub ids, are ignored). ``incremental``: the command adds to a
@@ -227,16 +256,86 @@ def _sibling(target: Path, tag: str) -> Path:
     return target.parent / f".{target.name}{tag}{os.getpid()}-{secrets.token_hex(4)}"
 
 
+_LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[None]:
+    """One writer at a time per output: an exclusive ``flock`` on a lock file named by the hash of the
+    target's resolved path, in steerformer's cache (``<cache>/locks``; nothing is added beside the
+    output), held from the last check of the rules to the final rename, then removed. A second
+    writer without ``wait`` (no ``overwrite``) is refused in one line; with ``wait`` it writes after
+    the first has finished, so the last complete output wins and nothing is mixed. The kernel
+    releases the lock of a killed writer; a lock file it leaves behind is reused. Where the cache
+    cannot be written, the lock is a hidden sibling ``.NAME.lock``. (No ``fcntl``: no lock.)"""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    import hashlib
+
+    from .files import cache_root
+
+    locks = cache_root() / "locks"
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        lock = locks / (hashlib.sha256(str(target).encode("utf-8", "surrogateescape")).hexdigest() + _LOCK)
+    except OSError:
+        lock = target.parent / f".{target.name}{_LOCK}"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+                         0o666 & ~current_umask())
+        except OSError as exc:
+            raise bad_argument(name, shown, f"a place that can be written ({exc.strerror or exc})",
+                               "Pick a folder you have write permission for.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            raise bad_argument(name, shown, "an output no other command is writing (another steerformer command is "
+                               "writing it right now)", "Wait for it to finish, pick another name, or pass "
+                               "overwrite=True (CLI: --overwrite) to replace its output once it is done.") from None
+        try:  # the previous holder may have removed the file between our open and our lock: lock the new one
+            same = os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(lock)  # while still held: a writer waiting on this file re-opens the path
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def write_atomically(directory: str | os.PathLike, fill: Callable[[Path], object], *, overwrite: bool = False,
                      kind: OutputKind = STEERED, inputs: Iterable[str | os.PathLike | None] = (),
                      name: str = "directory") -> Path:
     """Create a temporary sibling folder, ``fill(tmp)`` it, then move it to ``directory``. On any
     error the temporary folder is removed and ``directory`` is left as it was. ``directory`` must
     pass :func:`check_output_folder`; ``overwrite`` replaces an earlier output of ``kind`` only."""
-    target = _resolve(directory)
-    check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)  # also cleans up (clean_stale)
+    # the rules (they also clean up, clean_stale); the resolved target, or one line for a path loop
+    target = check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise bad_argument(name, str(directory), f"a folder that can be written ({exc.strerror or exc})",
+                           "Pick a folder you have write permission for.") from None
+    with writer_lock(target, name, str(directory), wait=overwrite):
+        # the rules again, under the lock: another writer may have finished since the check above
+        check_output_folder(directory, kind, overwrite=overwrite, inputs=inputs, name=name)
+        return _write_folder(target, directory, fill, kind, name)
+
+
+def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Path], object], kind: OutputKind,
+                  name: str) -> Path:
+    try:
         tmp = _sibling(target, _TMP)
         tmp.mkdir()  # mkdir, not mkdtemp: the user's umask, not 0700
     except OSError as exc:
@@ -314,23 +413,46 @@ class OutputFile:
     is_ours: Callable[[Path], bool]
 
 
+#: No record steerformer writes is larger: a bigger file is not ours, and is never read whole.
+_MAX_OWN_JSON = 64 << 20
+
+
 def _is_steerformer_json(path: Path) -> bool:
-    from .results import read_json
+    """Read through a bounded prefix only (a FIFO, a device or a huge file is not ours, and never
+    hangs or fills memory): a JSON object whose ``format`` is a steerformer format."""
+    from .files import open_regular
+    from .results import parse_json
 
     try:
-        if path.stat().st_size > _MAX_OWN_FILE:
-            return False
-        doc = read_json(path)
+        with open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > _MAX_OWN_JSON:  # too big to be ours: not read at all
+                return False
+            head = f.read(_MAX_OWN_JSON + 1)
     except (OSError, FileFormatError):
+        return False
+    if len(head) > _MAX_OWN_JSON or b'"steerformer.' not in head:
+        return False
+    try:
+        doc = parse_json(head, path)
+    except FileFormatError:
         return False
     return isinstance(doc, dict) and str(doc.get("format", "")).startswith("steerformer.")
 
 
 def _is_marked_figure(path: Path) -> bool:
+    """The mark is in the metadata: near the start (PNG, SVG, PS) or the end (a PDF's info dictionary);
+    only those ends are read."""
+    from .files import open_regular
+
     try:
-        return path.stat().st_size <= _MAX_OWN_FILE and FIGURE_MARK.encode() in path.read_bytes()
-    except OSError:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(1 << 20)
+            f.seek(max(size - (1 << 20), 0))
+            tail = f.read(1 << 20)
+    except (OSError, InvalidArgumentError, ValueError):
         return False
+    return FIGURE_MARK.encode() in head or FIGURE_MARK.encode() in tail
 
 
 #: ``steer --record``: a steering record (JSON whose ``format`` is a steerformer format).
@@ -342,6 +464,14 @@ FIGURE = OutputFile("plot-collapse", _is_marked_figure)
 def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,
                       inputs: Iterable[str | os.PathLike | None] = (), outputs: Iterable[str | os.PathLike | None] = (),
                       name: str = "path") -> Path:
+    """See :func:`_check_output_file` (inside :func:`path_errors`)."""
+    with path_errors(name, str(path)):
+        return _check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
+
+
+def _check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,
+                       inputs: Iterable[str | os.PathLike | None] = (), outputs: Iterable[str | os.PathLike | None] = (),
+                       name: str = "path") -> Path:
     """Refuse (one line naming ``name``) a file to write that breaks a rule of the module doc; return
     it resolved. ``inputs``: checkpoint folders and files the command reads; ``outputs``: folders it
     writes (a file inside one would be replaced with it); ``overwrite``: an earlier output of
@@ -363,6 +493,12 @@ def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: b
     if not parent.is_dir():
         raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
                            f"Create it first (mkdir -p {parent}) or pick another path.")
+    if target.exists() and not target.is_file():  # a FIFO, a device, a link to one: never opened
+        import stat
+
+        raise bad_argument(name, shown, "a regular file path (this is a " +
+                           ("FIFO" if stat.S_ISFIFO(target.stat().st_mode) else "device or special file") + ")",
+                           "Pick a new file name.")
     if target.exists():
         if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
             raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
@@ -384,12 +520,15 @@ def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], 
     """:func:`check_output_file` (again, just before writing), then ``write(tmp)`` through
     :func:`write_file_atomically`; a failed write is one line and leaves ``path`` as it was."""
     target = check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
-    try:
-        return write_file_atomically(target, write)
-    except Exception as exc:
-        if is_write_failure(exc, target.parent):
-            raise write_failed(name, path, exc, "Nothing was written.") from None
-        raise
+    with writer_lock(target, name, str(path), wait=overwrite):
+        # the rules again, under the lock: another writer may have finished since the check above
+        check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
+        try:
+            return write_file_atomically(target, write)
+        except Exception as exc:
+            if is_write_failure(exc, target.parent):
+                raise write_failed(name, path, exc, "Nothing was written.") from None
+            raise
 
 
 #: A write that fails with less room than this left on its filesystem failed for want of room,
@@ -409,10 +548,18 @@ def is_write_failure(exc: BaseException, where: Path) -> bool:
     """Whether ``exc`` is a failure to write into ``where``: a full disk or quota, whatever raised it
     (safetensors' Rust writer raises its own error type; a filesystem left with less than
     :data:`FULL_BELOW` counts), or an OSError about a path there."""
-    if _disk_full(exc) or _filesystem_full(where):
+    if _disk_full(exc) or _too_large(exc) or _filesystem_full(where):
         return True
     name = getattr(exc, "filename", None)
     return isinstance(exc, OSError) and name is not None and _is_within(_resolve(name), _resolve(where))
+
+
+def _too_large(exc: BaseException) -> bool:
+    """A file past the process's size limit (``ulimit -f``: Python ignores SIGXFSZ, so the write fails
+    with EFBIG) or the file system's largest file — also as the Rust writers' own error."""
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return True
+    return "File too large" in str(exc) or "os error 27" in str(exc)
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -423,10 +570,13 @@ def _disk_full(exc: BaseException) -> bool:
 
 def write_failed(name: str, value: object, exc: BaseException, left: str) -> InvalidArgumentError:
     """The one message for an output that could not be written: why, and what was ``left``."""
-    full = _disk_full(exc)
-    why = "no space left on the device" if full else (getattr(exc, "strerror", None) or str(exc).splitlines()[0][:160])
+    full, large = _disk_full(exc), _too_large(exc)
+    why = "no space left on the device" if full else "a file grew past the size limit (ulimit -f, or the file " \
+        "system's largest file)" if large else (getattr(exc, "strerror", None) or str(exc).splitlines()[0][:160])
+    fix = "Free some space or pick another disk." if full else \
+        "Raise the limit (ulimit -f unlimited) or pick another disk." if large else "Pick another folder."
     return bad_argument(name, str(value), f"a place that can hold the output, but writing it failed: {why}",
-                        f"{left} {'Free some space or pick another disk.' if full else 'Pick another folder.'}")
+                        f"{left} {fix}")
 
 
 def safe_folder_name(name: str, default: str = "model") -> str:
@@ -438,6 +588,6 @@ def safe_folder_name(name: str, default: str = "model") -> str:
 
 
 __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE", "COLLAPSE", "check_output_folder",
-           "write_atomically", "write_file_atomically", "clean_stale", "is_own_output", "safe_folder_name",
+           "write_atomically", "write_file_atomically", "writer_lock", "clean_stale", "is_own_output", "safe_folder_name",
            "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
            "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed"]

@@ -133,7 +133,9 @@ def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
 
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file (written by :func:`json_text`, or any other) through :func:`parse_json`."""
-    return parse_json(Path(path).read_bytes(), path)
+    from .files import read_regular
+
+    return parse_json(read_regular(path), path)  # a FIFO or /dev/zero: one error, never a hang
 
 
 def version_of(meta: Mapping) -> str | None:

@@ -298,8 +298,10 @@ class RunStore:
 
 
 def file_sha256(path: Path) -> str:
+    from ..files import open_regular
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a link to /dev/zero: one error, never a hang
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

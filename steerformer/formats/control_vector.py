@@ -180,6 +180,10 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
     return write_file_atomically(target, write)
 
 
+#: No model has more blocks: a larger N in direction.N is a corrupt or hostile file.
+MAX_LAYER = 100_000
+
+
 def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> ControlVector:
     """Read a llama.cpp or repeng control-vector GGUF as per-layer vectors (module doc); one-line
     errors for a file that is not a control vector, ``direction.0``, or a missing layer; ``name``:
@@ -197,6 +201,9 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
         if m is None:
             raise bad_argument(name, str(path), f"tensors named direction.N, not {tensor.name!r}", None)
         n = int(m.group(1))
+        if n > MAX_LAYER:  # a 20-digit layer number is no layer of any model
+            raise bad_argument(name, str(path), f"direction.N with N a layer number (at most {MAX_LAYER}), not "
+                               f"{tensor.name[:40]}", "Renumber the tensor to the block it steers.")
         if n == 0:
             raise bad_argument(name, str(path), "direction.N with N >= 1 (llama.cpp refuses direction.0: block 0's "
                                "output cannot be steered)", "Renumber or drop direction.0.")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import bad_argument
+from ..errors import FileFormatError, bad_argument
 from ..outputs import OutputFile, check_output_file
 
 WRITTEN_BY = "steerformer.written_by"
@@ -25,6 +25,12 @@ def open_gguf(path: str | os.PathLike, name: str = "path", what: str = "a GGUF f
     p = Path(path).expanduser()
     if not p.is_file():
         raise bad_argument(name, str(path), f"an existing file ({what})", "Check the path.")
+    from ..files import check_regular
+
+    try:
+        check_regular(p)  # a FIFO or a link to /dev/zero: refused before the reader maps it
+    except FileFormatError as exc:
+        raise bad_argument(name, str(path), f"{what}, a regular file ({exc})", "Pass a .gguf file.") from None
     try:
         return GGUFReader(p)
     except Exception as exc:  # the reader raises ValueError / struct errors on anything but GGUF

@@ -43,7 +43,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import types
 from pathlib import Path
 from typing import Any, Iterator
@@ -52,8 +51,9 @@ import torch
 
 from ..configs import SteerConfig, renamed_parameters, with_options
 from ..errors import CheckpointError, SteerformerError, bad_argument
+from ..files import copy_side_file, side_files
 from ..loading import (
-    SafetensorsReader, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
+    SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
 )
 from ..loading import load_model as load_weights
 from ..matrices import read_attention_weights, select_layers
@@ -450,7 +450,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
         if tok is not None:
             tok.save_pretrained(str(tmp))
 
-    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory])
+    return write_atomically(out, fill, overwrite=overwrite, kind=UNSTEERED, inputs=[directory], name="out")
 
 
 # ---- steer a checkpoint on disk ------------------------------------------------------------------
@@ -560,20 +560,21 @@ def steer_checkpoint(
     del new
     shards = sorted(p.name for p in src.glob("*.safetensors"))
 
+    def skipped(rel: Path) -> bool:
+        if rel.parts[0] in (SIDE_DIR, ".cache") or rel.as_posix() in shards:
+            return True
+        if any(rel.match(p) for p in SKIPPED_WEIGHT_FILES):
+            log.warning("%s is not copied: only safetensors weights are carried into a lazily steered checkpoint", rel)
+            return True
+        return bool(card and rel.as_posix() == "README.md")  # replaced by the steered model's card
+
+    # every side file checked before the output is started: a link out of the checkpoint (HF-cache
+    # links into its blobs are fine), a FIFO or a device is refused in one line, sizes are bounded
+    side = side_files(src, src, checkpoint_roots(src), skip=skipped)
+
     def fill(tmp: Path) -> None:
-        for path in sorted(src.rglob("*")):
-            rel = path.relative_to(src)
-            if rel.parts[0] in (SIDE_DIR, ".cache") or not path.is_file() or rel.as_posix() in shards:
-                continue
-            if any(rel.match(p) for p in SKIPPED_WEIGHT_FILES):
-                log.warning("%s is not copied: only safetensors weights are carried into a lazily steered checkpoint",
-                            rel)
-                continue
-            if card and rel.as_posix() == "README.md":
-                continue  # replaced by the steered model's card
-            dst = tmp / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dst)  # follows HF-cache symlinks; sendfile on Linux
+        for rel, path in side:
+            copy_side_file(path, tmp / rel)
         if card:
             model_card([record], model=types.SimpleNamespace(config=source.config), base_folder=src,
                        sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
@@ -587,5 +588,5 @@ def steer_checkpoint(
             rewrite_shard(src / f, tmp / f, {full_key: new_bytes} if f == shard else {}, meta)
         write_chain(tmp, payload, {name: original})
 
-    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src])  # never into the input
+    write_atomically(out, fill, overwrite=overwrite, kind=STEERED, inputs=[src], name="out")  # never into the input
     return record

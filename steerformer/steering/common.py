@@ -154,7 +154,9 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     path = Path(path)
     header, start = safetensors_header(path)
     out = {}
-    with open(path, "rb") as f:
+    from ..files import open_regular  # here, not at the top: the steer path reads no file
+
+    with open_regular(path) as f:
         for key, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
                                 key=lambda kv: kv[1]["data_offsets"][0]):
             b, e = info["data_offsets"]
@@ -181,12 +183,14 @@ def file_hashes(directory: Path) -> dict[str, str]:
     """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
     safetensors files (their tensors are hashed one by one, their header holds the record) and
     steerformer's own folder are left out."""
+    from ..files import open_regular  # here, not at the top: the steer path reads no file
+
     out = {}
     for p in sorted(directory.rglob("*")):
         rel = p.relative_to(directory).as_posix()
         if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
             h = hashlib.sha256()
-            with open(p, "rb") as f:
+            with open_regular(p) as f:  # a FIFO swapped in after is_file: one error, never a hang
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             out[rel] = h.hexdigest()

@@ -113,6 +113,11 @@ class Direction:
         holds one (it answers for every layer); a layer it lacks is refused."""
         if layer in self.vectors:
             return self.vectors[layer]
+        if self.method == "control vector":  # direction.N belongs to block N: never applied at another layer
+            raise bad_argument(name, f"a control vector of layers {_span(self.layers)}",
+                               f"a control vector holding direction.{layer} for layer {layer} (it holds "
+                               f"{', '.join(f'direction.{n}' for n in self.layers[:8])} only)",
+                               "Steer the layers it holds, or use a control vector made for this layer.")
         if len(self.vectors) == 1:
             return next(iter(self.vectors.values()))
         raise bad_argument(name, f"a direction of layers {_span(self.layers)}",
@@ -193,7 +198,8 @@ class Direction:
             if card:
                 (tmp / "README.md").write_text(self.card(repo_id or Path(directory).name))
 
-        return write_atomically(directory, fill, overwrite=overwrite, kind=DIRECTION)
+        # never into (or around) the checkpoint it was made from: a local folder the model id names
+        return write_atomically(directory, fill, overwrite=overwrite, kind=DIRECTION, inputs=[self.model_id])
 
     def card(self, repo_id: str = "THIS_REPO") -> str:
         """The README.md of the folder (Hub model card with YAML metadata)."""

@@ -367,6 +367,20 @@ class SteeringEvaluation:
         return "\n".join(lines)
 
 
+def check_generates(model: Any, name: str = "model", value: Any = None) -> None:
+    """Evaluation judges generated answers: a model without a next-token head (an encoder such as
+    BERT or MiniLM, a base model loaded without its LM head) is refused in one line, before anything
+    runs (it used to be ``AttributeError: 'BertModel' object has no attribute 'generate'``).
+    ``value``: what the user passed (default the model's name)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if callable(getattr(model, "generate", None)) and head is not None:
+        return
+    shown = value if value is not None else \
+        getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+    raise bad_argument(name, shown, f"a causal language model that generates answers ({type(model).__name__} has no "
+                       "next-token head to generate with)", "Evaluate a chat or causal LM, e.g. smollm2.")
+
+
 def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable[[Any], ContextManager]],
                       strengths: Sequence[Any] | Mapping[str, Sequence[Any]] = (None,), *,
                       concept: str | Sequence[str], questions: Sequence[str] | None = None, chat: bool | None = None,
@@ -385,6 +399,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
     Fluency is scored after each ``with`` has closed, under the base model. ``judge``: who rates
     each answer 0–2 on concept, relevance and fluency (module docstring; None: nobody).
     """
+    check_generates(model)
     from ..loading import open_source
 
     words = concept_words(concept)
@@ -447,6 +462,7 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
     the result in ``record.evaluation`` (the record's JSON and the model card carry it). The base
     model's answers are taken with the record's edits removed (bit for bit) and put back.
     ``judge``: who rates the answers (module docstring; None: nobody)."""
+    check_generates(model)
     from ..errors import InvalidArgumentError
     from ..loading import open_source
     from .chain import steering_of

@@ -24,15 +24,15 @@ one, else a pipeline tag derived from the model's head class with transformers' 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SteerformerError
-from ..loading import name_looks_like_path, resolve_checkpoint
+from ..files import checked_side_file, copy_side_file, side_files
+from ..loading import checkpoint_roots, name_looks_like_path, resolve_checkpoint
+from ..results import read_json
 from .record import SteeringRecord
 
 log = logging.getLogger(__name__)
@@ -181,22 +181,24 @@ def copy_module_stack(model: Any, target: Path) -> list[str]:
     src = source_folder(model)
     if src is None or not (src / MODULES_FILE).is_file():
         return []
+    modules_file = checked_side_file(src, src / MODULES_FILE, checkpoint_roots(src))  # no link out, no FIFO
     try:
-        modules = json.loads((src / MODULES_FILE).read_text())
+        modules = read_json(modules_file)
         paths = [str(m["path"]) for m in modules]
         root_is_transformer = any(p == "" and str(m.get("type", "")).endswith("Transformer")
                                   for p, m in zip(paths, modules))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("%s/%s is unreadable: the sentence-transformers stack is not copied", src, MODULES_FILE)
         return []
     if not root_is_transformer:
         log.warning("%s keeps its Transformer module in a subfolder: the sentence-transformers stack is not copied", src)
         return []
     base = src.resolve()
+    roots = checkpoint_roots(src)
     copied = []
     for name in (MODULES_FILE, *CONFIG_FILES):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, target / name)
+        if (src / name).is_file() or (src / name).is_symlink():
+            copy_side_file(checked_side_file(src, src / name, roots), target / name)
             copied.append(name)
     for p in paths:
         if not p:
@@ -206,6 +208,8 @@ def copy_module_stack(model: Any, target: Path) -> list[str]:
             log.warning("module path %r of %s leaves the folder: not copied", p, src / MODULES_FILE)
             continue
         if folder.is_dir():
-            shutil.copytree(folder, target / p, dirs_exist_ok=True)
+            # every file checked before any is copied: no link out, no FIFO or device, bounded sizes
+            for rel, file in side_files(src, src / p, roots):
+                copy_side_file(file, target / rel)
         copied.append(p)
     return copied

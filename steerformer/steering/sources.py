@@ -102,6 +102,10 @@ def check_vectors(value: Any, d: int, *, name: str = "direction", model_name: st
         arr = np.asarray(arr)
     except Exception:  # ragged nested lists
         raise bad_argument(name, value, f"a vector of {d} entries or k vectors (k, {d})") from None
+    if arr.ndim == 2 and arr.shape[0] > d and arr.shape[1] == d:  # they cannot be independent
+        raise bad_argument(name, f"{arr.shape[0]} vectors of width {d}", f"at most {d} directions: more than "
+                           f"d_model={d} vectors in {d} dimensions are linearly dependent, so ablating them would "
+                           "remove fewer directions than asked", "Pass at most d_model independent directions.")
     if arr.ndim == 2 and arr.shape[0] > 1 and arr.shape[1] == d:
         return torch.stack([check_vector(row, d, name=f"{name}[{i}]", model_name=model_name)
                             for i, row in enumerate(arr)])
