@@ -70,10 +70,10 @@ def collapse_cmd(
         check_cheap_options(out=out, kind="collapse", inputs=[model], device=device, incremental=True)
         decode_loops = decode_loop_counts(cfg.passes, None if decode_passes is None else
                                           _int_list(decode_passes, "--decode-passes")) if decode else None
-        if not quiet:
-            typer.echo(f"loading {model} ...", err=True)
         lm = load_causal_lm(model, dtype=dt, device=device) if decode and cfg.weights == "pretrained" else None
         net = lm if lm is not None else load_model(model, dtype=dt, device=device)
+        if not quiet:  # after: a checkpoint refused while loading shows its one error line alone
+            typer.echo(f"loaded {model}", err=True)
         tok = load_tokenizer(model) if (text or lm is not None) else None
         try:
             res = collapse(net, cfg, texts=text or None, tokenizer=tok, out=out, resume=resume, progress=not quiet)

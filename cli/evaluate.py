@@ -80,8 +80,8 @@ def evaluate_cmd(
             check_max_kl(max_kl)  # the one check of a KL budget (steerformer.configs), before loading
         check_layers_early(model, hook_layers, "--layers")
         say = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
-        say(f"loading {model} ...")
         m = load_for_steering(model)
+        say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
         check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
         select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
         tok = load_tokenizer(m)

@@ -90,8 +90,8 @@ def steer_cmd(
         check_layers_early(model, cfg.layer, "--layer")
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
         stack.enter_context(library_bars(cfg.progress))
-        say(f"loading {model} ...")
         m = load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
+        say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
         the_direction = direction_of(m, direction, src, cfg)
         say_phases(say, m, cfg, layers, concept=token is not None or text is not None)
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)

@@ -404,10 +404,13 @@ class PaperConfig(MethodConfig):
     through_ffn: bool = option(False, "Pre-compensate the FFN (align final states).")
     untie_last: bool = option(False, "ALBERT: give the last layer its own weights.")
     compensate_bias: bool = option(False, "Remove the edit's bias shift through b_O.")
-    min_state_cosine: float = option(DEFAULT_MIN_STATE_COSINE,
-                                     "Damage budget of the gain search (target alignment): the largest gain keeps "
-                                     "the final states' mean cosine with the base model's on the probe sentences "
-                                     "at least this (docs/steering.md); 0 = no budget.", cli_type=float)
+    # None: the budget guards the default target (the call asked for no alignment) and steps aside
+    # for a target_alignment the user gives, which the search then reaches as before
+    min_state_cosine: float | None = option(None, "Damage budget of the gain search: the largest gain keeps the "
+                                                  "final states' mean cosine with the base model's on the probe "
+                                                  "sentences at least this (docs/steering.md); 0 = no budget. "
+                                                  "Default: 0.9 unless --target-alignment is given.",
+                                            cli_type=float)
     dynamics_n_prompts: int = option(30, "Random prompts of the controlled dynamics (measure='dynamics').", cli=False)
     dynamics_tokens: int = option(10, "Tokens per prompt of the controlled dynamics.", cli=False)
     seed: int = option(SEED, "Seed of the random tokens of the controlled dynamics.", cli=False)
@@ -416,6 +419,14 @@ class PaperConfig(MethodConfig):
     def target(self) -> float:
         """The alignment target of the paper's calibration (0.99 unless given)."""
         return 0.99 if self.target_alignment is None else float(self.target_alignment)
+
+    @property
+    def state_cosine_floor(self) -> float:
+        """The damage budget in force: ``min_state_cosine`` when given, else
+        :data:`DEFAULT_MIN_STATE_COSINE` for the default target and none for a given target."""
+        if self.min_state_cosine is not None:
+            return float(self.min_state_cosine)
+        return DEFAULT_MIN_STATE_COSINE if self.target_alignment is None else 0.0
 
     def check(self) -> None:
         if self.solve not in SOLVES:
@@ -430,7 +441,7 @@ class PaperConfig(MethodConfig):
                 raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
                                    "Milder steering is a value closer to 0.")
         m = self.min_state_cosine
-        if isinstance(m, bool) or not _finite(m) or not 0 <= float(m) < 1:
+        if m is not None and (isinstance(m, bool) or not _finite(m) or not 0 <= float(m) < 1):
             raise bad_argument("min_state_cosine", m, "a number in [0, 1): the mean cosine of the final states with "
                                "the base model's that the gain search keeps (0 = no budget)")
         if self.strength is None and self.gain is None and self.target_alignment is not None:

@@ -43,6 +43,13 @@ def unit_vector(d: int, seed: int) -> torch.Tensor:
     return v / v.norm()
 
 
+def is_progress_line(line: str) -> bool:
+    """A line the CLI prints on stderr while it works (transformers' loading bar, "loaded MODEL",
+    steer's phase lines "steering: ... ..."): progress, not part of an error's one line."""
+    line = line.strip()
+    return "Loading weights" in line or line.startswith("loaded ") or line.endswith(" ...")
+
+
 def run_cli(args: list) -> object:
     """``steerformer ARGS`` in-process (typer's CliRunner), asserting that no traceback reached the
     user: the result, for its ``exit_code`` and ``output``."""

@@ -17,6 +17,7 @@ from steerformer.formats import ControlVector, read_control_vector
 from steerformer.loading import bundled_minilm_path
 from steerformer_cli.main import app
 
+from tests.conftest import is_progress_line
 from tests.formats.test_control_vector_files import _write_raw
 from tests.models import saved_model
 
@@ -27,9 +28,7 @@ def _run(*args: str):
 
 def _one_line_exit2(res, *words: str) -> None:
     assert res.exit_code == 2, res.output
-    # progress (transformers' bar, steer's phase lines "loading MODEL ...") is not the error's words
-    lines = [ln for ln in res.output.replace("\r", "\n").splitlines()
-             if ln.strip() and "Loading weights" not in ln and not ln.rstrip().endswith(" ...")]
+    lines = [ln for ln in res.output.replace("\r", "\n").splitlines() if ln.strip() and not is_progress_line(ln)]
     assert "Traceback" not in res.output and len(lines) == 1 and lines[0].startswith("error:"), res.output
     for w in words:
         assert w in lines[0], (w, lines[0])

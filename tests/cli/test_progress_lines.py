@@ -42,7 +42,7 @@ def test_steer_says_each_phase_and_quiet_silences_them(tiny, tmp_path) -> None:
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output
     err = _stderr(res)
-    assert f"loading {tiny} ..." in err
+    assert f"loaded {tiny}" in err
     assert "steering: probe continuations, layer 1, then the gain search within the KL budget" in err
     assert f"saving to {tmp_path / 's'} ..." in err
     quiet = runner.invoke(app, [*args, "--out", str(tmp_path / "q"), "--quiet"])
@@ -54,7 +54,7 @@ def test_collapse_says_what_it_loads_and_quiet_silences_it(tiny, tmp_path) -> No
     args = ["collapse", str(tiny), "--passes", "2", "--n-prompts", "2", "--length", "4", "--no-decode"]
     res = runner.invoke(app, [*args, "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
-    assert f"loading {tiny} ..." in _stderr(res) and "collapse" in _stderr(res)
+    assert f"loaded {tiny}" in _stderr(res) and "collapse" in _stderr(res)
     quiet = runner.invoke(app, [*args, "--out", str(tmp_path / "d"), "--quiet"])
     assert quiet.exit_code == 0, quiet.output
     assert _stderr(quiet).strip() == ""

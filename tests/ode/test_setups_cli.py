@@ -65,7 +65,7 @@ def test_cli_list_and_run(tmp_path):
     assert json.loads((tmp_path / "result.json").read_text())["summary"]["large_escapes_to_consensus"]
 
 
-@pytest.mark.parametrize("args,needle", [(["simulate", "nope"], "setup="), (["simulate", "5.1.1", "--t1", "-1"], "t1="),
+@pytest.mark.parametrize("args,needle", [(["simulate", "nope"], "SETUP="), (["simulate", "5.1.1", "--t1", "-1"], "t1="),
                                          (["simulate", "5.1.1", "--dt", "0"], "dt="),
                                          (["simulate", "fig13a", "--model", "x"], "--model")])
 def test_cli_bad_input_exits_2_with_one_line(args, needle):

@@ -139,10 +139,10 @@ def test_a_strength_on_a_zero_output_matrix_is_refused_not_made_with_gain_zero(t
 
 @pytest.mark.parametrize("cmd,expect", [
     (["analyze", "IN", "--out", "OUT"], "error: cumulative=True is invalid: expected layer matrices whose product is not all zero"),
-    (["steer", "IN", "--direction", "U", "--max-kl", "0.1", "--out", "OUT"], "error: layers=0 is invalid: expected layers whose "
-                                                                             "h.0.mlp.c_proj receives non-zero states"),
+    (["steer", "IN", "--direction", "U", "--max-kl", "0.1", "--out", "OUT"], "error: --layers=1 is invalid: expected layers whose "
+                                                                             "h.1.mlp.c_proj receives non-zero states"),
     (["collapse", "IN", "--out", "OUT", "--passes", "2", "--n-prompts", "3", "--length", "8"],
-     "error: model=IN is invalid: expected a model whose embedded prompts are not all zero"),
+     "error: MODEL='zeros' is invalid: expected a model whose embedded prompts are not all zero"),
 ], ids=["analyze", "kl-steer", "collapse"])
 def test_an_all_zero_model_is_one_line_in_analyze_the_kl_steer_and_collapse(tiny_checkpoint, zeros, tmp_path, cmd,
                                                                              expect) -> None:

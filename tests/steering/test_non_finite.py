@@ -14,7 +14,7 @@ from steerformer.errors import SteerformerError
 from steerformer.steering import steer, steering_of
 from steerformer_cli.main import app
 
-from tests.conftest import unit_vector
+from tests.conftest import is_progress_line, unit_vector
 from tests.models import make_model
 
 
@@ -23,7 +23,7 @@ runner = CliRunner()
 
 def _one_line_exit2(res) -> None:
     assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.replace("\r", "\n").splitlines() if ln.strip() and "Loading weights" not in ln]
+    lines = [ln for ln in res.output.replace("\r", "\n").splitlines() if ln.strip() and not is_progress_line(ln)]
     assert "Traceback" not in res.output and len(lines) == 1 and lines[0].startswith("error:"), res.output
 
 

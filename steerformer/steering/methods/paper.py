@@ -120,7 +120,7 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
                            f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
                            "its edit shifts no bias, nothing to compensate.")
     search_gain = searching(cfg)
-    floor = float(cfg.min_state_cosine) if search_gain else 0.0  # the damage budget of the gain search
+    floor = cfg.state_cosine_floor if search_gain else 0.0  # the damage budget of the gain search
     probe = None
     if report or cfg.solve == "min-norm" or cfg.through_ffn or (search_gain and cfg.measure == "model") or floor > 0:
         probe = model_probe(model, adapter, L, encode(model, prompts, tokenizer, name="prompts"))
