@@ -402,9 +402,12 @@ class SystemPrompting(Prompting):
         return Setting(prompts=prompts, label="system prompt")
 
 
+# "trained" runs last: after it, a forward hook of calibrate.block_outputs is found still registered
+# (a later forward raises calibrate._Enough; seen with the paper edit after it) — not yet explained
 METHODS: dict[str, type[Method]] = {
-    "steer": DefaultSteer, "trained": Trained, "paper": PaperEdit, "diffmean": DiffMean,
+    "steer": DefaultSteer, "paper": PaperEdit, "diffmean": DiffMean,
     "steering-vectors": SteeringVectors, "repeng": Repeng, "prompt": Prompting, "prompt-system": SystemPrompting,
+    "trained": Trained,
 }
 
 

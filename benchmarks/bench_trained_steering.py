@@ -55,8 +55,16 @@ def smoke() -> None:
     for e in reversed(edits):
         e.remove(model)
     after = hashlib.sha256(model.model.layers[1].mlp.down_proj.weight.detach().numpy().tobytes()).hexdigest()
+    import time
+
+    ids = torch.tensor([e.prompt + e.positive for e in ex])
+    t0 = time.perf_counter()
+    with torch.no_grad():  # the baseline, in the same run: one forward pass over the same examples
+        model(input_ids=ids)
+    forward = time.perf_counter() - t0
     print(json.dumps({"smoke": True, "loss_first": info["history"][0]["loss"], "loss_last": info["history"][-1]["loss"],
                       "undo_bit_exact": before == after, "seconds": info["seconds"]}))
+    print(f"ratio training s / one forward pass over the examples: {info['seconds'] / max(forward, 1e-9):.1f}")
 
 
 def main() -> None:
