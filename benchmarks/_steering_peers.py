@@ -453,6 +453,8 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
     for name in method_names:
         m = METHODS[name]()
         why = m.available()
+        if why is None and bench.smoke and name == "trained":  # its own smoke: bench_trained_steering.py
+            why = "the trained method: not run with --smoke (bench_trained_steering.py --smoke runs it); skipped"
         if why is not None:
             print(why, flush=True)  # the skip is always said, --quiet or not
             skipped[m.name] = why

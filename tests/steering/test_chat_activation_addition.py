@@ -146,7 +146,7 @@ def test_model_card_carries_the_budget_and_the_evaluation() -> None:
                       "fluency": 1.9}
     text = str(model_card([rec], model=model))
     assert "KL budget of 0.1 nats/token" in text and "after layer(s) [1]" in text
-    assert "concept rate 0.62 (base 0.00), KL 0.250" in text
+    assert "concept rate 0.62 (base 0.00), KL on the answers 0.250" in text
 
 
 @pytest.mark.parametrize("positions", ["skip-first", "all"])  # rank-1 fitted edit / exact bias edit
