@@ -39,6 +39,24 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 CONCEPTS = ("ocean", "music", "coffee", "dragon", "mountain")
 
 
+
+def steered_throughput(model, tok, prompts, rec, vectors, alpha: float, *, smoke: bool) -> dict:
+    """generate tokens/s of the base model, the weight edit (``rec.edits``) and the run-time hook
+    (``vectors`` × ``alpha``): interleaved, best of 3 (a shared machine's load drifts)."""
+    import contextlib
+
+    import steerformer as sf
+    from steerformer.steering import edits_applied
+
+    n_new = 4 if smoke else 32
+    contexts = {"base": contextlib.nullcontext, "weight_edit": lambda: edits_applied(model, rec.edits),
+                "hook": lambda: sf.activation_steering(model, vectors, coeff=alpha, positions="skip-first")}
+    tps: dict = {k: 0.0 for k in contexts}
+    for _ in range(1 if smoke else 3):
+        for k, ctx in contexts.items():
+            tps[k] = max(tps[k], tokens_per_second(model, tok, prompts, n_new, ctx()))
+    return tps
+
 def load(model_arg: str | None):
     import torch
     import steerformer as sf
@@ -91,8 +109,6 @@ def classic(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-paper", action="store_true", help="leave out the paper's edit (measured before)")
     args = ap.parse_args(argv)
-
-    import contextlib
 
     import torch
 
@@ -182,13 +198,7 @@ def classic(argv: list[str] | None = None) -> None:
         print(ev.summary(), flush=True)
     # generate throughput, steered ÷ base (the weight edit costs nothing; the hook runs Python per layer)
     prompts = base.prompts[: max(2, min(8, n_q))]
-    n_new = 4 if args.smoke else 32
-    contexts = {"base": contextlib.nullcontext, "weight_edit": lambda: edits_applied(model, rec.edits),
-                "hook": lambda: sf.activation_steering(model, vectors, coeff=alpha, positions="skip-first")}
-    tps: dict = {k: 0.0 for k in contexts}
-    for _ in range(1 if args.smoke else 3):  # interleaved, best of 3: a shared machine's load drifts
-        for k, ctx in contexts.items():
-            tps[k] = max(tps[k], tokens_per_second(model, tok, prompts, n_new, ctx()))
+    tps = steered_throughput(model, tok, prompts, rec, vectors, alpha, smoke=args.smoke)
     tps_base, tps_edit, tps_hook = tps["base"], tps["weight_edit"], tps["hook"]
     summary = {"rows": rows, "samples": samples, "tokens_per_s": tps,
                "questions": n_q, "max_new_tokens": n_tok, "threads": args.threads}
@@ -303,12 +313,9 @@ def main() -> None:
                  f"{len(report)} questions are held out for them")
     out = Path(args.out) if args.out else None
 
-    import contextlib
-
     import torch
 
     import steerformer as sf
-    from steerformer.steering import edits_applied
     from steerformer.steering.judge import make_judge
 
     torch.set_num_threads(args.threads)
@@ -332,13 +339,7 @@ def main() -> None:
         rec, alpha = state["record"], state["alpha"]
         vectors = {e.layer: e.u * (e.gain / alpha) for e in rec.edits}  # u · s_ℓ: the hook adds α·s_ℓ·u
         prompts = bench.probe_prompts()
-        n_new = 4 if args.smoke else 32
-        contexts = {"base": contextlib.nullcontext, "weight_edit": lambda: edits_applied(model, rec.edits),
-                    "hook": lambda: sf.activation_steering(model, vectors, coeff=alpha, positions="skip-first")}
-        tps: dict = {k: 0.0 for k in contexts}
-        for _ in range(1 if args.smoke else 3):  # interleaved, best of 3: a shared machine's load drifts
-            for k, ctx in contexts.items():
-                tps[k] = max(tps[k], tokens_per_second(model, tok, prompts, n_new, ctx()))
+        tps = steered_throughput(model, tok, prompts, rec, vectors, alpha, smoke=args.smoke)
         record["tokens_per_s"] = tps
     title = (f"{record['model']}: {len(concepts)} concept(s), {len(report)} report questions, greedy {args.tokens} "
              f"tokens, judge {record['judge']}")

@@ -40,10 +40,9 @@ def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:
     return rv
 
 
-class SteerformerCommand(TyperCommand):
-    """Every steerformer command: classic flag and usage rendering (see :func:`_tidy_params`), and
-    help in click's plain layout, which wraps long words at any width (typer's rich tables cut
-    them with "…" at 80 columns)."""
+class _PlainHelp:
+    """Help in click's plain layout, which wraps long words at any width (typer's rich tables cut
+    them with "…" at 80 columns), and flags rendered the classic way (:func:`_tidy_params`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,24 +54,17 @@ class SteerformerCommand(TyperCommand):
 
     def get_params(self, ctx: Any) -> list:
         return _tidy_params(super().get_params(ctx))
+
+
+class SteerformerCommand(_PlainHelp, TyperCommand):
+    """Every steerformer command: plain help, classic flags and usage line (see :func:`_tidy_params`)."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
 
 
-class SteerformerGroup(TyperGroup):
+class SteerformerGroup(_PlainHelp, TyperGroup):
     """The top-level ``steerformer`` group, rendered like its commands."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rich_markup_mode = None
-
-    def get_short_help_str(self, limit: int = 45) -> str:
-        """The first sentence whole, wrapped in the command list (click cuts it with "...")."""
-        return super().get_short_help_str(limit=400)
-
-    def get_params(self, ctx: Any) -> list:
-        return _tidy_params(super().get_params(ctx))
 
 
 class _App(typer.Typer):
