@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("gguf")
 
-from tests.formats.gguf_sources import _byte_tokens, tiny_llama  # noqa: E402
+from tests.formats.gguf_sources import _byte_tokens, add_byte_tokenizer  # noqa: E402
 
 D, FF, HEADS, KV, BLOCKS = 64, 96, 4, 2, 3
 
@@ -41,13 +41,7 @@ def write_gguf(path: Path, *, meta: dict | None = None, drop: tuple = (), shapes
     for key, (kind, value) in true.items():
         if value is not None:
             getattr(w, f"add_{kind}")(key, value)
-    tokens = _byte_tokens()[:-2] + ["Ġt", "he"]  # the merges' results are tokens too
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.token_type", [1] * len(tokens))
-    w.add_array("tokenizer.ggml.merges", ["Ġ t", "h e"])
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    add_byte_tokenizer(w, _byte_tokens()[:-2] + ["Ġt", "he"])  # the merges' results are tokens too
     rng = np.random.default_rng(0)
     dh = D // HEADS
     tensors = {"token_embd.weight": (300, D)}

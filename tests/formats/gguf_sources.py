@@ -45,6 +45,16 @@ def _byte_tokens() -> list[str]:
     return tokens + [f"<x{i}>" for i in range(VOCAB - len(tokens))]
 
 
+def add_byte_tokenizer(w, tokens: list[str]) -> None:
+    """A GPT-2-style byte tokenizer (``tokens``, two merges, bos 1, eos 2) in GGUF writer ``w``."""
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * len(tokens))
+    w.add_array("tokenizer.ggml.merges", ["Ġ t", "h e"])
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+
 def write_llama_source(path: Path, model: LlamaForCausalLM) -> Path:
     """A llama-architecture GGUF with the model's shapes and llama.cpp's keys, tensors all zero."""
     import gguf
@@ -63,13 +73,7 @@ def write_llama_source(path: Path, model: LlamaForCausalLM) -> Path:
     w.add_float32("llama.rope.freq_base", 10000.0)
     w.add_uint32("llama.vocab_size", c.vocab_size)
     w.add_uint32("general.file_type", 0)
-    tokens = _byte_tokens()
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.token_type", [1] * len(tokens))
-    w.add_array("tokenizer.ggml.merges", ["Ġ t", "h e"])
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    add_byte_tokenizer(w, _byte_tokens())
     d, f, v = c.hidden_size, c.intermediate_size, c.vocab_size
     dh = d // c.num_attention_heads
     kv = c.num_key_value_heads * dh

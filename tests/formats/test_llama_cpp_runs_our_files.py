@@ -32,14 +32,20 @@ def _hf_logits(model, ids, block=None, v=None) -> np.ndarray:
             handle.remove()
 
 
-def test_llama_cpp_runs_our_gguf_and_control_vector_at_the_stated_layer(tmp_path) -> None:
-    model = tiny_llama()
-    path = write_gguf_model(model, tmp_path / "m.gguf", source=write_llama_source(tmp_path / "s.gguf", model))
+def f16_rounded(model):
+    """A copy of ``model`` with every weight matrix rounded to float16 (what an f16 GGUF holds)."""
     rounded = copy.deepcopy(model)
     with torch.no_grad():
         for p in rounded.parameters():
             if p.ndim > 1:
                 p.copy_(p.to(torch.float16).float())
+    return rounded
+
+
+def test_llama_cpp_runs_our_gguf_and_control_vector_at_the_stated_layer(tmp_path) -> None:
+    model = tiny_llama()
+    path = write_gguf_model(model, tmp_path / "m.gguf", source=write_llama_source(tmp_path / "s.gguf", model))
+    rounded = f16_rounded(model)
     llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=64, n_threads=1, verbose=False)
     ids = [5, 17, 200, 33, 99, 4, 250]
 
@@ -73,11 +79,7 @@ def test_strength_one_of_an_exported_steer_is_the_calibrated_steer_in_llama_cpp(
 
     model = tiny_llama()
     path = write_gguf_model(model, tmp_path / "m.gguf", source=write_llama_source(tmp_path / "s.gguf", model))
-    rounded = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in rounded.parameters():
-            if p.ndim > 1:
-                p.copy_(p.to(torch.float16).float())
+    rounded = f16_rounded(model)
     edited = copy.deepcopy(model)
     u = np.random.default_rng(0).normal(size=model.config.hidden_size)
     rec = steer(edited, u, layer=1, progress=False)  # causal LM: the KL-calibrated addition
