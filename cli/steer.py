@@ -66,8 +66,6 @@ def steer_cmd(
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
-    from steerformer.steering import get_method, load_for_steering, steer
-
     with user_errors(), contextlib.ExitStack() as stack:
         cfg, src, o = SteerConfig(**options), ContrastiveOptions(**contrastive), OutputOptions(**output)
         layers_flag = "--ablate-layers" if cfg.explicit_method == "ablation" else "--layers"
@@ -84,10 +82,12 @@ def steer_cmd(
         if lazy:
             return steer_lazy(model, cfg, direction, eigvec, token, text, (src.positive, src.negative, src.pairs),
                               o.format, written, hub)
+        check_layers_early(model, layers, layers_flag)  # out-of-range layers: from the header, before loading
+        check_layers_early(model, cfg.layer, "--layer")  # (and before torch is imported: about a second)
+        from steerformer.steering import get_method, load_for_steering, steer
+
         if cfg.method is not None:
             get_method(cfg.method)  # an unknown name is refused before the model loads
-        check_layers_early(model, layers, layers_flag)  # out-of-range layers: from the header, before loading
-        check_layers_early(model, cfg.layer, "--layer")
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
         stack.enter_context(library_bars(cfg.progress))
         m = load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
