@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import check_cheap_options, check_input_files, user_errors
+from steerformer_cli._common import check_cheap_options, check_input_files, library_bars, user_errors
 from steerformer_cli.app import app
 
 
@@ -47,7 +47,7 @@ def export_cmd(
     """
     from steerformer.errors import SteerformerError, bad_argument
 
-    with user_errors():
+    with user_errors(), library_bars(not quiet):
         gguf = out_format == ExportFormat.gguf
         for flag, value, only in (("--source", source, "gguf"), ("--dtype", dtype, "gguf"),
                                   ("--lora-rank", lora_rank, "peft")):

