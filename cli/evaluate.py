@@ -1,4 +1,4 @@
-"""`steerformer evaluate`: judge steering on held-out chat answers (thin; steerformer.steering.evaluate)."""
+"""`steerformer evaluate`: judge steering on held-out chat answers (thin; steerformer.steering.evaluation.evaluate)."""
 
 from __future__ import annotations
 

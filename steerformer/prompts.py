@@ -78,7 +78,7 @@ HELDOUT_SENTENCES = (
 )
 
 
-# ---- chat evaluation and calibration (steering/evaluate.py, steering/calibrate.py) ----------------
+# ---- chat evaluation and calibration (steering/evaluation/evaluate.py, steering/calibrate.py) ----------------
 #: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
 HELDOUT_QUESTIONS = (
     "How can I stay focused while studying?",

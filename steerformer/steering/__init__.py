@@ -51,11 +51,11 @@ _EXPORTS: dict[str, str] = {
     "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
     "activation_steering": ".activation", "addition_as_weights": ".activation",
     "edits_applied": ".activation",
-    "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
-    "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate", "check_generates": ".evaluate",
+    "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
+    "evaluate_record": ".evaluation.evaluate", "evaluate_steering": ".evaluation.evaluate", "check_generates": ".evaluation.evaluate",
     "addition_vectors": ".calibrate",
-    "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
-    "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
+    "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
+    "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
     "kl_curve": ".methods.addition",
     "verify_checkpoint": ".verify",
 }
@@ -87,8 +87,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .steer import ablate, steer, steered
     from .methods import Method, get_method, register_method
     from .activation import activation_steering, addition_as_weights, edits_applied
-    from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
+    from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
     from .methods.addition import kl_curve
-    from .evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .calibrate import addition_vectors
     from .verify import verify_checkpoint

@@ -81,7 +81,7 @@ class SteeringRecord:
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
     calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
-    evaluation: dict | None = None  # held-out answers judged (steering.evaluate), when an evaluation ran
+    evaluation: dict | None = None  # held-out answers judged (steering.evaluation.evaluate), when an evaluation ran
     method: str | None = None  # the registered steering method that made the edits (steering/methods/)
 
     def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import steerformer as sf
-from steerformer.steering.evaluate import REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS
-from steerformer.steering.judge import MiniLM
+from steerformer.steering.evaluation.evaluate import REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS
+from steerformer.steering.evaluation.judge import MiniLM
 
 from ..models import make_model
 

@@ -144,8 +144,8 @@ def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, pla
     by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
     if cfg.layer_choice == "judged" and phrase is not None:
         from ..chat import has_chat_template
-        from ..judge import MiniLM, OfflineJudge
-        from ..selection import SELECTION_ANSWERS, judged_choice, selection_baseline
+        from ..evaluation.judge import MiniLM, OfflineJudge
+        from ..evaluation.selection import SELECTION_ANSWERS, judged_choice, selection_baseline
 
         if MiniLM.available():
             baseline, probe, n = None, planner.probe, SELECTION_ANSWERS

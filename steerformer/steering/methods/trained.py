@@ -223,8 +223,8 @@ def generate_examples(model: Any, tokenizer: Any, concept: str, questions: Seque
     Returns the examples and what was done (every question seen, acceptance per coefficient)."""
     from ..activation import activation_steering
     from ..calibrate import addition_vectors
-    from ..evaluate import Baseline, answer_logprobs, answer_nlls, generate_answers, judge_items, word_forms
-    from ..judge import judge_answers, make_judge
+    from ..evaluation.evaluate import Baseline, answer_logprobs, answer_nlls, generate_answers, judge_items, word_forms
+    from ..evaluation.judge import judge_answers, make_judge
 
     judge = make_judge(judge)
     words = word_forms(concept)
@@ -390,7 +390,7 @@ def train_edit(model: Any, tokenizer: Any, examples: Sequence[Example], *, layer
     each layer's U A (default 1). Returns the edits (gain 1.0; not applied) and ``info`` (losses,
     seconds, every prompt seen)."""
     from ...loading import open_source
-    from ..evaluate import model_device, pad_id
+    from ..evaluation.evaluate import model_device, pad_id
 
     if objective not in OBJECTIVES:
         raise bad_argument("objective", objective, f"one of {OBJECTIVES}")
@@ -562,7 +562,7 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
     from ...loading import open_source
     from ..activation import addition_edits, edits_applied
     from ..calibrate import ContinuationProbe, addition_vectors
-    from ..evaluate import Baseline, evaluate_steering
+    from ..evaluation.evaluate import Baseline, evaluate_steering
 
     t0 = time.perf_counter()
     if not str(config.concept).strip():
@@ -621,7 +621,7 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
 
 
 def _pad(tokenizer: Any) -> int:
-    from ..evaluate import pad_id
+    from ..evaluation.evaluate import pad_id
 
     return pad_id(tokenizer)
 
