@@ -118,7 +118,7 @@ class Bench:
     def __init__(self, model: Any, tok: Any, judge: Any, *, max_new_tokens: int, log: Callable[[str], None],
                  smoke: bool = False) -> None:
         import steerformer as sf
-        from steerformer.steering.calibrate import ContinuationProbe
+        from steerformer.steering.methods.addition.calibrate import ContinuationProbe
         from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
@@ -306,7 +306,7 @@ class PaperEdit(Method):
 def _residual_mean(bench: Bench, texts: Sequence[str], layer: int) -> torch.Tensor:
     """The mean residual state after ``layer`` over the texts' real tokens but the first."""
     from steerformer.prompts import PromptBatch
-    from steerformer.steering.calibrate import block_outputs
+    from steerformer.steering.methods.addition.calibrate import block_outputs
 
     batch = PromptBatch.from_texts(list(texts), bench.tok)
     h = block_outputs(bench.model, bench.source.adapter, batch, layer)[layer].to(torch.float64)

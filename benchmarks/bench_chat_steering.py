@@ -114,7 +114,7 @@ def classic(argv: list[str] | None = None) -> None:
 
     import steerformer as sf
     from steerformer.steering import edits_applied
-    from steerformer.steering.calibrate import ContinuationProbe, addition_vectors
+    from steerformer.steering.methods.addition.calibrate import ContinuationProbe, addition_vectors
     from steerformer.steering.evaluation.evaluate import (
         HELDOUT_QUESTIONS, PROBE_QUESTIONS, Baseline, answer_logprobs, evaluate_steering, mean_kl,
     )

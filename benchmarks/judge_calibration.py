@@ -26,7 +26,7 @@ def collect(out: Path, concepts: list[str], budgets: list[float], coeffs: list[f
 
     import steerformer as sf
     from steerformer.loading import load_tokenizer
-    from steerformer.steering.calibrate import addition_vectors
+    from steerformer.steering.methods.addition.calibrate import addition_vectors
     from steerformer.steering.evaluation.evaluate import HELDOUT_QUESTIONS, Baseline, answer_logprobs, generate_answers
 
     torch.set_num_threads(1)

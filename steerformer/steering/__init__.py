@@ -53,10 +53,10 @@ _EXPORTS: dict[str, str] = {
     "edits_applied": ".activation",
     "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
     "evaluate_record": ".evaluation.evaluate", "evaluate_steering": ".evaluation.evaluate", "check_generates": ".evaluation.evaluate",
-    "addition_vectors": ".calibrate",
+    "addition_vectors": ".methods.addition.calibrate",
     "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
     "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
-    "kl_curve": ".methods.addition",
+    "kl_curve": ".methods.addition.method",
     "verify_checkpoint": ".verify",
 }
 
@@ -88,7 +88,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .methods import Method, get_method, register_method
     from .activation import activation_steering, addition_as_weights, edits_applied
     from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
-    from .methods.addition import kl_curve
+    from .methods.addition.method import kl_curve
     from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
-    from .calibrate import addition_vectors
+    from .methods.addition.calibrate import addition_vectors
     from .verify import verify_checkpoint

@@ -129,7 +129,7 @@ class Direction:
         v = self.at(layer, name=name)
         if v.shape[0] != 1:
             raise bad_argument(name, f"{v.shape[0]} directions at layer {layer}", "one direction for a steering edit",
-                               "Steer with one of them, or ablate them all (mode='ablate').")
+                               "Steer with one of them, or ablate them all (method='ablation').")
         return v[0]
 
     # ---- using it (as steering-vectors' SteeringVector.apply) -----------------------------------------

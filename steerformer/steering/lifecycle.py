@@ -36,7 +36,7 @@ class Call:
     model: Any  # the transformers model (a SentenceTransformer already unwrapped)
     source: Any  # steerformer.loading.ModelSource of ``model`` (opened once per call)
     tokenizer: Any
-    config: Any  # the call's SteerConfig (layer, report, progress and the built-in methods' options)
+    config: Any  # the call's SteerConfig (method, layer, report, progress); the method's own options: its cfg
     head: str  # measure.head_kind of the model: "causal-lm", "masked-lm" or "bare" (read once per call)
     direction: Any = None
     token: str | None = None
@@ -59,7 +59,7 @@ class Plan:
     measurement."""
 
     edits: list[Edit]
-    direction_source: dict  # DirectionSource.to_dict(): where u came from
+    direction_source: dict = dataclasses.field(default_factory=dict)  # DirectionSource.to_dict(): where u came from
     #: u* the alignment is measured against (default: the first edit's u)
     target: torch.Tensor | None = None
     #: what the call was asked to write or remove (default: the first edit's u; an ablation's (k, d))
@@ -101,7 +101,7 @@ def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:
         with steering.applying(model, plan.edits):
             measured = method.measure(call, plan, held)
             weights = {e.module: model.base_model.get_parameter(e.module).detach() for e in plan.edits}
-            config = call.config.to_dict() if cfg is call.config else {**call.config.to_dict(), **cfg.to_dict()}
+            config = {**call.config.to_dict(), **cfg.to_dict()}
             record = build_record(call.source, plan, measured, steering.originals, weights, config=config)
             record.method = method.name
         steering.push(model, record)  # the edits are applied: push only appends

@@ -222,7 +222,7 @@ def generate_examples(model: Any, tokenizer: Any, concept: str, questions: Seque
     relevance and fluency; the negative is the base model's greedy answer to the same question.
     Returns the examples and what was done (every question seen, acceptance per coefficient)."""
     from ..activation import activation_steering
-    from ..calibrate import addition_vectors
+    from .addition.calibrate import addition_vectors
     from ..evaluation.evaluate import Baseline, answer_logprobs, answer_nlls, generate_answers, judge_items, word_forms
     from ..evaluation.judge import judge_answers, make_judge
 
@@ -561,7 +561,7 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
     the record's information (data hash, objective, split, prompts seen, selection scores)."""
     from ...loading import open_source
     from ..activation import addition_edits, edits_applied
-    from ..calibrate import ContinuationProbe, addition_vectors
+    from .addition.calibrate import ContinuationProbe, addition_vectors
     from ..evaluation.evaluate import Baseline, evaluate_steering
 
     t0 = time.perf_counter()
@@ -664,3 +664,19 @@ class Trained(Method):
         u = edits[0].u
         return Plan(edits=edits, direction_source=source, message=message, calibration=info, heldout_layer=None,
                     direction=u if u.ndim == 1 else u[:, 0])  # the record's direction: the first column
+
+    # its edits are additions written as weights: the addition's words
+    def summary_lines(self, record: Any) -> list[str]:
+        from .addition.method import Addition
+
+        return Addition.summary_lines(self, record)
+
+    def card_formula(self, record: Any) -> str:
+        from .addition.method import Addition
+
+        return Addition.card_formula(self, record)
+
+    def gain_text(self, record: Any) -> str:
+        from .addition.method import Addition
+
+        return Addition.gain_text(self, record)

@@ -1,0 +1,4 @@
+"""``addition``: activation addition written as weights, its gain the largest within a KL budget:
+``config.py`` (its options, torch-free), ``method.py`` (the plan, the layer choice, its words),
+``calibrate.py`` (the probe, the concept's direction per layer, the gain search within the budget).
+The edit as weights is ``steering/activation.py``'s ``addition_edits``. Registered by ``method.py``."""
