@@ -56,7 +56,7 @@ def steer_cmd(
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="--judge URL: the served model's name."),
     lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
                               "(needs --solve exact, --gain/--strength, --direction/--eigvec and --out)."),
-    output: dict = None,  # --out/--format/--lora-rank/--overwrite: OutputOptions
+    output: dict = None,  # --out/--overwrite: OutputOptions
     hub: dict = None,  # --push-to-hub/--private/--hub-revision/--create-pr/--hub-timeout: HubOptions
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),
     device: Optional[str] = typer.Option(None, "--device", help="Load and edit the model on this device (cpu, cuda, cuda:1)."),
@@ -83,13 +83,14 @@ def steer_cmd(
         check_direction_file(direction)
         check_cheap_options(out=o.out, record=record_json, kind="steer", overwrite=o.overwrite, inputs=inputs,
                             device=device)
-        out_rules(given, o.out, o.format, o.lora_rank, hub["repo_id"])
+        if hub["repo_id"] is not None and o.out is None:
+            raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
         layers = layers_of(cfg, layers_opt)
         the_judge = judge_of(evaluate, concept, judge, judge_model)
         written = dict(out=o.out, record=record_json, overwrite=o.overwrite, inputs=inputs)
         if lazy:
             return steer_lazy(model, cfg, given, direction, eigvec, token, text,
-                              (src.positive, src.negative, src.pairs), o.format, written, hub)
+                              (src.positive, src.negative, src.pairs), written, hub)
         if cfg.method is not None:
             get_method(cfg.method)  # an unknown name is refused before the model loads
         check_layers_early(model, layers, "--layers")  # out-of-range layers: from the header, before loading
@@ -106,7 +107,7 @@ def steer_cmd(
             show_evaluation(m, rec, concept, the_judge)
         typer.echo(rec.summary())
         say(f"saving to {o.out} ...") if o.out is not None else None
-        save_and_push(m, rec, o.format, o.lora_rank, written, hub)
+        save_and_push(m, rec, written, hub)
 
 
 def check_direction_file(direction: Optional[Path]) -> None:
@@ -161,21 +162,6 @@ def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: Ste
                                  method=src.contrastive_method, progress=cfg.progress)
 
 
-def out_rules(given: dict, out: Optional[Path], out_format: str, lora_rank: Optional[int],
-              push_to_hub: Optional[str]) -> None:
-    """What --out, --format, --lora-rank and --push-to-hub need of each other (before loading)."""
-    if push_to_hub is not None and out is None:
-        raise typer.BadParameter("--push-to-hub uploads the --out folder: give --out too")
-    if lora_rank is not None and (out is None or out_format != "peft"):
-        raise bad_argument("--lora-rank", lora_rank, "a rank only with --format peft --out DIR",
-                           "Drop --lora-rank, or export a LoRA adapter.")
-    if lora_rank is not None and lora_rank < 1:
-        raise bad_argument("--lora-rank", lora_rank, "a whole number >= 1")
-    if out is not None and out_format == "peft" and given.get("norm_preserving") and lora_rank is None:
-        raise bad_argument("--lora-rank", None, "a rank for the LoRA adapter of a norm-preserving ablation (not "
-                           "low-rank: it is truncated, and the error reported)", "Pass e.g. --lora-rank 3.")
-
-
 def layers_of(cfg: SteerConfig, layers_opt: Optional[str]):
     """steer's ``layers=`` from --layers (several layers: the addition's, the ablation's)."""
     if layers_opt is None:
@@ -201,7 +187,7 @@ def push(path, hub: dict) -> None:
         typer.echo(f"pushed: {push_to_hub(path, **hub)}")
 
 
-def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrastive, out_format, written: dict,
+def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrastive, written: dict,
                hub: dict) -> None:
     """--lazy: one paper edit written into a new checkpoint with no forward pass."""
     from steerformer.steering import steer_checkpoint
@@ -209,8 +195,6 @@ def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrast
     out = written["out"]
     if out is None:
         raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
-    if out_format != "checkpoint":
-        raise typer.BadParameter("--lazy makes one steering edit into a checkpoint: drop --format")
     for flag, value in zip(("--positive", "--negative", "--pairs"), contrastive):
         if value is not None:  # contrastive prompts need the model to run
             raise bad_argument(flag, value, "--direction or --eigvec with --lazy (no forward pass)",
@@ -236,22 +220,17 @@ def show_evaluation(m, rec, concept: Optional[str], judge=None) -> None:
         typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
 
 
-def save_and_push(m, rec, out_format: str, lora_rank: Optional[int], written: dict, hub: dict) -> None:
-    """--out (the steered checkpoint or a LoRA adapter), --record, --push-to-hub."""
+def save_and_push(m, rec, written: dict, hub: dict) -> None:
+    """--out (the steered checkpoint), --record, --push-to-hub."""
     from steerformer.steering import save_steered
 
     out = written["out"]
     if out is None:
         write_record(rec, written)
         return
-    path = save_steered(m, out, overwrite=written["overwrite"], format=out_format, lora_rank=lora_rank)
+    path = save_steered(m, out, overwrite=written["overwrite"])
     write_record(rec, written)
     typer.echo(f"saved to {path}")
-    if out_format == "peft":
-        lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
-        worst = max((v["relative_error"] for v in lora.values()), default=0.0)
-        typer.echo(f"LoRA: {len(lora)} module(s), rank {'/'.join(sorted({str(v['rank']) for v in lora.values()}))}"
-                   + (f", truncation error up to {worst:.3g}" if worst > 0 else ", exact"))
     push(path, hub)
 
 

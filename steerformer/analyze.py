@@ -10,7 +10,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from . import __version__, plotting
+from . import plotting
+from .version import __version__
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
 from .configs import EIG_DTYPES, torch_dtype

@@ -372,19 +372,13 @@ class ContrastiveOptions(Config):
     contrastive_method: str = option("mean-diff", "Contrastive direction: mean-diff | pca.")
 
 
-#: what ``steer --out`` holds (``--format``)
-OUT_FORMATS = ("checkpoint", "peft")
-
-
 @dataclasses.dataclass
 class OutputOptions(Config):
-    """What ``steer`` writes to ``--out``."""
+    """What ``steer`` writes to ``--out`` (the steered checkpoint; every other format is
+    ``steerformer export``'s, from that checkpoint)."""
 
-    out: Path | None = option(None, "Save the steered checkpoint here.", cli_type=Path)
-    format: str = option("checkpoint", "What --out holds: checkpoint (the steered model) | peft (the edits as a LoRA "
-                                       "adapter).", choices=OUT_FORMATS)
-    lora_rank: int | None = option(None, "--format peft: the rank of a truncated adapter for edits that are not "
-                                         "low-rank (--norm-preserving); its error is reported.", cli_type=int)
+    out: Path | None = option(None, "Save the steered checkpoint here (other formats: steerformer export).",
+                              cli_type=Path)
     overwrite: bool = option(False, "Replace a non-empty --out folder.")
 
 

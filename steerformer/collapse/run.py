@@ -253,7 +253,7 @@ def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, pa
 def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict:
     import transformers
 
-    from .. import __version__
+    from ..version import __version__
 
     name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
         (getattr(model.config, "_name_or_path", "") or type(model).__name__)

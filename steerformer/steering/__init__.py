@@ -1,5 +1,7 @@
-"""Rank-1 steering of an attention layer (docs/math.md §5) and ablation of every residual-stream writer
-(§5e): edit, choose the strength, verify, save, publish, undo; directions as shareable artefacts.
+"""Steering by weight edits (docs/math.md §5): the steering methods, registered by name (the papers'
+rank-1 edit of an attention layer, activation addition written as weights within a KL budget,
+ablation of every residual-stream writer, ...), one lifecycle that runs them; verify, save, export,
+publish, undo; directions as shareable artefacts.
 
 Modules, each one noun (lower ones never import higher ones):
 
@@ -10,20 +12,22 @@ Modules, each one noun (lower ones never import higher ones):
     record      ``SteeringRecord`` and ``build_record``, the one place a record is filled
     chain       ``Steering``: the ordered records of a model, push/pop/undo/replay, ALBERT untie
     export      the sentence-transformers stack, the model card
-    lora        the PEFT LoRA adapter (exact or truncated), vLLM's route, the rank under a cost budget
+    lora        the PEFT LoRA adapter (exact or truncated), the rank under a cost budget
     upload      the Hub upload every published artefact shares (timeouts, one-line failures)
     direction   ``Direction``: directions per layer as a shareable artefact (folder, Hub, control vector)
     sources     where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
     checkpoint  save, load (re-attaching the chain), unsteer a checkpoint, steer one on disk (lazy)
     verify      ``verify_checkpoint``
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
-    calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
-    judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
-    selection   choices made on the selection questions: the judged choice among candidate edits
-    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
+    chat        what calibration and evaluation share from a chat model: templating, generation
+    evaluation  the harness: the judge (``evaluation/judge.py``), held-out answers judged
+                (``evaluation/evaluate.py``: ``evaluate_steering``), the choices made on the selection
+                questions (``evaluation/selection.py``)
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
-    methods     the steering methods by name (paper, addition, ablation), ``register_method``, ``get_method``
+    methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
+                ablation; trained), ``register_method``, ``get_method``, ``choose_method``
     steer       ``steer`` (chooses a method, runs the lifecycle), ``ablate``, ``steered``
+    exports     the output formats of a steered checkpoint, registered by name (``steerformer export``)
     hub         ``push_to_hub``
 """
 

@@ -218,7 +218,7 @@ class Direction:
     # ---- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The JSON of ``direction.json``: everything but the vectors, plus their sha256."""
-        from .. import __version__
+        from ..version import __version__
 
         return {"format": DIRECTION_FORMAT, "model_id": self.model_id, "revision": self.revision, "method": self.method,
                 "layers": self.layers, "d_model": self.d_model,

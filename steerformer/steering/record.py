@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from .common import cosine, non_finite, tensor_sha256, vector_hash
 from .edit import Edit
 

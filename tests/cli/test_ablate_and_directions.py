@@ -59,12 +59,14 @@ def test_ablate_two_directions_from_every_writer_with_biases_then_verify(gpt2: P
 
 def test_norm_preserving_ablation_as_a_truncated_lora(gpt2: Path, tmp_path: Path) -> None:
     u = _save(tmp_path / "u.npy", np.random.default_rng(1).normal(size=64))
-    args = ["steer", gpt2, "--direction", u, "--method", "ablation", "--writers", "attention,mlp",
-            "--norm-preserving", "rows", "--format", "peft"]
+    res = _run("steer", gpt2, "--direction", u, "--method", "ablation", "--writers", "attention,mlp",
+               "--norm-preserving", "rows", "--out", tmp_path / "ckpt")
+    assert res.exit_code == 0 and "residue" in res.output, res.output
+    args = ["export", tmp_path / "ckpt", "--format", "peft"]
     _one_line_exit2(_run(*args, "--out", tmp_path / "x"), "--lora-rank")
     res = _run(*args, "--lora-rank", "2", "--out", tmp_path / "lora")
     assert res.exit_code == 0, res.output
-    assert "residue" in res.output and "rank 2, truncation error up to" in res.output
+    assert "rank 2, truncation error up to" in res.output
     assert json.loads((tmp_path / "lora" / "adapter_config.json").read_text())["r"] == 2
 
 

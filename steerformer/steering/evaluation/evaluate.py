@@ -255,7 +255,7 @@ class SteeringEvaluation:
     base_judged: dict = dataclasses.field(default_factory=dict)  # the base answers' ratings (judge.summarize)
 
     def to_dict(self) -> dict:
-        from ... import __version__
+        from ...version import __version__
         from ...results import VERSION_KEY
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "points"}
