@@ -26,7 +26,7 @@ Modules, each one noun (lower ones never import higher ones):
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
     methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
                 ablation; trained), ``register_method``, ``get_method``, ``choose_method``
-    steer       ``steer`` (chooses a method, runs the lifecycle), ``ablate``, ``steered``
+    steer       ``steer`` (chooses a method, runs the lifecycle), ``steered``
     exports     the output formats of a steered checkpoint, registered by name (``steerformer export``)
     hub         ``push_to_hub``
 """
@@ -51,7 +51,7 @@ _EXPORTS: dict[str, str] = {
     "choose_lora_rank": ".lora",
     "SteeringRecord": ".record",
     "Direction": ".direction",
-    "ablate": ".steer", "steer": ".steer", "steered": ".steer",
+    "ablate": ".methods.ablation.method", "steer": ".steer", "steered": ".steer",
     "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
     "activation_steering": ".activation", "addition_as_weights": ".activation",
     "edits_applied": ".activation",
@@ -88,7 +88,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .lora import choose_lora_rank
     from .record import SteeringRecord
     from .direction import Direction
-    from .steer import ablate, steer, steered
+    from .methods.ablation.method import ablate
+    from .steer import steer, steered
     from .methods import Method, get_method, register_method
     from .activation import activation_steering, addition_as_weights, edits_applied
     from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge

@@ -1,4 +1,4 @@
-"""``steer``, ``ablate``, ``steered``: choose a steering method (``steering/methods/``, the default in
+"""``steer``, ``steered``: choose a steering method (``steering/methods/``, the default in
 :func:`~.methods.choose_method`), build its options (its config checks them), open the model once and
 run the one lifecycle, plan → apply → measure → record (``steering/lifecycle.py``). Nothing else.
 """
@@ -93,39 +93,6 @@ def dispatch(model: Any, direction: Any, config: Config | None, method: str | No
     return lifecycle.run(chosen, call, mcfg)
 
 
-def ablate(
-    model: Any,
-    direction: Any = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    layers: Sequence[int] | int | None = None,
-    scale: float | Mapping[Any, float] = 1.0,
-    writers: str | Sequence[str] = "attention",
-    bias: bool = False,
-    norm_preserving: str | None = None,
-    tokenizer: Any = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    report: bool = True,
-) -> SteeringRecord:
-    """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
-    all), W' = (I − s UUᵀ) W, in place: the ablation method (``steering/methods/ablation/``, whose
-    docstring has the details); one record, one edit per weight. ``direction``: one vector (d,) or k
-    vectors (k, d) — array, tensor, ``.npy`` — or a :class:`~steerformer.steering.direction.Direction`
-    (object, folder, Hub id, control-vector ``.gguf``: per-layer vectors at their layers); or
-    ``token``, ``eigvec`` (of the last selected layer's F), ``text``. ``writers``: "attention",
-    "mlp", "embedding" (a comma list or sequence). ``scale``: s in (0, 1], or {layer: s} (plus
-    "embedding": s). ``bias``: also b' = (I − s UUᵀ) b. ``norm_preserving``: None, "rows"
-    (Heretic's) or "columns"; the residue ‖UᵀW'‖/‖UᵀW‖ is in ``edit.solve["residue"]``.
-    ``report``: measure the alignment of the final states with U and the KL on held-out prompts."""
-    if not isinstance(writers, str):
-        writers = ",".join(writers or [])
-    options = dict(scale=scale, writers=writers, bias=bias, norm_preserving=norm_preserving, report=report)
-    return dispatch(model, direction, None, "ablation", options, "ablate", token=token, eigvec=eigvec, text=text, left=None,
-                    prompts=None, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
-
-
 @contextlib.contextmanager
 def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[SteeringRecord]:
     """``with steered(model, direction, gain=…) as rec:`` — :func:`steer` on entry (same arguments),
@@ -143,4 +110,4 @@ def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[Steeri
                 unsteer(target, last=len(steering.records) - index)
 
 
-__all__ = ["ablate", "dispatch", "steer", "steered"]
+__all__ = ["dispatch", "steer", "steered"]

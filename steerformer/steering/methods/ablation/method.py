@@ -23,7 +23,7 @@ W_O only, b_O left alone.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -34,6 +34,8 @@ from ...chain import steering_of
 from ...edit import Edit, check_layer_materialized, check_materialized
 from ...lifecycle import Call, Plan
 from ...sources import ablation_directions
+from ...steer import dispatch
+from ...record import SteeringRecord
 from ..registry import Method, register_method
 from .config import AblationConfig, ablation_writers
 
@@ -197,4 +199,38 @@ def _layer_matrix_view(source: Any, edit: Edit) -> None:
 
 register_method("ablation", Ablation)
 
-__all__ = ["Ablation", "plan_ablation"]
+
+def ablate(
+    model: Any,
+    direction: Any = None,
+    *,
+    token: str | None = None,
+    eigvec: int | None = None,
+    text: str | None = None,
+    layers: Sequence[int] | int | None = None,
+    scale: float | Mapping[Any, float] = 1.0,
+    writers: str | Sequence[str] = "attention",
+    bias: bool = False,
+    norm_preserving: str | None = None,
+    tokenizer: Any = None,
+    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
+    report: bool = True,
+) -> SteeringRecord:
+    """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
+    all), W' = (I − s UUᵀ) W, in place: the ablation method (``steering/methods/ablation/``, whose
+    docstring has the details); one record, one edit per weight. ``direction``: one vector (d,) or k
+    vectors (k, d) — array, tensor, ``.npy`` — or a :class:`~steerformer.steering.direction.Direction`
+    (object, folder, Hub id, control-vector ``.gguf``: per-layer vectors at their layers); or
+    ``token``, ``eigvec`` (of the last selected layer's F), ``text``. ``writers``: "attention",
+    "mlp", "embedding" (a comma list or sequence). ``scale``: s in (0, 1], or {layer: s} (plus
+    "embedding": s). ``bias``: also b' = (I − s UUᵀ) b. ``norm_preserving``: None, "rows"
+    (Heretic's) or "columns"; the residue ‖UᵀW'‖/‖UᵀW‖ is in ``edit.solve["residue"]``.
+    ``report``: measure the alignment of the final states with U and the KL on held-out prompts."""
+    if not isinstance(writers, str):
+        writers = ",".join(writers or [])
+    options = dict(scale=scale, writers=writers, bias=bias, norm_preserving=norm_preserving, report=report)
+    return dispatch(model, direction, None, "ablation", options, "ablate", token=token, eigvec=eigvec, text=text, left=None,
+                    prompts=None, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
+
+
+__all__ = ["Ablation", "ablate", "plan_ablation"]
