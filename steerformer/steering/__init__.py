@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Direction": ".direction",
     "ablate": ".methods.ablation.method", "steer": ".steer", "steered": ".steer",
     "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
-    "activation_steering": ".activation", "addition_as_weights": ".activation",
+    "activation_steering": ".activation", "addition_as_weights": ".methods.addition.weights",
     "edits_applied": ".activation",
     "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
     "evaluate_record": ".evaluation.evaluate", "evaluate_steering": ".evaluation.evaluate", "check_generates": ".evaluation.evaluate",
@@ -91,7 +91,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .methods.ablation.method import ablate
     from .steer import steer, steered
     from .methods import Method, get_method, register_method
-    from .activation import activation_steering, addition_as_weights, edits_applied
+    from .activation import activation_steering, edits_applied
+    from .methods.addition.weights import addition_as_weights
     from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
     from .methods.addition.method import kl_curve
     from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering

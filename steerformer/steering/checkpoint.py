@@ -56,17 +56,14 @@ from ..loading import (
     SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
 )
 from ..loading import load_model as load_weights
-from ..matrices import read_attention_weights, select_layers
 from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
 from ..results import parse_json
-from . import algebra
 from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
     file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
-    safetensors_header, stores_transposed, tensor_sha256, tensor_specs, write_chain,
+    safetensors_header, tensor_sha256, tensor_specs, write_chain,
 )
-from .sources import check_vector, resolve_direction
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter

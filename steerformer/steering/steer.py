@@ -6,7 +6,7 @@ run the one lifecycle, plan → apply → measure → record (``steering/lifecyc
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 

@@ -361,7 +361,7 @@ class LoRAHooks:
 
 def edit_writers(adapter: Any, layers: Sequence[int], writer: str, model_id: str) -> dict[int, Any]:
     """{layer: Writer}: the MLP output projection (``output_writer``) or the attention output."""
-    from ..activation import output_writer
+    from .addition.weights import output_writer
 
     seq = adapter.layer_sequence()
     out = {}
@@ -560,7 +560,8 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
     (good-steer share, aggregate) with KL ≤ ``config.select_max_kl``. Returns the edits (not applied) and
     the record's information (data hash, objective, split, prompts seen, selection scores)."""
     from ...loading import open_source
-    from ..activation import addition_edits, edits_applied
+    from ..activation import edits_applied
+    from .addition.weights import addition_edits
     from .addition.calibrate import ContinuationProbe, addition_vectors
     from ..evaluation.evaluate import Baseline, evaluate_steering
 

@@ -8,7 +8,7 @@ largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (d
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
                     the first token)
 
-The edit as weights is ``activation.addition_edits``; the probe, the concept's direction and the
+The edit as weights is ``weights.addition_edits``; the probe, the concept's direction and the
 gain search are ``calibrate.py``; the judged choice ``selection.py``. What is learned once per
 (model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`, so :func:`kl_curve`
 gives the edit at several budgets with one probe and one layer choice. Options:
@@ -22,7 +22,6 @@ from typing import Any, Sequence
 
 from ....configs import SteerConfig, check_max_kl, select_layers
 from ....errors import bad_argument
-from ...activation import addition_edits, output_writer
 from .calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
                          search_gain)
 from ...common import added_vector
@@ -32,6 +31,7 @@ from ...measure import HeldOut, head_kind
 from ...sources import DirectionSource, resolve_direction
 from ..registry import Method, register_method
 from .config import AdditionConfig
+from .weights import addition_edits, output_writer
 
 log = logging.getLogger(__name__)
 
