@@ -53,8 +53,9 @@ def evaluate_cmd(
     """
     from steerformer.loading import load_tokenizer
     from steerformer.outputs import EVALUATE, write_atomically
-    from steerformer.steering import HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge
-    from steerformer.steering.evaluation.compare import steer_and_hooks
+    from steerformer.steering import (
+        HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge, steer_and_hooks,
+    )
 
     with user_errors(), library_bars(not quiet):
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from steerformer.steering.exports import format_names, get_format
+from steerformer.steering import format_names, get_format
 from steerformer_cli._common import check_cheap_options, check_input_files, user_errors
 from steerformer_cli.app import app
 

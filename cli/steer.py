@@ -55,7 +55,8 @@ def steer_cmd(
                                         "relevance, fluency: offline (default), an OpenAI-compatible URL, or none."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="--judge URL: the served model's name."),
     lazy: bool = typer.Option(False, "--lazy", help="Edit the checkpoint on disk without loading the model "
-                              "(needs --solve exact, --gain/--strength, --direction/--eigvec and --out)."),
+                              "(the paper's edit, solved exactly: needs --gain/--strength, --direction/--eigvec and "
+                              "--out)."),
     output: dict = None,  # --out/--overwrite: OutputOptions
     hub: dict = None,  # --push-to-hub/--private/--hub-revision/--create-pr/--hub-timeout: HubOptions
     record_json: Optional[Path] = typer.Option(None, "--record", help="Also write the record JSON here."),

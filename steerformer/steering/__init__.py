@@ -62,6 +62,9 @@ _EXPORTS: dict[str, str] = {
     "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
     "kl_curve": ".methods.addition.method",
     "verify_checkpoint": ".verify",
+    "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
+    "register_format": ".exports",
+    "steer_and_hooks": ".evaluation.compare",
 }
 
 __all__ = [
@@ -70,7 +73,8 @@ __all__ = [
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve",
+    "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
+    "steer_and_hooks",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -98,3 +102,5 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .methods.addition.calibrate import addition_vectors
     from .verify import verify_checkpoint
+    from .exports import ExportFormat, export_steered, format_names, get_format, register_format
+    from .evaluation.compare import steer_and_hooks

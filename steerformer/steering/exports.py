@@ -19,7 +19,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import bad_argument
+from ..errors import SteerformerError, bad_argument
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,15 +72,17 @@ def get_format(name: str) -> ExportFormat:
     return _FORMATS[name]
 
 
-def export(steered: str | Path, out: str | Path, format: str, *, overwrite: bool = False, **options: Any) -> Path:
+def export_steered(steered: str | Path, out: str | Path, format: str, *, overwrite: bool = False,
+                   **options: Any) -> Path:
     """Write the steered checkpoint ``steered`` as ``format`` (a registered name) to ``out``."""
     return get_format(format).write(steered, out, overwrite=overwrite, **options)[0]
 
 
 # ---- the built-in formats: one small writer each -------------------------------------------------
 def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None]) -> tuple[Path, str]:
-    from .checkpoint import load_for_steering, save_steered
+    from .checkpoint import load_for_steering, read_steering, save_steered
 
+    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     path = save_steered(load_for_steering(steered), out, overwrite=overwrite)
     return path, f"saved to {path}"
@@ -88,13 +90,13 @@ def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable
 
 def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None],
                lora_rank: int | None = None) -> tuple[Path, str]:
-    from .checkpoint import load_for_steering, save_steered
-
     from ..results import read_json
+    from .checkpoint import load_for_steering, read_steering, save_steered
     from .common import RECORD_FILE, SIDE_DIR
 
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise bad_argument("lora_rank", lora_rank, "a whole number >= 1")
+    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     model = load_for_steering(steered)
     say(f"writing {out} (the edits as a LoRA adapter)")
@@ -108,7 +110,6 @@ def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str]
 
 def write_gguf(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None], source: Any = None,
                dtype: str | None = None) -> tuple[Path, str]:
-    from ..errors import SteerformerError
     from ..formats import check_target_file, write_gguf_model
     from ..loading import gguf_file_of
     from .checkpoint import load_for_steering, read_steering
@@ -150,4 +151,4 @@ register_format("gguf", write_gguf, "the whole steered model as one GGUF file fo
 register_format("control-vector", write_control_vector, "the vectors the steer added, as a llama.cpp control "
                 "vector .gguf (strength 1.0 = that steer)", options=("model_hint",), target="file")
 
-__all__ = ["ExportFormat", "export", "format_names", "get_format", "register_format"]
+__all__ = ["ExportFormat", "export_steered", "format_names", "get_format", "register_format"]

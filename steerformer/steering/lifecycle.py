@@ -24,7 +24,7 @@ import torch
 
 from .chain import Steering, retie, steering_of
 from .edit import Edit
-from .measure import HeldOut
+from .measure import HeldOut, default_measure  # noqa: F401  (default_measure: a method's default measurement)
 from .record import SteeringRecord, build_record
 
 
@@ -78,15 +78,6 @@ class Plan:
     heldout_layer: int | None = None
     heldout_prompts: Any = None  # set by :func:`run` from the call
     extra: dict = dataclasses.field(default_factory=dict)  # anything the method's measure needs
-
-
-def default_measure(call: Call, plan: Plan, held: HeldOut | None) -> dict:
-    """The held-out alignment with the target and the price (KL, state cosine), when measured."""
-    if held is None:
-        return {}
-    target = plan.target if plan.target is not None else plan.direction if plan.direction is not None \
-        else plan.edits[0].u
-    return held.after(call.model, target, plan.edits[0].gain, full=any(e.layer < 0 for e in plan.edits))
 
 
 def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:

@@ -62,7 +62,7 @@ def test_norm_preserving_ablation_as_a_truncated_lora(gpt2: Path, tmp_path: Path
     res = _run("steer", gpt2, "--direction", u, "--method", "ablation", "--writers", "attention,mlp",
                "--norm-preserving", "rows", "--out", tmp_path / "ckpt")
     assert res.exit_code == 0 and "residue" in res.output, res.output
-    args = ["export", tmp_path / "ckpt", "--format", "peft"]
+    args = ["export", tmp_path / "ckpt", "--format", "peft", "--quiet"]
     _one_line_exit2(_run(*args, "--out", tmp_path / "x"), "--lora-rank")
     res = _run(*args, "--lora-rank", "2", "--out", tmp_path / "lora")
     assert res.exit_code == 0, res.output

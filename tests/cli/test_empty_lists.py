@@ -25,9 +25,9 @@ def test_an_empty_layer_list_is_refused_before_loading(tiny_checkpoint, tmp_path
     assert not (tmp_path / "o").exists()
 
 
-def test_ablate_layers_without_ablate_mode_is_refused(tiny_checkpoint) -> None:
+def test_several_layers_with_the_paper_edit_are_refused(tiny_checkpoint) -> None:
     res = run_cli(["steer", tiny_checkpoint, "--eigvec", "0", "--gain", "1", "--layers", "0"])
-    assert res.exit_code == 2 and "--layers='0'" in res.output and "--method ablation" in res.output, res.output
+    assert res.exit_code == 2 and "--layers=[0]" in res.output and "method='ablation'" in res.output, res.output
 
 
 def test_leaving_the_flag_out_still_means_all_layers(tiny_checkpoint, tmp_path) -> None:

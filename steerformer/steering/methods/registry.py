@@ -39,7 +39,7 @@ class Method:
     def measure(self, call: Any, plan: Any, held: Any) -> dict:
         """Record fields of the edited model (``record.MEASURED``); ``held``: the held-out probe
         measured before the edit (None when ``report=False`` or ``plan.heldout_layer`` is None)."""
-        from ..lifecycle import default_measure
+        from ..measure import default_measure
 
         return default_measure(call, plan, held)
 
@@ -92,13 +92,7 @@ def built_in_configs() -> dict[str, type]:
     """{name: config class} of the built-in methods whose config is a torch-free module (the classes
     are the :class:`~steerformer.configs.MethodConfig` subclasses defined there); the CLI makes their
     fields ``steer``'s flags, and their options choose their method."""
-    out = {}
-    for name, (_, where) in BUILT_IN.items():
-        if where is not None:
-            mod = importlib.import_module(where, __package__)
-            out[name] = next(v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, MethodConfig)
-                             and v is not MethodConfig and v.__module__ == mod.__name__)
-    return out
+    return {name: config_of(name) for name, (_, where) in BUILT_IN.items() if where is not None}
 
 
 def register_method(name: str, cls: type | None = None, *, replace: bool = False) -> Any:
@@ -150,8 +144,12 @@ def method_of(record: Any) -> Method:
 
 def config_of(name: str) -> type:
     """The config class of method ``name`` (a built-in's torch-free config, no plan import)."""
-    configs = built_in_configs()
-    return configs[name] if name in configs else type(get_method(name)).config
+    where = BUILT_IN.get(name, (None, None))[1]
+    if where is None:
+        return type(get_method(name)).config
+    mod = importlib.import_module(where, __package__)
+    return next(v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, MethodConfig)
+                and v is not MethodConfig and v.__module__ == mod.__name__)
 
 
 def choose_method(call_config: SteerConfig, options: dict, head: str | None = None) -> str | None:
@@ -160,8 +158,9 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
     (``measure.head_kind``) — a causal LM, whose output a KL can price, gets ``addition``; every other
     model the papers' edit, ``paper``. ``head=None``: the model is not known yet (None when the head
     would decide). The one place the default is stated."""
-    configs = built_in_configs()
-    owner = {f.name: name for name, cls in configs.items() for f in dataclasses.fields(cls)}
+    # the built-in configs are read only when options are given (a plain call imports its own method alone)
+    owner = {f.name: name for name, cls in built_in_configs().items() for f in dataclasses.fields(cls)} \
+        if options else {}
     named = call_config.method
     if named is not None:
         cls = config_of(named)

@@ -24,7 +24,7 @@ from ....configs import SteerConfig, check_max_kl, select_layers
 from ....errors import bad_argument
 from .calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
                          search_gain)
-from ...common import added_vector
+from ...common import added_vector, model_object
 from ...edit import Edit, check_layer_materialized
 from ...lifecycle import Call, Plan
 from ...measure import HeldOut, head_kind
@@ -286,7 +286,6 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     in ``scan`` too). Options as ``steer``'s addition (``max_kl``, ``layer``, ``positions``,
     ``layer_choice``)."""
     from ....loading import load_tokenizer, open_source
-    from ...common import model_object
 
     shared = {f.name for f in dataclasses.fields(SteerConfig)}
     call_config = SteerConfig(**{k: v for k, v in options.items() if k in shared})
