@@ -24,6 +24,7 @@ from ....errors import InvalidArgumentError, bad_argument
 from ....loading import open_source
 from ....prompts import PromptBatch
 from ...activation import check_coeff, edits_applied, layer_vectors
+from ...common import model_object
 from ...edit import Edit
 from ...measure import encode, model_device, run_hooked
 
