@@ -14,7 +14,7 @@ import typer
 from steerformer.configs import (RUN_DTYPES, ContrastiveOptions, HubOptions, OutputOptions, SteerConfig,
                                  torch_dtype)
 from steerformer.errors import bad_argument
-from steerformer.steering.methods.registry import built_in_configs, choose_method, config_of
+from steerformer.steering import built_in_configs, choose_method, config_of
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars,
     parse_layers, user_errors,

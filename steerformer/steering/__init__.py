@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Direction": ".direction",
     "ablate": ".methods.ablation.method", "steer": ".steer", "steered": ".steer",
     "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
+    "built_in_configs": ".methods", "choose_method": ".methods", "config_of": ".methods",
     "activation_steering": ".activation", "addition_as_weights": ".methods.addition.weights",
     "edits_applied": ".activation",
     "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
@@ -74,7 +75,7 @@ __all__ = [
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks",
+    "steer_and_hooks", "built_in_configs", "choose_method", "config_of",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -94,7 +95,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .direction import Direction
     from .methods.ablation.method import ablate
     from .steer import steer, steered
-    from .methods import Method, get_method, register_method
+    from .methods import Method, built_in_configs, choose_method, config_of, get_method, register_method
     from .activation import activation_steering, edits_applied
     from .methods.addition.weights import addition_as_weights
     from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
