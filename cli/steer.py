@@ -14,7 +14,7 @@ import typer
 from steerformer.configs import (RUN_DTYPES, ContrastiveOptions, HubOptions, OutputOptions, SteerConfig,
                                  torch_dtype)
 from steerformer.errors import bad_argument
-from steerformer.steering import built_in_configs, choose_method, config_of
+import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars,
     parse_layers, user_errors,
@@ -28,7 +28,7 @@ RunDtype = Enum("RunDtype", {n: n for n in RUN_DTYPES}, type=str)
 
 @app.command("steer")
 @config_options(SteerConfig)
-@config_options(*built_in_configs().values(), into="method_options")
+@config_options(*steering.built_in_configs().values(), into="method_options")
 @config_options(ContrastiveOptions, into="contrastive")
 @config_options(OutputOptions, into="output")
 @config_options(HubOptions, into="hub")
@@ -71,14 +71,12 @@ def steer_cmd(
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
-    from steerformer.steering import get_method, load_for_steering, steer
-
     with user_errors(), contextlib.ExitStack() as stack:
         cfg, src, o = SteerConfig(**options), ContrastiveOptions(**contrastive), OutputOptions(**output)
         given = given_options(method_options)
-        chosen = choose_method(cfg, given)  # options of two methods, or one the method refuses: before loading
+        chosen = steering.choose_method(cfg, given)  # options of two methods, or one the method refuses: before loading
         if chosen is not None:
-            config_of(chosen)(**given)  # the method's own rules, before loading
+            steering.config_of(chosen)(**given)  # the method's own rules, before loading
         inputs = [model, direction, src.positive, src.negative, src.pairs]
         check_input_files(positive=src.positive, negative=src.negative, pairs=src.pairs)
         check_direction_file(direction)
@@ -93,16 +91,16 @@ def steer_cmd(
             return steer_lazy(model, cfg, given, direction, eigvec, token, text,
                               (src.positive, src.negative, src.pairs), written, hub)
         if cfg.method is not None:
-            get_method(cfg.method)  # an unknown name is refused before the model loads
+            steering.get_method(cfg.method)  # an unknown name is refused before the model loads
         check_layers_early(model, layers, "--layers")  # out-of-range layers: from the header, before loading
         check_layers_early(model, cfg.layer, "--layer")
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
         stack.enter_context(library_bars(cfg.progress))
-        m = load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
+        m = steering.load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
         say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
         the_direction = direction_of(m, direction, src, cfg)
         say_phases(say, m, cfg, given, layers, concept=token is not None or text is not None)
-        rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, **given)
+        rec = steering.steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, **given)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
             show_evaluation(m, rec, concept, the_judge)
@@ -123,7 +121,7 @@ def given_options(method_options: dict) -> dict:
     its default says nothing, and the options given choose the method)."""
     import dataclasses
 
-    defaults = {f.name: f.default for c in built_in_configs().values() for f in dataclasses.fields(c)}
+    defaults = {f.name: f.default for c in steering.built_in_configs().values() for f in dataclasses.fields(c)}
     return {k: v for k, v in method_options.items() if v != defaults[k]}
 
 
@@ -131,10 +129,8 @@ def say_phases(say, m, cfg: SteerConfig, given: dict, layers, *, concept: bool) 
     """The line that says what steer is about to do (its phases, in the method's words), when progress
     is shown."""
     if cfg.progress:
-        from steerformer.steering import get_method, head_kind
-
-        head = head_kind(m)
-        method = get_method(choose_method(cfg, given, head))
+        head = steering.head_kind(m)
+        method = steering.get_method(steering.choose_method(cfg, given, head))
         say(method.phase_line(given, cfg, layers, causal=head == "causal-lm", concept=concept))
 
 
@@ -146,20 +142,17 @@ def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge
         raise bad_argument("--judge", judge, "--evaluate (the judge rates the evaluation's answers)", "Add --evaluate.")
     if not evaluate:
         return None
-    from steerformer.steering import make_judge
-
-    return make_judge(judge or "offline", model=judge_model, name="--judge")
+    return steering.make_judge(judge or "offline", model=judge_model, name="--judge")
 
 
 def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: SteerConfig) -> Optional[str]:
     """steer's direction: --direction, or the contrastive direction of --positive/--negative/--pairs."""
-    from steerformer.steering import contrastive_direction
 
     if src.positive is None and src.negative is None and src.pairs is None:
         return str(direction) if direction is not None else None
     if direction is not None:
         raise typer.BadParameter("--direction and --positive/--negative/--pairs are two direction sources: give one")
-    return contrastive_direction(m, src.positive, src.negative, pairs=src.pairs, layer=cfg.edit_layer,
+    return steering.contrastive_direction(m, src.positive, src.negative, pairs=src.pairs, layer=cfg.edit_layer,
                                  method=src.contrastive_method, progress=cfg.progress)
 
 
@@ -182,16 +175,13 @@ def write_record(rec, written: dict) -> None:
 
 
 def push(path, hub: dict) -> None:
-    from steerformer.steering import push_to_hub
-
     if hub["repo_id"] is not None:
-        typer.echo(f"pushed: {push_to_hub(path, **hub)}")
+        typer.echo(f"pushed: {steering.push_to_hub(path, **hub)}")
 
 
 def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrastive, written: dict,
                hub: dict) -> None:
     """--lazy: one paper edit written into a new checkpoint with no forward pass."""
-    from steerformer.steering import steer_checkpoint
 
     out = written["out"]
     if out is None:
@@ -201,7 +191,7 @@ def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrast
             raise bad_argument(flag, value, "--direction or --eigvec with --lazy (no forward pass)",
                                "Give the direction as a .npy file, or steer without --lazy.")
     # every other option --lazy cannot honour is refused by steer_checkpoint itself
-    rec = steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
+    rec = steering.steer_checkpoint(model, out, str(direction) if direction is not None else None, cfg, eigvec=eigvec,
                            token=token, text=text, overwrite=written["overwrite"], **given)
     typer.echo(rec.summary())
     write_record(rec, written)
@@ -212,9 +202,8 @@ def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrast
 def show_evaluation(m, rec, concept: Optional[str], judge=None) -> None:
     """--evaluate: the held-out chat answers judged, a few shown before and after."""
     from steerformer.loading import load_tokenizer
-    from steerformer.steering import evaluate_record
 
-    ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None, judge=judge)
+    ev = steering.evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None, judge=judge)
     typer.echo(ev.summary())
     typer.echo("sample answers (base -> steered):")
     for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:
@@ -223,13 +212,12 @@ def show_evaluation(m, rec, concept: Optional[str], judge=None) -> None:
 
 def save_and_push(m, rec, written: dict, hub: dict) -> None:
     """--out (the steered checkpoint), --record, --push-to-hub."""
-    from steerformer.steering import save_steered
 
     out = written["out"]
     if out is None:
         write_record(rec, written)
         return
-    path = save_steered(m, out, overwrite=written["overwrite"])
+    path = steering.save_steered(m, out, overwrite=written["overwrite"])
     write_record(rec, written)
     typer.echo(f"saved to {path}")
     push(path, hub)
@@ -246,13 +234,11 @@ def unsteer_cmd(
 
     Example: steerformer unsteer runs/minilm-steered --out runs/minilm-restored
     """
-    from steerformer.steering import unsteer_checkpoint
-
     with user_errors():
         if last is not None and last < 1:
             raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
         check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
-        path = unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
+        path = steering.unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
         typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None
                    else f"restored original model to {path}")
 
@@ -266,10 +252,8 @@ def verify_cmd(
 
     Example: steerformer verify runs/minilm-steered --json
     """
-    from steerformer.steering import verify_checkpoint
-
     with user_errors():
-        res = verify_checkpoint(directory)
+        res = steering.verify_checkpoint(directory)
         if as_json:
             typer.echo(json.dumps(res, indent=1))
         else:

@@ -134,5 +134,5 @@ def test_export_format_offers_exactly_the_registered_formats() -> None:
     from steerformer_cli.main import app
 
     params = {p.name: p for p in typer.main.get_command(app).commands["export"].params}
-    assert list(params["out_format"].type.choices) == format_names() == ["checkpoint", "peft", "gguf",
-                                                                          "control-vector"]
+    offered = [e.value for e in params["out_format"].type_descriptor.annotation]
+    assert offered == format_names() == ["checkpoint", "peft", "gguf", "control-vector"]
