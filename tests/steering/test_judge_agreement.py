@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from steerformer.steering.agreement import cohen_kappa, exact_agreement, precision_recall, ranks, spearman
-from steerformer.steering.judge import (
+from steerformer.steering.evaluation.agreement import cohen_kappa, exact_agreement, precision_recall, ranks, spearman
+from steerformer.steering.evaluation.judge import (
     JudgeItem, MiniLM, OfflineJudge, OfflineRules, doubled_words, list_restarts, repetition, slips,
 )
 

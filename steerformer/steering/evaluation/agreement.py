@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Hashable, Sequence
 
-from ..errors import bad_argument
+from ...errors import bad_argument
 
 
 def _paired(a: Sequence, b: Sequence, what: str) -> tuple[list, list]:
