@@ -1,4 +1,4 @@
-"""Agreement of a judge with hand labels (steering/agreement.py; docs/steering-chat.md, "The judge"):
+"""Agreement of a judge with hand labels (steering/evaluation/agreement.py; docs/steering-chat.md, "The judge"):
 Cohen's κ, exact agreement, precision/recall and Spearman against computations done by hand here;
 the offline judge's text rules (doubled words, restarting lists, grammar slips) on hand-counted
 examples; and the offline judge on labelled answers of benchmarks/data/judge_labels/, its ratings
