@@ -10,12 +10,8 @@ from typing import Optional
 
 import typer
 
-<<<<<<< HEAD
-from steerformer_cli._common import check_cheap_options, check_input_files, library_bars, user_errors
-=======
 from steerformer.steering import format_names, get_format
-from steerformer_cli._common import check_cheap_options, check_input_files, user_errors
->>>>>>> main
+from steerformer_cli._common import check_cheap_options, check_input_files, library_bars, user_errors
 from steerformer_cli.app import app
 
 #: ``--format``: the registered output formats (steering/exports.py), read without torch
@@ -52,29 +48,13 @@ def export_cmd(
 
     Example: steerformer export runs/smollm2-ocean --format gguf --out smollm2-ocean-f16.gguf
     """
-<<<<<<< HEAD
-    from steerformer.errors import SteerformerError, bad_argument
-
     with user_errors(), library_bars(not quiet):
-        gguf = out_format == ExportFormat.gguf
-        for flag, value, only in (("--source", source, "gguf"), ("--dtype", dtype, "gguf"),
-                                  ("--lora-rank", lora_rank, "peft")):
-            if value is not None and out_format.value != only:
-                raise bad_argument(flag, str(getattr(value, "value", value)), f"{flag} only with --format {only}",
-                                   f"Leave {flag} out for --format {out_format.value}.")
-        check_input_files(source=source)
-        from steerformer.steering import load_for_steering, read_steering, save_steered
-
-        records = read_steering(steered_dir)[0]  # not a steered checkpoint: one line, before any weight loads
-=======
-    with user_errors():
         fmt = get_format(out_format.value)
         options = {"source": source, "dtype": getattr(dtype, "value", None), "lora_rank": lora_rank,
                    "model_hint": model_hint}
         check_input_files(source=source if "source" in fmt.options else None)
         if fmt.target == "folder":
             check_cheap_options(out=out, kind="steer", overwrite=overwrite, inputs=[steered_dir])
->>>>>>> main
 
         def say(msg: str) -> None:  # loading and writing a model take seconds each: say which is running
             if not quiet:

@@ -88,23 +88,12 @@ def steer_cmd(
         the_judge = judge_of(evaluate, concept, judge, judge_model)
         written = dict(out=o.out, record=record_json, overwrite=o.overwrite, inputs=inputs)
         if lazy:
-<<<<<<< HEAD
-            return steer_lazy(model, cfg, direction, eigvec, token, text, (src.positive, src.negative, src.pairs),
-                              o.format, written, hub)
-        check_layers_early(model, layers, layers_flag)  # out-of-range layers: from the header, before loading
-        check_layers_early(model, cfg.layer, "--layer")  # (and before torch is imported: about a second)
-        from steerformer.steering import get_method, load_for_steering, steer
-
-        if cfg.method is not None:
-            get_method(cfg.method)  # an unknown name is refused before the model loads
-=======
             return steer_lazy(model, cfg, given, direction, eigvec, token, text,
                               (src.positive, src.negative, src.pairs), written, hub)
+        check_layers_early(model, layers, "--layers")  # out-of-range layers: from the header, before loading
+        check_layers_early(model, cfg.layer, "--layer")  # (and before torch is imported: about a second)
         if cfg.method is not None:
             steering.get_method(cfg.method)  # an unknown name is refused before the model loads
-        check_layers_early(model, layers, "--layers")  # out-of-range layers: from the header, before loading
-        check_layers_early(model, cfg.layer, "--layer")
->>>>>>> main
         say = (lambda line: typer.echo(line, err=True)) if cfg.progress else (lambda line: None)
         stack.enter_context(library_bars(cfg.progress))
         m = steering.load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)

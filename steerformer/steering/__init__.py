@@ -77,7 +77,7 @@ __all__ = [
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
     "steer_and_hooks", "built_in_configs", "choose_method", "config_of",
-    "make_judge", "kl_curve", "Conversation", "StrengthDial", "check_strength",
+    "Conversation", "StrengthDial", "check_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
