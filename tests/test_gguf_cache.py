@@ -105,3 +105,17 @@ def test_out_of_range_layer_of_a_gguf_is_refused_from_the_header_before_torch(gg
     assert "torch imported: False" in res.stdout
     assert not (tmp_path / "cache" / "gguf").exists() or not any(
         p.is_dir() for p in (tmp_path / "cache" / "gguf").iterdir())  # nothing converted
+
+
+def test_conversion_draws_no_bar_while_progress_bars_are_off(gguf_file, capfd) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from steerformer.gguf_source import converted_checkpoint
+
+    hf_logging.disable_progress_bar()  # what --quiet does (cli/_common.library_bars)
+    try:
+        converted_checkpoint(gguf_file)
+    finally:
+        hf_logging.enable_progress_bar()
+    err = capfd.readouterr().err
+    assert "Converting and de-quantizing" not in err and "Loading weights" not in err, err
