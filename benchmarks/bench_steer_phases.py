@@ -133,7 +133,8 @@ def main() -> None:
     t0 = time.time()
     os.environ["STEERFORMER_CACHE"] = str(cache)
     folder = resolve_checkpoint(model)[0]
-    print(f"GGUF → cached safetensors folder (first use only, in this process): {time.time() - t0:.2f} s")
+    print(f"the GGUF's cached safetensors folder, in this process (imports included; converted only when absent): "
+          f"{time.time() - t0:.2f} s")
 
     runs = []
     for i in range(max(1, a.repeat)):
