@@ -60,9 +60,9 @@ from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
 from ..results import parse_json
 from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
-    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
+    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SAFETENSORS_DTYPES, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
     file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
-    safetensors_header, tensor_sha256, tensor_specs, write_chain,
+    safetensors_header, tensor_identities, tensor_sha256, tensor_specs, write_chain,
 )
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
@@ -99,29 +99,73 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     tok = load_tokenizer(model, tokenizer)
     originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
 
+    # The weights are written once, from memory, with the record already in their metadata (no
+    # read-back to hash them, no rewrite to add it) — when the tensors save_pretrained would write
+    # are known (:func:`saved_state_dict`); else save_pretrained writes them and the record is
+    # added to their header afterwards.
+    weights = saved_state_dict(model) if st_model is None else None
+
     def fill(tmp: Path) -> None:
+        unmarked = unmarked_gguf(model) if quantizer == "gguf" else contextlib.nullcontext()
         if st_model is not None:
             st_model.save(str(tmp), create_model_card=False)
-        elif quantizer == "gguf":
-            with unmarked_gguf(model):
-                model.save_pretrained(str(tmp))
         else:
-            model.save_pretrained(str(tmp))
+            with unmarked:  # config, generation config (and remote code); the weights below when known
+                model.save_pretrained(str(tmp), **({"state_dict": {}} if weights is not None else {}))
             copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
+        if weights is not None:
+            for st in model_files(tmp):  # save_pretrained's empty weights file, written below in full
+                st.unlink()
         if tok is not None:
             tok.save_pretrained(str(tmp))
         if card:
             model_card(steering.records, untie=steering.untie, model=model, base_folder=source_folder(model),
                        sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
+        hashes, specs = tensor_identities(weights) if weights is not None else (None, None)
         payload = chain_payload(steering.to_dict(), {k: tensor_sha256(v) for k, v in originals.items()},
-                                model_files(tmp), tmp)
+                                model_files(tmp), tmp, tensors=hashes, specs=specs)
         write_chain(tmp, payload, originals)
         compact = json.dumps(payload, separators=(",", ":"))
+        if weights is not None:
+            from safetensors.torch import save_file
+
+            save_file(weights, str(tmp / SAFE_WEIGHTS_NAME), metadata={"format": "pt", METADATA_KEY: compact})
+            return
         for st in model_files(tmp):
             add_safetensors_metadata(st, {METADATA_KEY: compact})
 
     return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
                             inputs=[getattr(model.config, "_name_or_path", None)])
+
+
+#: The one weights file save_pretrained writes below its shard size (50 GB).
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SHARD_BYTES = 50 * 10**9
+
+
+def saved_state_dict(model: Any) -> dict[str, torch.Tensor] | None:
+    """The tensors ``model.save_pretrained`` writes, by the names it writes them under — found with
+    transformers' own steps (the keys its class never saves, tied weights kept once, its load-time
+    renames reverted), so the file loads with plain ``from_pretrained``; tested against
+    save_pretrained's own file. None where save_pretrained does more than that (an adapter, an
+    offloaded or tensor-parallel model, shards, a transformers without these steps): it then
+    writes the weights itself."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+        from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    except ImportError:
+        return None
+    if getattr(model, "_hf_peft_config_loaded", False) or getattr(model, "hf_device_map", None) or \
+            getattr(model, "_tp_size", None) is not None:
+        return None
+    state = model.state_dict()
+    for key in getattr(model, "_keys_to_ignore_on_save", None) or ():
+        state.pop(key, None)
+    state = revert_weight_conversion(model, remove_tied_weights_from_state_dict(state, model))
+    if any(not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dtype not in SAFETENSORS_DTYPES
+           for t in state.values()) or sum(t.numel() * t.element_size() for t in state.values()) > SHARD_BYTES:
+        return None
+    return {k: t.detach().contiguous() for k, t in state.items()}
 
 
 def quantization_of(model: Any) -> str | None:

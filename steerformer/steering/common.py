@@ -168,6 +168,34 @@ def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     return out
 
 
+#: safetensors' name of each torch dtype (the ``dtype`` of a header entry)
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+}
+
+
+def tensor_identities(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, str], dict[str, list]]:
+    """(sha256, [dtype, shape]) of every tensor as a safetensors file stores it, from memory: the
+    same values :func:`safetensors_hashes` and :func:`tensor_specs` read back from the written
+    file. Hashed on every core (hashlib works outside the GIL), each tensor's buffer hashed in
+    place (no copy)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def digest(t: torch.Tensor) -> str:
+        h = hashlib.sha256()
+        if t.numel():
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        return h.hexdigest()
+
+    names = sorted(tensors)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
+        hashes = dict(zip(names, pool.map(lambda k: digest(tensors[k]), names)))
+    specs = {k: [SAFETENSORS_DTYPES[tensors[k].dtype], list(tensors[k].shape)] for k in names}
+    return hashes, specs
+
+
 def tensor_specs(path: Path) -> dict[str, list]:
     """key -> [dtype, shape] from a safetensors header (the bytes alone do not fix the tensor)."""
     header, _ = safetensors_header(path)
@@ -269,13 +297,15 @@ def payload_sha256(payload: dict) -> str:
 
 
 def chain_payload(chain: dict, originals: dict[str, str], shards: list[Path], folder: Path, *,
-                  tensors: dict[str, str] | None = None) -> dict:
+                  tensors: dict[str, str] | None = None, specs: dict[str, list] | None = None) -> dict:
     """The JSON of ``steerformer/record.json`` (and of every shard's metadata copy): the chain
     (``Steering.to_dict()``), the sha256 of each original, of every tensor of ``shards`` (their
     dtype and shape too), of every other file of ``folder``, and ``record_sha256`` of all that.
-    ``tensors`` overrides the hashes of some tensors (the lazy edit knows its new bytes' hash)."""
+    ``tensors`` (and ``specs``) give the hashes (and [dtype, shape]) of tensors not read from a
+    shard: the lazy edit's new bytes, or every tensor of a checkpoint written from memory
+    (:func:`tensor_identities`)."""
     hashes: dict[str, str] = {}
-    specs: dict[str, list] = {}
+    specs: dict[str, list] = dict(specs or {})
     for st in shards:
         hashes.update(safetensors_hashes(st))
         specs.update(tensor_specs(st))
