@@ -474,9 +474,20 @@ class GGUFTensors:
 
 
 # ---- the cached conversion of a full load ------------------------------------------------------
+def _stamp_key(path: Path) -> str:
+    return f"{path.resolve()}|" + "|".join(map(str, file_stamp(path)))
+
+
+def known_sha256(path: Path) -> str | None:
+    """The SHA-256 :func:`file_sha256` remembered for the file as it is now (same path and
+    :func:`file_stamp`), or None when it has not hashed it yet."""
+    digest = _read_hash_index(cache_root() / "gguf" / "hashes.json").get(_stamp_key(path))
+    return digest if _is_digest(digest) else None
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of the file, remembered in the cache per (path, :func:`file_stamp`)."""
-    stamp = f"{path.resolve()}|" + "|".join(map(str, file_stamp(path)))
+    stamp = _stamp_key(path)
     index = cache_root() / "gguf" / "hashes.json"
     known = _read_hash_index(index)
     if _is_digest(known.get(stamp)):
@@ -676,6 +687,9 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     import logging
 
     path = Path(path).resolve()
+    digest = known_sha256(path)
+    if digest is not None and cache_entry_problem(cached_folder(digest), digest) is None:
+        return cached_folder(digest)  # these very bytes were read, checked and converted before: no header parse
     header = read_gguf_header(path)  # a truncated or foreign file: one line, before transformers
     gguf_config(header)  # an architecture transformers cannot load: one line
     digest = file_sha256(path)
