@@ -47,6 +47,18 @@ def test_second_load_reads_the_cached_folder_without_converting_again(gguf_file,
     assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == before
 
 
+def test_cache_hit_parses_no_gguf_header_and_a_changed_file_does(gguf_file, monkeypatch) -> None:
+    import steerformer.gguf_source as gguf_source
+
+    folder = gguf_source.converted_checkpoint(gguf_file)
+    parsed = []
+    real = gguf_source.read_gguf_header
+    monkeypatch.setattr(gguf_source, "read_gguf_header", lambda p: parsed.append(p) or real(p))
+    assert gguf_source.converted_checkpoint(gguf_file) == folder and parsed == []  # the start's check read it
+    gguf_file.write_bytes(gguf_file.read_bytes())  # the same bytes, a new stamp: hashed and parsed again
+    assert gguf_source.converted_checkpoint(gguf_file) == folder and len(parsed) == 1
+
+
 def flip_one_byte_keeping_mtime(path: Path) -> None:
     st = path.stat()
     data = bytearray(path.read_bytes())
