@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -96,46 +97,47 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
         raise bad_argument("model", type(model).__name__, "a model edited by steerformer.steering.steer",
                            "Steer it first, or save it with model.save_pretrained(...).")
     quantizer = quantization_of(model)
-    tok = load_tokenizer(model, tokenizer)
-    originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
-
     # The weights are written once, from memory, with the record already in their metadata (no
     # read-back to hash them, no rewrite to add it) — when the tensors save_pretrained would write
     # are known (:func:`saved_state_dict`); else save_pretrained writes them and the record is
-    # added to their header afterwards.
+    # added to their header afterwards. Their hashes are computed while the tokenizer loads.
     weights = saved_state_dict(model) if st_model is None else None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        identities = pool.submit(tensor_identities, weights) if weights is not None else None
+        tok = load_tokenizer(model, tokenizer)
+        originals = {k: v.detach().contiguous().cpu() for k, v in steering.originals.items()}
 
-    def fill(tmp: Path) -> None:
-        unmarked = unmarked_gguf(model) if quantizer == "gguf" else contextlib.nullcontext()
-        if st_model is not None:
-            st_model.save(str(tmp), create_model_card=False)
-        else:
-            with unmarked:  # config, generation config (and remote code); the weights below when known
-                model.save_pretrained(str(tmp), **({"state_dict": {}} if weights is not None else {}))
-            copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
-        if weights is not None:
-            for st in model_files(tmp):  # save_pretrained's empty weights file, written below in full
-                st.unlink()
-        if tok is not None:
-            tok.save_pretrained(str(tmp))
-        if card:
-            model_card(steering.records, untie=steering.untie, model=model, base_folder=source_folder(model),
-                       sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
-        hashes, specs = tensor_identities(weights) if weights is not None else (None, None)
-        payload = chain_payload(steering.to_dict(), {k: tensor_sha256(v) for k, v in originals.items()},
-                                model_files(tmp), tmp, tensors=hashes, specs=specs)
-        write_chain(tmp, payload, originals)
-        compact = json.dumps(payload, separators=(",", ":"))
-        if weights is not None:
-            from safetensors.torch import save_file
+        def fill(tmp: Path) -> None:
+            unmarked = unmarked_gguf(model) if quantizer == "gguf" else contextlib.nullcontext()
+            if st_model is not None:
+                st_model.save(str(tmp), create_model_card=False)
+            else:
+                with unmarked:  # config, generation config (and remote code); the weights below when known
+                    model.save_pretrained(str(tmp), **({"state_dict": {}} if weights is not None else {}))
+                copy_module_stack(model, tmp)  # sentence-transformers files of the source folder, if any
+            if weights is not None:
+                for st in model_files(tmp):  # save_pretrained's empty weights file, written below in full
+                    st.unlink()
+            if tok is not None:
+                tok.save_pretrained(str(tmp))
+            if card:
+                model_card(steering.records, untie=steering.untie, model=model, base_folder=source_folder(model),
+                           sentence_transformers=(tmp / MODULES_FILE).is_file()).save(str(tmp / "README.md"))
+            hashes, specs = identities.result() if identities is not None else (None, None)
+            payload = chain_payload(steering.to_dict(), {k: tensor_sha256(v) for k, v in originals.items()},
+                                    model_files(tmp), tmp, tensors=hashes, specs=specs)
+            write_chain(tmp, payload, originals)
+            compact = json.dumps(payload, separators=(",", ":"))
+            if weights is not None:
+                from safetensors.torch import save_file
 
-            save_file(weights, str(tmp / SAFE_WEIGHTS_NAME), metadata={"format": "pt", METADATA_KEY: compact})
-            return
-        for st in model_files(tmp):
-            add_safetensors_metadata(st, {METADATA_KEY: compact})
+                save_file(weights, str(tmp / SAFE_WEIGHTS_NAME), metadata={"format": "pt", METADATA_KEY: compact})
+                return
+            for st in model_files(tmp):
+                add_safetensors_metadata(st, {METADATA_KEY: compact})
 
-    return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
-                            inputs=[getattr(model.config, "_name_or_path", None)])
+        return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
+                                inputs=[getattr(model.config, "_name_or_path", None)])
 
 
 #: The one weights file save_pretrained writes below its shard size (50 GB).
