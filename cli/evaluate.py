@@ -75,7 +75,7 @@ def evaluate_cmd(
             raise bad_argument("--questions", questions, f"a number in [1, {len(HELDOUT_QUESTIONS)}]")
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
-        the_judge = make_judge(judge, model=judge_model, name="--judge")
+        the_judge = make_judge(judge, model=judge_model, name="--judge", model_name="--judge-model")
         if max_kl is not None:
             check_max_kl(max_kl)  # the one check of a KL budget (steerformer.configs), before loading
         check_layers_early(model, hook_layers, "--layers")

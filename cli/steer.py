@@ -124,11 +124,16 @@ def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge
         raise bad_argument("--concept", concept, "--evaluate (the words the evaluation counts)", "Add --evaluate.")
     if judge is not None and not evaluate:
         raise bad_argument("--judge", judge, "--evaluate (the judge rates the evaluation's answers)", "Add --evaluate.")
+    if judge_model is not None and not evaluate:
+        raise bad_argument("--judge-model", judge_model, "--evaluate and a --judge URL (the judge server's model)",
+                           "Add --evaluate --judge URL.")
     if not evaluate:
         return None
     from steerformer.steering import make_judge
 
-    return make_judge(judge or "offline", model=judge_model, name="--judge")
+    # '' is not "unset": it is refused by make_judge, never read as the offline default
+    return make_judge("offline" if judge is None else judge, model=judge_model, name="--judge",
+                      model_name="--judge-model")
 
 
 def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: SteerConfig) -> Optional[str]:

@@ -19,6 +19,7 @@ Modules, each one noun (lower ones never import higher ones):
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
     calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
     judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
+    judge_client  the LLM judge's HTTP: the URL checked, one bounded POST, the reply's schema
     selection   choices made on the selection questions: the judged choice among candidate edits
     evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
