@@ -269,7 +269,7 @@ def test_no_function_imports_a_module_the_file_imports_at_the_top() -> None:
 #: the source layer). Keys: top-level modules and subpackages of steerformer.
 LAYERS = {
     "base": ("errors", "_lazy", "_text", "configs", "files", "results", "outputs", "plotting", "resources", "consistency",
-             "prompts", "discrete", "tokens", "consensus"),
+             "prompts", "discrete", "tokens", "consensus", "schemas"),
     "core": ("eig", "spectra", "attention", "adapters"),
     "source": ("gguf_source", "loading", "matrices", "dynamics", "formats"),
     "features": FEATURES,

@@ -69,7 +69,7 @@ def model_hint_of(model_type: str) -> str:
     the same name for most ("llama", "qwen2", "gemma2", "gpt2", "bert"), the converter's rename
     for the others ("mistral" -> "llama")."""
     return _LLAMA_CPP_ARCH.get(model_type, model_type)
-_NAME = re.compile(r"^direction\.(\d+)$")
+_NAME = re.compile(r"^direction\.([0-9]+)$")  # ASCII digits: "direction.²" is no layer
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # tensors have no truth value: compare .directions yourself
@@ -233,7 +233,16 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
         directions[n] = np.array(tensor.data, dtype=np.float32)
     if not directions:
         raise bad_argument(name, str(path), "at least one direction.N tensor", None)
-    count = field_value(reader, LAYER_COUNT)
+    from ..schemas import ControlVectorMetadata, checked
+
+    def plain(key: str) -> Any:  # numpy scalars as Python values, for the strict schema
+        v = field_value(reader, key)
+        return v.item() if hasattr(v, "item") else v
+
+    meta = checked({LAYER_COUNT: plain(LAYER_COUNT), MODEL_HINT: plain(MODEL_HINT), NOTE_PREFIX.rstrip("."): {
+        key[len(NOTE_PREFIX):]: plain(key) for key in reader.fields if key.startswith(NOTE_PREFIX)}},
+        ControlVectorMetadata, path)
+    count = meta.layer_count
     if count is not None and int(count) != len(directions):
         layers = sorted(directions)
         raise bad_argument(name, str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
@@ -241,11 +250,7 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     widths = {v.shape[0] for v in directions.values()}
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
-    hint = field_value(reader, MODEL_HINT)
-    notes = {name[len(NOTE_PREFIX):]: str(field_value(reader, name)) for name in reader.fields
-             if name.startswith(NOTE_PREFIX)}
-    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint),
-                         notes)
+    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, meta.model_hint, dict(meta.notes))
 
 
 __all__ = ["ControlVector", "model_hint_of", "read_control_vector", "write_control_vector"]

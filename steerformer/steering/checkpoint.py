@@ -50,7 +50,7 @@ from typing import Any, Iterator
 import torch
 
 from ..configs import SteerConfig, renamed_parameters, with_options
-from ..errors import CheckpointError, SteerformerError, bad_argument
+from ..errors import CheckpointError, FileFormatError, SteerformerError, bad_argument
 from ..files import copy_side_file, side_files
 from ..loading import (
     SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
@@ -195,6 +195,8 @@ def read_records(path: str | os.PathLike) -> list:
     if p.is_file():
         try:
             return [SteeringRecord.from_json(p)]
+        except FileFormatError:  # names the file and the field already
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise bad_argument("record", str(path), f"a steering record JSON (steer --record), not readable as one "
                                f"({type(exc).__name__})") from None
@@ -211,7 +213,9 @@ def records_of(payload: dict, where: Path) -> list[SteeringRecord]:
         if missing:
             raise CheckpointError(f"{where}: broken provenance, records[{i}] is missing field {missing[0]!r}")
         try:
-            rec = SteeringRecord.from_dict(r)
+            rec = SteeringRecord.from_dict(r, f"{where} records[{i}]")
+        except FileFormatError as exc:  # the field named by the record's schema
+            raise CheckpointError(f"broken provenance: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where}: broken provenance, records[{i}] has a bad edit ({exc})") from None
         if not rec.edits:
