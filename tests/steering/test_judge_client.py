@@ -14,8 +14,8 @@ import time
 import pytest
 
 from steerformer.errors import InvalidArgumentError
-from steerformer.steering.judge import ChatJudge, JudgeItem, make_judge, parse_rating
-from steerformer.steering.judge_client import JudgeError, check_url, post_json
+from steerformer.steering.evaluation.judge import ChatJudge, JudgeItem, make_judge, parse_rating
+from steerformer.steering.evaluation.judge_client import JudgeError, check_url, post_json
 from tests.cli_process import one_error_line, run_cli
 
 ITEM = JudgeItem(question="How can I improve my sleep?", answer="The ocean, the ocean.", concept="ocean")

@@ -40,8 +40,8 @@ import math
 import re
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ..errors import bad_argument
-from .chat import word_forms
+from ...errors import bad_argument
+from ..chat import word_forms
 from .judge_client import JudgeError, check_completion, check_url, post_json
 
 
@@ -199,7 +199,7 @@ class MiniLM:
     transformers directly. ``path``: another sentence-transformers folder of the same kind."""
 
     def __init__(self, path: Any = None, *, batch_size: int = 32) -> None:
-        from ..loading import bundled_minilm_path
+        from ...loading import bundled_minilm_path
 
         path = path if path is not None else bundled_minilm_path()
         if path is None:
@@ -214,7 +214,7 @@ class MiniLM:
 
     @staticmethod
     def available() -> bool:
-        from ..loading import bundled_minilm_path
+        from ...loading import bundled_minilm_path
 
         return bundled_minilm_path() is not None
 
@@ -436,7 +436,7 @@ class ChatJudge:
     digits 0, 1, 2 at the rating's token (a reading less coarse than the argmax). A reply without a
     rating counts 0 on that axis (as AxBench does) and is counted in ``unparsed``; a rating outside
     [0, 2] is an error. The HTTP rules (URL checked at construction, no redirects, one deadline of
-    ``timeout`` seconds per request, replies capped and checked) are steering/judge_client.py's;
+    ``timeout`` seconds per request, replies capped and checked) are steering/evaluation/judge_client.py's;
     every failure is one :class:`JudgeError` line naming ``name`` (the CLI: ``--judge``)."""
 
     name = "llm"

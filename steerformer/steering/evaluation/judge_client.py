@@ -34,7 +34,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import FileFormatError, SteerformerError, bad_argument
+from ...errors import FileFormatError, SteerformerError, bad_argument
 
 #: A judge's URL is a server's address and a path; longer is a paste gone wrong.
 MAX_URL_CHARS = 2048
@@ -160,7 +160,7 @@ def post_json(url: JudgeURL, body: Any, *, deadline: float, max_bytes: int = MAX
     reply within ``deadline`` seconds in all, more than ``max_bytes``, a reply that is not JSON."""
     import httpx
 
-    from ..results import parse_json
+    from ...results import parse_json
 
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not 0 < deadline < math.inf:
         raise bad_argument("timeout", deadline, "seconds > 0")
