@@ -77,6 +77,10 @@ def steer_cmd(
         chosen = steering.choose_method(cfg, given)  # options of two methods, or one the method refuses: before loading
         if chosen is not None:
             steering.config_of(chosen)(**given)  # the method's own rules, before loading
+        if given.get("layer_choice") == "judged" and direction is not None:
+            raise bad_argument("--layer-choice", "judged", "no judged layer choice beside --direction (a given "
+                               "direction is added at one layer: nothing is scanned for the judge to choose)",
+                               "Drop --layer-choice, or drop --direction to have the layers scanned.")
         inputs = [model, direction, src.positive, src.negative, src.pairs]
         check_input_files(positive=src.positive, negative=src.negative, pairs=src.pairs)
         check_direction_file(direction)

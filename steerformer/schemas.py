@@ -54,7 +54,7 @@ def _printable(v: str) -> str:
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 LayerIndex = Annotated[int, Field(ge=0, le=MAX_LAYER)]
 #: A model's name as a control vector carries it (llama.cpp's controlvector.model_hint): short, printable.
-ModelHint = Annotated[str, StringConstraints(min_length=1, max_length=256), AfterValidator(_printable)]
+ModelHint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]  # formats.check_model_hint's rule
 ShortName = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_printable)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 

@@ -72,6 +72,21 @@ def model_hint_of(model_type: str) -> str:
 _NAME = re.compile(r"^direction\.([0-9]+)$")  # ASCII digits: "direction.²" is no layer
 
 
+#: llama.cpp compares the hint with the model's architecture name ("llama", "qwen2"): a short word.
+MAX_MODEL_HINT_CHARS = 64
+
+
+def check_model_hint(hint: Any, name: str = "model_hint") -> str:
+    """``hint`` as a control vector's model hint: a llama.cpp architecture name — 1 to
+    :data:`MAX_MODEL_HINT_CHARS` characters of letters, digits, '-', '_' or '.'."""
+    if not isinstance(hint, str) or re.fullmatch(r"[A-Za-z0-9._-]{1,%d}" % MAX_MODEL_HINT_CHARS, hint) is None:
+        raise bad_argument(name, hint if not isinstance(hint, str) or len(hint) < 80 else hint[:40] + "...",
+                           f"a llama.cpp architecture name such as 'llama' or 'qwen2' (letters, digits, '-', '_', "
+                           f"'.'; at most {MAX_MODEL_HINT_CHARS} characters)",
+                           "llama.cpp refuses a control vector whose hint is not the model's architecture.")
+    return hint
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # tensors have no truth value: compare .directions yourself
 class ControlVector:
     """Per-layer steering vectors in llama.cpp's numbering: ``directions[N]`` (N >= 1, float32,
@@ -87,6 +102,8 @@ class ControlVector:
     def __post_init__(self) -> None:
         checked = _checked_directions(self.directions)
         object.__setattr__(self, "directions", checked)
+        if self.model_hint is not None:
+            check_model_hint(self.model_hint)
         object.__setattr__(self, "notes", {str(k): str(v) for k, v in dict(self.notes or {}).items()})
 
     @classmethod
@@ -253,4 +270,4 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, meta.model_hint, dict(meta.notes))
 
 
-__all__ = ["ControlVector", "model_hint_of", "read_control_vector", "write_control_vector"]
+__all__ = ["ControlVector", "check_model_hint", "model_hint_of", "read_control_vector", "write_control_vector"]
