@@ -76,7 +76,9 @@ class DirectionFile(Strict):
     layers: Optional[list[LayerIndex]] = Field(default=None, max_length=MAX_LAYER)
     d_model: Optional[Annotated[int, Field(ge=1, le=1 << 24)]] = None
     k: Optional[dict[Annotated[str, StringConstraints(pattern=r"^[0-9]{1,6}$")], Annotated[int, Field(ge=1)]]] = None
-    prompts_sha256: Optional[dict[Annotated[str, StringConstraints(max_length=64)], Sha256]] = None
+    # the caller's own record of the prompts (a sha256 by role, as Direction's callers write it): short text
+    prompts_sha256: Optional[dict[Annotated[str, StringConstraints(max_length=64)],
+                                  Annotated[str, StringConstraints(max_length=128)]]] = None
     sha256: Optional[dict[Annotated[str, StringConstraints(pattern=r"^layer\.[0-9]{1,6}$")], Sha256]] = None
     metadata: Optional[DirectionMetadata] = None
     steerformer_version: Optional[ShortName] = None
