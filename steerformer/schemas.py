@@ -147,7 +147,7 @@ class EditFile(Strict):
 
 def dataclass_schema(cls: type, overrides: dict[str, Any] | None = None) -> type[Strict]:
     """A :class:`Strict` schema with one field per field of the dataclass ``cls``, typed by its
-    annotation (``overrides``: a field's type replaced, e.g. a nested dataclass by its schema),
+    annotation or null (``overrides``: a field's type replaced, e.g. a nested dataclass by its schema),
     required where the dataclass has no default; private fields (``_x``) are left out."""
     return _dataclass_schema(cls, tuple(sorted((overrides or {}).items(), key=lambda kv: kv[0])))
 
@@ -158,7 +158,9 @@ def _dataclass_schema(cls: type, overrides: tuple) -> type[Strict]:
     for f in dataclasses.fields(cls):
         if f.name.startswith("_"):
             continue
-        kind = dict(overrides).get(f.name, hints[f.name])
+        # Optional: a method that does not measure a quantity stores null for it (the addition's strength),
+        # whatever the annotation says; the type of every value that is there is still checked
+        kind = Optional[dict(overrides).get(f.name, hints[f.name])]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         fields[f.name] = (kind, None if has_default else ...)
     return create_model(f"{cls.__name__}File", __base__=Strict, **fields)

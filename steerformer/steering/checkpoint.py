@@ -440,6 +440,17 @@ def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) ->
 
 
 # ---- undo ----------------------------------------------------------------------------------------
+def check_as_saved(directory: str | os.PathLike, what: str) -> None:
+    """The whole steered checkpoint checked against its record's hashes (every tensor, config and
+    tokenizer file, the record itself) before ``what`` is written from it: a CheckpointError naming
+    the first mismatches (a changed tensor would be published as if steerformer had written it)."""
+    d = Path(directory)
+    problems = [c["detail"] for c in integrity_checks(d, read_payload(d), extra_files_ok=True) if not c["ok"]]
+    if problems:
+        raise CheckpointError(f"{d} is not as it was saved ({'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}); "
+                              f"refusing to write {what} from it. `steerformer verify {d}` shows every check.")
+
+
 def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False,
                        last: int | None = None) -> Path:
     """From a saved steered checkpoint alone, write the original model (bit-identical weights) to
@@ -448,11 +459,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
     hashes (every tensor, config and tokenizer file, the record itself) and the originals (exactly
     the tensors the records name, each hash); a mismatch is a CheckpointError naming it."""
     check_last(last, len(read_chain(directory).records))  # provenance + originals, before loading anything
-    d = Path(directory)
-    problems = [c["detail"] for c in integrity_checks(d, read_payload(d), extra_files_ok=True) if not c["ok"]]
-    if problems:  # a changed tensor or config would be copied into the "restored original"
-        raise CheckpointError(f"{d} is not as it was saved ({'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}); "
-                              f"refusing to write a restored original from it. `steerformer verify {d}` shows every check.")
+    check_as_saved(directory, "a restored original")
     model = load_for_steering(directory)
     unsteer(model, last=last)
     if steering_of(model) is not None:

@@ -128,9 +128,11 @@ class SteeringRecord:
     def from_dict(cls, data: dict, where: Any = "the steering record") -> "SteeringRecord":
         """A record from its JSON, checked field by field first (``steerformer.schemas``: a wrong type,
         size or range is one FileFormatError line naming ``where`` and the field)."""
-        from ..schemas import EditFile, checked, dataclass_schema
+        from ..schemas import EditFile, Vector, checked, dataclass_schema
 
-        checked(data, dataclass_schema(cls, {"edits": list[EditFile]}), where)
+        # a rank-k edit stores k vectors where a rank-1 edit stores one: the vectors' fields take both
+        checked(data, dataclass_schema(cls, {"edits": list[EditFile], "direction": Vector, "target": Vector,
+                                             "left": Vector}), where)
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in names}
         kw["edits"] = [Edit.from_dict(e) for e in data.get("edits") or []]
