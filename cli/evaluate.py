@@ -37,7 +37,7 @@ def _announced(label: str, make, say):
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
     token: str = typer.Option(..., "--token", help="The concept: a word or a phrase (its simple forms count)."),
-    out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
+    out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png, report.html."),
     layers: str = typer.Option("12,15,19,22", "--layers", help="Activation addition at each of these layers."),
     coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
     max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3)."),
@@ -62,6 +62,7 @@ def evaluate_cmd(
     from steerformer.loading import load_tokenizer, open_source
     from steerformer.matrices import select_layers
     from steerformer.outputs import EVALUATE, write_atomically
+    from steerformer.report import PAGE_NAME, add_page
     from steerformer.steering import (
         HELDOUT_QUESTIONS, activation_steering, addition_vectors, check_generates, evaluate_steering,
         load_for_steering, make_judge, steered,
@@ -101,11 +102,11 @@ def evaluate_cmd(
         methods = {label: _announced(label, make, say) for label, make in methods.items()}
         ev = evaluate_steering(m, tok, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
                                chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed, judge=the_judge)
-        write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],
-                         name="--out")
+        write_atomically(out, lambda tmp: (ev.save(tmp), add_page(tmp)), kind=EVALUATE, overwrite=overwrite,
+                         inputs=[model], name="--out")
         typer.echo(ev.summary())
         best = ev.points[0]
         typer.echo("sample answers (base -> default steer):")
         for b, s in list(zip(ev.base_answers, best.answers))[:3]:
             typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
-        typer.echo(f"saved to {out}")
+        typer.echo(f"saved to {out} (open {out}/{PAGE_NAME} in a browser)")

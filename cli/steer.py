@@ -45,7 +45,8 @@ def steer_cmd(
     layers_opt: Optional[str] = typer.Option(None, "--layers", help="The KL-calibrated edit: several layers at once, "
                                              "such as '12,15' (one gain, scaled to each layer's residual norm)."),
     evaluate: bool = typer.Option(False, "--evaluate", help="Judge the steered model on held-out chat answers "
-                                  "(concept rate, KL, distinct-2, fluency); the record and model card carry it."),
+                                  "(concept rate, KL, distinct-2, fluency, the judge's ratings, also at 0-2x the strength); the "
+                                  "record and model card carry it, --out gets report.html."),
     concept: Optional[str] = typer.Option(None, "--concept", help="--evaluate: the word(s) an answer must contain, "
                                           "comma-separated (default: --token/--text and its simple forms)."),
     judge: Optional[str] = typer.Option(None, "--judge", help="--evaluate: who rates answers 0-2 on concept, "
@@ -97,7 +98,7 @@ def steer_cmd(
         rec = steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
-            show_evaluation(m, rec, concept, the_judge)
+            show_evaluation(m, rec, concept, the_judge, say=say)
         typer.echo(rec.summary())
         say(f"saving to {o.out} ...") if o.out is not None else None
         save_and_push(m, rec, o.format, o.lora_rank, written, hub)
@@ -227,12 +228,14 @@ def steer_lazy(model, cfg, direction, eigvec, token, text, contrastive, out_form
     push(out, hub)
 
 
-def show_evaluation(m, rec, concept: Optional[str], judge=None) -> None:
-    """--evaluate: the held-out chat answers judged, a few shown before and after."""
+def show_evaluation(m, rec, concept: Optional[str], judge=None, say=None) -> None:
+    """--evaluate: the held-out chat answers judged (also at the dose curve's strengths, for the
+    report page's slider), a few shown before and after."""
     from steerformer.loading import load_tokenizer
-    from steerformer.steering import evaluate_record
+    from steerformer.steering import DOSE_SCALES, evaluate_record
 
-    ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None, judge=judge)
+    ev = evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None, judge=judge,
+                         dose=DOSE_SCALES, progress=say)
     typer.echo(ev.summary())
     typer.echo("sample answers (base -> steered):")
     for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:
@@ -250,6 +253,10 @@ def save_and_push(m, rec, out_format: str, lora_rank: Optional[int], written: di
     path = save_steered(m, out, overwrite=written["overwrite"], format=out_format, lora_rank=lora_rank)
     write_record(rec, written)
     typer.echo(f"saved to {path}")
+    if rec.evaluation:  # the page of the answers (after the folder: a failed page leaves the checkpoint whole)
+        from steerformer.report import write_report
+
+        typer.echo(f"report: {write_report(path, name='--out')}")
     if out_format == "peft":
         lora = json.loads((path / "steerformer" / "record.json").read_text()).get("lora", {})
         worst = max((v["relative_error"] for v in lora.values()), default=0.0)

@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "edits_applied": ".activation",
     "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
     "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate", "check_generates": ".evaluate",
+    "DOSE_SCALES": ".evaluate",
     "addition_vectors": ".calibrate",
     "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
     "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
@@ -62,7 +63,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
-    "edits_applied", "check_generates", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
+    "edits_applied", "check_generates", "DOSE_SCALES", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
@@ -89,6 +90,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .activation import activation_steering, addition_as_weights, edits_applied
     from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
     from .methods.addition import kl_curve
-    from .evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .evaluate import check_generates, DOSE_SCALES, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .calibrate import addition_vectors
     from .verify import verify_checkpoint
