@@ -95,22 +95,23 @@ def analysis_page(folder: Path, doc: Mapping) -> str:
     power = doc.get("power_method")
     if power:
         parts.append(f"<section><h2>Verdict</h2>{verdict_words(power)}</section>")
+    if power:
+        opts = power.get("options", {})
+        level = round(100 * opts.get("ci", 0.95))
+        parts.append("<section><h2>Power-method statistics (controlled dynamics)</h2>"
+                     f"<p>{esc(opts.get('n_prompts'))} prompts of {esc(opts.get('n_tokens'))} random tokens, seed "
+                     f"{esc(opts.get('seed'))}. Intervals: [CI] the {level} % bootstrap over prompts; [interval] the "
+                     f"central {level} % of {esc(opts.get('null_draws'))} random-weight draws (the null model). "
+                     f"p-values adjusted across layers ({esc(opts.get('correction'))}), α = {esc(opts.get('alpha'))}."
+                     f"</p>{statistics_table(power.get('controlled', {}))}</section>")
     parts.append("<section><h2>Spectra of the layer matrices F = W_O·V</h2>"
                  "<p>Eigenvalues ordered by real part; case 1: a real, strictly dominant λ1; case 2: a dominant "
                  "complex pair (λ2 is the eigenvalue after the pair); case 3: none strictly dominant "
                  "(* de facto case 3: a tiny relative gap and nearly parallel v1, v2).</p>"
-                 f"{spectra_table(layers)}"
-                 + "".join(png_image(folder / f, alt) for f, alt in SPECTRA_FIGURES) + "</section>")
-    if power:
-        opts = power.get("options", {})
-        parts.append("<section><h2>Power-method statistics (controlled dynamics)</h2>"
-                     f"<p>{esc(opts.get('n_prompts'))} prompts of {esc(opts.get('n_tokens'))} tokens, seed "
-                     f"{esc(opts.get('seed'))}; intervals: {esc(round(100 * opts.get('ci', 0.95)))} % bootstrap "
-                     f"over prompts (CI) and the central {esc(round(100 * opts.get('ci', 0.95)))} % of "
-                     f"{esc(opts.get('null_draws'))} random-weight draws (null); p adjusted by "
-                     f"{esc(opts.get('correction'))}, α = {esc(opts.get('alpha'))}.</p>"
-                     f"{statistics_table(power.get('controlled', {}))}"
-                     + "".join(png_image(folder / f, alt) for f, alt in STATS_FIGURES) + "</section>")
+                 f"{spectra_table(layers)}</section>")
+    figures = "".join(png_image(folder / f, alt) for f, alt in SPECTRA_FIGURES + (STATS_FIGURES if power else ()))
+    if figures:
+        parts.append(f"<section><h2>Figures</h2>{figures}</section>")
     parts.append("<section><h2>Files</h2><p>report.json, layers.csv, alignment.csv, eigenvalues.npz and the figures "
                  f"in this folder; recompute with <code>steerformer analyze {esc(model)} --out DIR</code>, this "
                  "page with <code>steerformer report DIR</code>.</p></section>")

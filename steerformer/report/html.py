@@ -47,9 +47,10 @@ mark{background:#ffe27a;padding:0 1px;border-radius:2px}
 .warn{color:#9a3b00}
 code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;background:#f1f3f6;border-radius:4px}
 pre{padding:8px 10px;overflow-x:auto}code{padding:0 3px}
-img.fig{max-width:calc(50% - 8px);vertical-align:top;border:1px solid #eceef2;border-radius:4px;margin:4px}
+img.fig{max-width:calc(50% - 14px);vertical-align:top;border:1px solid #eceef2;border-radius:4px;margin:4px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 .verdict{font-size:16px;font-weight:600}
+td small{white-space:nowrap}
 """
 
 
@@ -81,16 +82,16 @@ def highlight(text: str, words: Sequence[str]) -> str:
     return "".join(out + [esc(text[at:])])
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1, cls: str = "") -> str:
-    """An HTML table; the first ``left`` columns left-aligned; cells are escaped unless already
-    markup (pass :class:`Markup`)."""
+def table(header: Sequence[str] | None, rows: Iterable[Sequence[object]], *, left: int = 1, cls: str = "") -> str:
+    """An HTML table (``header`` None: no header row); the first ``left`` columns left-aligned; cells
+    are escaped unless already markup (pass :class:`Markup`)."""
     def cell(tag: str, i: int, v: object) -> str:
         body = v if isinstance(v, Markup) else (number(v) if isinstance(v, (int, float)) or v is None else esc(v))
         return f"<{tag}{' class=l' if i < left else ''}>{body}</{tag}>"
 
-    head = "".join(cell("th", i, h) for i, h in enumerate(header))
+    head = "" if header is None else "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>"
     body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table{f' class={cls}' if cls else ''}><tr>{head}</tr>{body}</table>"
+    return f"<table{f' class={cls}' if cls else ''}>{head}{body}</table>"
 
 
 class Markup(str):

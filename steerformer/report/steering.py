@@ -123,7 +123,7 @@ def dose_figures(steps: Sequence[Mapping], chosen: int, *, x_label: str, budget:
     xs = [s["x"] for s in pts]
     marker = steps[chosen]["x"]
     judged = [Series(name, xs, [s[key] for s in pts]) for name, key in
-              (("aggregate (harmonic mean)", "aggregate"), ("concept", "concept"), ("relevance", "relevance"),
+              (("aggregate", "aggregate"), ("concept", "concept"), ("relevance", "relevance"),
                ("fluency", "fluency"))] if any(s["aggregate"] is not None for s in pts) else []
     band_label = "inside the KL budget" if band else ""
     left = line_chart(judged + [Series("good-steer share ×2", xs, [None if s["good"] is None else 2 * s["good"]
@@ -132,9 +132,9 @@ def dose_figures(steps: Sequence[Mapping], chosen: int, *, x_label: str, budget:
                                                                2 * s["concept_rate"] for s in pts], dashed=True)],
                       title="judged answers against strength", x_label=x_label, y_label="rating (0–2)",
                       y_range=(0.0, 2.0), band=band, band_label=band_label, marker=marker, marker_label="chosen")
-    kl_series = [Series("KL on the report answers", xs, [s["kl"] for s in pts])]
+    kl_series = [Series("KL on the answers", xs, [s["kl"] for s in pts])]
     if probe:
-        kl_series.append(Series("KL on the probe (the budget's text)", [p[0] for p in probe], [p[1] for p in probe],
+        kl_series.append(Series("KL on the probe (budget's text)", [p[0] for p in probe], [p[1] for p in probe],
                                 dashed=True))
     right = line_chart(kl_series, title="KL(base ‖ steered) against strength", x_label=x_label,
                        y_label="nats per token", band=band, band_label=band_label, marker=marker,
@@ -147,16 +147,18 @@ def scan_html(calibration: Mapping, chosen_layers: Sequence[int]) -> str:
     if not scan:
         how = calibration.get("layer_choice") or "given"
         return f"<p>No layer scan: layer(s) {esc(chosen_layers)} ({esc(how)}).</p>"
+    judged = any(r.get("judged") for r in scan)  # the judged layer choice rated each layer's answers
     rows = []
     for r in scan:
         j = r.get("judged") or {}
         mark = "✓ chosen" if list(r.get("layers", [])) == list(chosen_layers) else ""
-        rows.append([", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"),
-                     r.get("concept_mass"), j.get("aggregate"), j.get("good"), j.get("concept"), j.get("relevance"),
-                     j.get("fluency"), mark])
+        rows.append([", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"), r.get("concept_mass")]
+                    + ([j.get(k) for k in ("aggregate", "good", "concept", "relevance", "fluency")] if judged else [])
+                    + [mark])
+    header = ["layer(s)", "gain α (× residual norm)", "probe KL", "concept-token probability"] \
+        + (["judged aggregate", "good", "concept", "relevance", "fluency"] if judged else []) + [""]
     return (f"<p>Each layer calibrated to the KL budget, then chosen by: {esc(calibration.get('layer_choice', ''))}."
-            "</p>" + table(["layer(s)", "gain α", "probe KL", "concept-token mass", "judged aggregate", "good",
-                            "concept", "relevance", "fluency", ""], rows))
+            "</p>" + table(header, rows))
 
 
 def strength_search_html(search: Mapping) -> str:
@@ -189,7 +191,7 @@ def facts_html(record: Mapping, evaluation: Mapping) -> str:
             ("concept words", ", ".join(evaluation.get("words") or [])),
             ("judge", evaluation.get("judge") or "none"),
             ("steerformer", record.get("steerformer_version"))]
-    return table(["", ""], rows, left=2, cls="facts")
+    return table(None, rows, left=2, cls="facts")
 
 
 def commands_html(model_id: str) -> str:
@@ -217,9 +219,9 @@ def _page(title: str, sub: str, questions: Sequence[str], words: Sequence[str], 
              f"(<mark>{esc(', '.join(words))}</mark>) are marked; under each answer the judge's ratings, 0–2, on "
              "concept, relevance to the question and fluency.</p>")
     body = (f"<h1>{esc(title)}</h1><p class=sub>{esc(sub)}</p>"
+            f"<section><h2>Dose curve</h2>{figures}</section>"
             f"<section><h2>Answers, plain and steered</h2>{intro}{slider_html(steps, chosen)}"
-            f"{answers_html(questions, base, steps, chosen, words)}</section>"
-            f"<section><h2>Dose curve</h2>{figures}</section>{extra}")
+            f"{answers_html(questions, base, steps, chosen, words)}</section>{extra}")
     return page(title, body, script=slider_script())
 
 

@@ -58,7 +58,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         y1 = y0 + 1
     n_legend = len(series) + sum(bool(lbl) and _finite(v) for lbl, v in
                                  ((band_label, band[0] if band else None), (marker_label, marker), (hline_label, hline)))
-    left, right, top, bottom = 52, 14, 26, 40 + 16 * ((n_legend + 2) // 3)
+    cols = max(1, (width - 52) // 175)  # legend columns: a label of ~28 characters each
+    left, right, top, bottom = 52, 14, 26, 40 + 16 * ((n_legend + cols - 1) // cols)
     pw, ph = width - left - right, height - top - bottom
 
     def px(x: float) -> float:
@@ -107,9 +108,9 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         legend.append((marker_label, "#333", True, "line"))
     if _finite(hline) and hline_label:
         legend.append((hline_label, "#c00", True, "line"))
-    col_w = (width - left) / 3
+    col_w = (width - left) / cols
     for i, (label, color, dashed, kind) in enumerate(legend):
-        lx, ly = left + (i % 3) * col_w, top + ph + 50 + 16 * (i // 3)
+        lx, ly = left + (i % cols) * col_w, top + ph + 50 + 16 * (i // cols)
         if kind == "band":
             out.append(f'<rect x="{lx:.1f}" y="{ly - 8}" width="18" height="10" fill="#2ca02c" opacity="0.25"/>')
         else:
