@@ -65,6 +65,8 @@ def number(x: object, digits: int = 3) -> str:
         return "–"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return esc(x)
+    if isinstance(x, int):  # counts and layer ids as they are (1000, not 1e+03)
+        return str(x)
     return esc(f"{x:.{digits}g}")
 
 

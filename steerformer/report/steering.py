@@ -7,8 +7,8 @@ Two sources, both read as saved JSON (so any earlier output folder renders):
 
 * a steered checkpoint (``steer --evaluate``): ``steerformer/record.json``, whose ``evaluation``
   holds the answers and, when the evaluation ran a dose curve, ``evaluation["dose"]`` (answers at
-  multiples of the chosen gain); a judged strength search stored under ``strength_search`` is drawn
-  too;
+  multiples of the chosen gain); a judged strength search in ``calibration["strength_search"]`` is
+  drawn too;
 * an evaluation folder (``steerformer evaluate``): ``evaluation.json``, one point per (method,
   strength): the slider runs over them in order of KL.
 """
@@ -162,16 +162,33 @@ def scan_html(calibration: Mapping, chosen_layers: Sequence[int]) -> str:
 
 
 def strength_search_html(search: Mapping) -> str:
-    """A judged strength search stored in the record (per candidate strength: KL, the judge's means,
-    the good-steer share): its table."""
-    cands = search.get("candidates") or search.get("curve") or search.get("points") or []
-    if not cands:
+    """A judged strength search (``calibration["strength_search"]``: per candidate strength on the
+    selection questions its KL, the judge's means and good-steer share, whether it is within the KL
+    ceiling, and the chosen one): its curve and its table."""
+    points = [p for p in search.get("points") or [] if isinstance(p, Mapping)]
+    if not points:
         return ""
-    keys = [k for k in ("strength", "scale", "gain", "kl", "concept", "relevance", "fluency", "aggregate", "good")
-            if any(k in c for c in cands)]
-    rows = [[c.get(k) for k in keys] for c in cands]
-    return ("<section><h2>Judged strength search (selection questions)</h2>"
-            + table(keys, rows, left=0) + "</section>")
+    chosen = search.get("chosen")
+    xs = [p.get("strength") for p in points]
+    within = [p.get("strength") for p in points if p.get("within")]
+    band = (min(within), max(within)) if within else None
+    chart = line_chart([Series(name, xs, [p.get(key) for p in points]) for name, key in
+                        (("aggregate", "aggregate"), ("concept", "concept"), ("relevance", "relevance"),
+                         ("fluency", "fluency"))]
+                       + [Series("good-steer share ×2", xs, [None if p.get("good") is None else 2 * p["good"]
+                                                            for p in points], dashed=True)],
+                       title="judged selection answers against strength", x_label="strength",
+                       y_label="rating (0–2)", y_range=(0.0, 2.0), band=band,
+                       band_label=f"KL within {search.get('max_kl')}" if band else "",
+                       marker=points[chosen].get("strength") if isinstance(chosen, int) and 0 <= chosen < len(points)
+                       else None, marker_label="chosen", width=720)
+    rows = [[p.get("strength"), p.get("kl"), p.get("concept"), p.get("relevance"), p.get("fluency"),
+             p.get("aggregate"), p.get("good"), "yes" if p.get("within") else "no", "✓ chosen" if i == chosen else ""]
+            for i, p in enumerate(points)]
+    return (f"<section><h2>Judged strength search ({len(search.get('questions') or [])} selection questions)</h2>"
+            f"<p>{esc(search.get('choice', ''))}</p>{chart}"
+            + table(["strength", "KL", "concept", "relevance", "fluency", "aggregate", "good", "within the KL ceiling",
+                     ""], rows, left=0) + "</section>")
 
 
 def facts_html(record: Mapping, evaluation: Mapping) -> str:
@@ -212,14 +229,14 @@ def slider_script() -> str:
 
 
 def _page(title: str, sub: str, questions: Sequence[str], words: Sequence[str], steps: list[dict], chosen: int,
-          figures: str, extra: str) -> str:
+          figures: str, extra: str, figures_title: str = "Dose curve") -> str:
     base = steps[0]
     intro = (f"<p>{len(questions)} report questions (never used to choose the layer or the gain), answered by the "
              "base model (left) and the steered model (right) at the strength the slider picks. The concept's words "
              f"(<mark>{esc(', '.join(words))}</mark>) are marked; under each answer the judge's ratings, 0–2, on "
              "concept, relevance to the question and fluency.</p>")
     body = (f"<h1>{esc(title)}</h1><p class=sub>{esc(sub)}</p>"
-            f"<section><h2>Dose curve</h2>{figures}</section>"
+            f"<section><h2>{esc(figures_title)}</h2>{figures}</section>"
             f"<section><h2>Answers, plain and steered</h2>{intro}{slider_html(steps, chosen)}"
             f"{answers_html(questions, base, steps, chosen, words)}</section>{extra}")
     return page(title, body, script=slider_script())
@@ -239,7 +256,7 @@ def record_page(record: Mapping, *, earlier: int = 0) -> str:
         sub += f"; the last of {earlier + 1} steering calls (the earlier ones' edits are in the weights too)"
     facts = (f"<section><h2>The edit</h2>{facts_html(record, ev)}</section>"
              f"<section><h2>Layer scan</h2>{scan_html(cal, cal.get('layers') or [record.get('layer')])}</section>"
-             + (strength_search_html(record["strength_search"]) if isinstance(record.get("strength_search"), Mapping)
+             + (strength_search_html(cal["strength_search"]) if isinstance(cal.get("strength_search"), Mapping)
                 else "")
              + f"<section><h2>Undo, verify, export</h2>{commands_html(str(record.get('model_id')))}</section>")
     if not ev.get("answers"):
@@ -282,4 +299,4 @@ def evaluation_page(doc: Mapping) -> str:
              + "<p>Recompute with <code>steerformer evaluate MODEL --token WORD --out DIR</code>; this page with "
              "<code>steerformer report DIR</code>.</p></section>")
     return _page(title, sub, doc.get("questions") or [], doc.get("words") or [], steps, chosen,
-                 Markup(figure), extra)
+                 Markup(figure), extra, figures_title="Each variant against its KL")

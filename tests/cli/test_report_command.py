@@ -33,6 +33,7 @@ def test_analyze_writes_one_page_with_its_verdict_and_every_figure_inline(analyz
     on_disk = {p.read_bytes() for p in analyzed.glob("*.png")}
     assert len(inline) == len(on_disk) >= 5 and set(inline) == on_disk
     assert not re.search(r"(src|href)=\"(https?:|//)", page)
+    assert len(page.encode()) < 4 << 20  # every figure inline, still a few MB at most
 
 
 def test_report_renders_the_same_page_again(analyzed, tmp_path) -> None:

@@ -48,6 +48,11 @@ def steer_folder(folder: Path, *, dose: bool = True, answer_extra: str = "") -> 
               "edits": [{"writer": "mlp", "module": "layers.19.mlp.down_proj"}],
               "calibration": {"kind": "kl", "max_kl": 0.3, "alpha": 0.3, "layers": [19], "layer_choice": "judged",
                               "kl_heldout": 0.2,
+                              "strength_search": {"max_kl": 0.5, "chosen": 1, "choice": "the best aggregate within KL",
+                                                  "questions": QUESTIONS, "points": [
+                                  {"strength": s, "kl": 0.3 * s * s, "concept": s, "relevance": 2 - s,
+                                   "fluency": 2.0, "aggregate": 0.5 * s, "good": 0.3, "within": s < 1.2,
+                                   "answers": answers_at(1.0), "ratings": [[1, 1, 2]] * 3} for s in (0.5, 1.0, 1.5)]},
                               "scan": [{"layers": [12], "alpha": 2.5, "kl": 0.3, "concept_mass": 0.01,
                                         "judged": {"aggregate": 0.4, "good": 0.1}},
                                        {"layers": [19], "alpha": 3.0, "kl": 0.29, "concept_mass": 0.02,

@@ -59,6 +59,10 @@ def test_steering_page_loads_clean_and_the_slider_shows_each_strengths_answers(b
     assert browser.js("[...document.querySelectorAll('.ans.steered:not([hidden]) mark')]"
                       ".map(e => e.textContent)") == ["Ocean", "waves"]
     assert browser.errors() == []
+    # the judged strength search of the record: one row per candidate, the chosen one marked
+    rows = browser.js("[...document.querySelectorAll('section')].find(s => s.textContent.includes("
+                      "'Judged strength search')).querySelectorAll('tr').length")
+    assert rows == 1 + 3
     assert is_png(browser.screenshot(tmp_path / "steer.png"))
 
 
