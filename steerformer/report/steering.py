@@ -47,11 +47,11 @@ def record_steps(record: Mapping) -> tuple[list[dict], int]:
     ev = record.get("evaluation") or {}
     dose = ev.get("dose")
     if dose:
+        dose = sorted(dose, key=lambda p: p["scale"])
         steps = [step("base model (strength 0)" if p["scale"] == 0 else
                       f"{p['scale']:g} × the chosen strength" + (" (the steer)" if p["scale"] == 1 else ""),
-                      p, x=p["scale"], gain=p.get("gain")) for p in sorted(dose, key=lambda p: p["scale"])]
-        chosen = next((i for i, p in enumerate(sorted(dose, key=lambda p: p["scale"])) if p["scale"] == 1), 0)
-        return steps, chosen
+                      p, x=p["scale"], gain=p.get("gain")) for p in dose]
+        return steps, next((i for i, p in enumerate(dose) if p["scale"] == 1), 0)
     base = base_step(ev.get("base_answers") or [], ev.get("base_judged"), ev.get("base_concept_rate"))
     return [base, step("the steer (chosen strength)", ev, x=1.0, gain=record.get("gain"))], 1
 
@@ -98,21 +98,23 @@ def slider_html(steps: Sequence[Mapping], chosen: int) -> str:
             f"<div class=ticks>{ticks}</div>{now}</div>")
 
 
+def answer_html(s: Mapping, q: int, words: Sequence[str], *, step: int | None = None, shown: bool = True) -> str:
+    """Step ``s``'s answer to question ``q`` with its ratings; ``step``: the slider position it
+    belongs to (None: the base model's, always shown)."""
+    text = s["answers"][q] if q < len(s["answers"]) else ""
+    rating = s["ratings"][q] if q < len(s["ratings"]) else None
+    attrs = "" if step is None else f' data-step="{step}"' + ("" if shown else " hidden")
+    who = "base model" if step is None else esc(s["label"])
+    return (f'<div class="ans{"" if step is None else " steered"}"{attrs}><div class=who>{who} '
+            f"{ratings_html(rating)}</div><div class=text>{highlight(text, words)}</div></div>")
+
+
 def answers_html(questions: Sequence[str], base: Mapping, steps: Sequence[Mapping], chosen: int,
                  words: Sequence[str]) -> str:
-    out = []
-    for q_i, q in enumerate(questions):
-        def one(s: Mapping, i: int | None) -> str:
-            text = s["answers"][q_i] if q_i < len(s["answers"]) else ""
-            rating = s["ratings"][q_i] if q_i < len(s["ratings"]) else None
-            attrs = "" if i is None else f' data-step="{i}"' + ("" if i == chosen else " hidden")
-            who = "base model" if i is None else esc(s["label"])
-            return (f'<div class="ans{"" if i is None else " steered"}"{attrs}><div class=who>{who} '
-                    f"{ratings_html(rating)}</div><div class=text>{highlight(text, words)}</div></div>")
-
-        out.append(f'<div class=qa><div class=q>{q_i + 1}. {esc(q)}</div>{one(base, None)}<div>'
-                   + "".join(one(s, i) for i, s in enumerate(steps)) + "</div></div>")
-    return "".join(out)
+    """Each question: the base answer (left) and one answer per slider position (right, one shown)."""
+    return "".join(f'<div class=qa><div class=q>{q + 1}. {esc(text)}</div>{answer_html(base, q, words)}<div>'
+                   + "".join(answer_html(s, q, words, step=i, shown=i == chosen) for i, s in enumerate(steps))
+                   + "</div></div>" for q, text in enumerate(questions))
 
 
 def dose_figures(steps: Sequence[Mapping], chosen: int, *, x_label: str, budget: float | None,

@@ -6,6 +6,7 @@ write — is one error line naming FOLDER, exit 2, nothing changed."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -28,7 +29,7 @@ def analyzed(tmp_path_factory):
 def test_analyze_writes_one_page_with_its_verdict_and_every_figure_inline(analyzed) -> None:
     page = (analyzed / "report.html").read_text()
     summary = json.loads((analyzed / "report.json").read_text())["power_method"]["controlled"]["summary"]
-    assert f"<p class=verdict>{summary}</p>" in page
+    assert f"<p class=verdict>{html.escape(summary)}</p>" in page
     inline = [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([^"]+)"', page)]
     on_disk = {p.read_bytes() for p in analyzed.glob("*.png")}
     assert len(inline) == len(on_disk) >= 5 and set(inline) == on_disk
