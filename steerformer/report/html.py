@@ -72,7 +72,7 @@ def number(x: object, digits: int = 3) -> str:
 
 def highlight(text: str, words: Sequence[str]) -> str:
     """``text`` escaped, each of ``words`` as a whole word (any case) in ``<mark>`` — the same rule
-    as the concept rate's (``steering.judge.mentions``)."""
+    as the concept rate's (``steering.evaluation.judge.mentions``)."""
     words = [w for w in words if w]
     if not words:
         return esc(text)

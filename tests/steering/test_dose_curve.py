@@ -15,7 +15,7 @@ import torch
 import steerformer as sf
 from steerformer.report import report_page
 from steerformer.steering.common import tensor_sha256
-from steerformer.steering.evaluate import DOSE_SCALES, evaluate_record, evaluate_steering
+from steerformer.steering.evaluation.evaluate import DOSE_SCALES, evaluate_record, evaluate_steering
 
 from ..conftest import random_vector
 from ..models import make_model
