@@ -120,6 +120,8 @@ def edit_formula(record: SteeringRecord) -> str:
     of an attention or MLP output, or an ablation."""
     e = record.edits[0] if record.edits else None
     where = {"mlp": "MLP output", "attention": "attention output"}.get(getattr(e, "writer", ""), "writer")
+    if record.solve.get("formula"):  # a method that words its own edit (its Edit.solve["formula"])
+        return str(record.solve["formula"])
     if record.solve.get("method") == "ablate":
         return f"W' = (I − s·UUᵀ) W, s = {-record.gain:g}, on every writer of layers {record.layers_changed}"
     if e is not None and e.kind == "add":

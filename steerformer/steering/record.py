@@ -152,6 +152,8 @@ class SteeringRecord:
                      f"weight change |dW|/|W| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
                      f"state cosine = {f(self.state_cosine)}"]
             return "\n".join(lines + ([self.message] if self.message else []))
+        if (self.calibration or {}).get("summary"):  # a method that words its own summary (its plan's lines)
+            return "\n".join([*self.calibration["summary"], *self.evaluation_lines()])
         if self.edits and self.edits[0].kind == "add":  # activation addition as weights, KL-calibrated
             cal = self.calibration or {}
             how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
@@ -176,16 +178,7 @@ class SteeringRecord:
                 lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
                              "questions' answers: " + (f"{held:.3g}" if held is not None else
                                                        "not measured (evaluate_record / --evaluate)"))
-            if self.evaluation:
-                ev = self.evaluation
-                lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                             f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
-                             f"fluency {ev['fluency']:.2f}")
-                if ev.get("aggregate") is not None:
-                    lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
-                                 f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
-                                 f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
-            return "\n".join(lines)
+            return "\n".join(lines + self.evaluation_lines())
         lines = [
             f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
             f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
@@ -212,6 +205,20 @@ class SteeringRecord:
         if self.message:
             lines.append(self.message)
         return "\n".join(lines)
+
+    def evaluation_lines(self) -> list[str]:
+        """The summary's lines of ``evaluation`` (``evaluate_record`` / ``--evaluate``), when it ran."""
+        if not self.evaluation:
+            return []
+        ev = self.evaluation
+        lines = [f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                 f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
+                 f"fluency {ev['fluency']:.2f}"]
+        if ev.get("aggregate") is not None:
+            lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                         f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                         f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
+        return lines
 
     def plot(self, directory: str | Path) -> list[Path]:
         """The alignment-vs-gain curve of the search (if any) → ``steering_curve.png``."""

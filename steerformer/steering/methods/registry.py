@@ -38,7 +38,7 @@ _METHODS: dict[str, type] = {}
 #: the built-in methods: name -> the module that registers it, imported on first use of the name
 #: (steering a causal LM imports ``addition`` only)
 BUILT_IN: dict[str, str] = {"paper": ".paper", "addition": ".addition", "ablation": ".ablation",
-                             "trained": ".trained"}
+                             "distilled": ".distilled"}
 
 
 def _load_built_in(name: str) -> None:
