@@ -32,7 +32,7 @@ def cpu_seconds() -> float:
 
 def scored(model, tok, baseline, concept, words, judge, answers_of, kl_of, label):
     """One method's AnswerScore on the report questions: answers_of() -> answer ids, kl_of() -> KL."""
-    from steerformer.steering.evaluate import AnswerScore, distinct2, fluency_of, judge_point, mentions
+    from steerformer.steering.evaluation.evaluate import AnswerScore, distinct2, fluency_of, judge_point, mentions
 
     kl = kl_of()
     ids = answers_of()
@@ -51,8 +51,8 @@ def run_concept(model, tok, concept, args, judge, log):
     from steerformer.prompts import REPORT_QUESTIONS
     from steerformer.steering import edits_applied
     from steerformer.steering.chat import chat_rows, generate_answers
-    from steerformer.steering.evaluate import Baseline, answer_logprobs, mean_kl
-    from steerformer.steering.judge import concept_words
+    from steerformer.steering.evaluation.evaluate import Baseline, answer_logprobs, mean_kl
+    from steerformer.steering.evaluation.judge import concept_words
     from steerformer.steering.methods.distilled import AXBENCH_INSTRUCTION, DistilledConfig, distilled_steering
 
     words = concept_words(concept)
@@ -88,8 +88,10 @@ def run_concept(model, tok, concept, args, judge, log):
     log(f"  {concept}: prompting done")
     # the distilled method (train + strength on SELECTION)
     c0 = cpu_seconds()
-    cfg = DistilledConfig(concept=concept, **args.distilled)
-    edits, info = distilled_steering(model, tok, cfg, judge=judge, progress=not args.quiet)
+    layers = args.distilled.pop("layers", None)
+    cfg = DistilledConfig(**args.distilled)
+    edits, info = distilled_steering(model, tok, concept, cfg, judge=judge, progress=not args.quiet,
+                                     layers=[int(k) for k in layers.split(",")] if layers else None)
     train_cpu = cpu_seconds() - c0
     rows["distilled"] = (scored(model, tok, baseline, concept, words, judge, *steered(edits), "distilled"), train_cpu)
     log(f"  {concept}: distilled done (x{info['gain']:g}, {train_cpu:.0f} CPU s)")
@@ -148,7 +150,7 @@ def main(argv=None) -> None:
     else:
         import steerformer as sf
         from steerformer.loading import load_tokenizer
-        from steerformer.steering.judge import make_judge
+        from steerformer.steering.evaluation.judge import make_judge
 
         model = sf.load_model(sf.BUNDLED_SMOLLM2, auto_class="AutoModelForCausalLM")
         tok = load_tokenizer(sf.BUNDLED_SMOLLM2)

@@ -178,7 +178,7 @@ def test_bad_layers_are_refused_before_any_hook_and_a_failed_call_leaves_none() 
 def test_capturing_block_inputs_removes_its_hooks_on_stop_and_on_error() -> None:
     from steerformer.loading import open_source
     from steerformer.prompts import PromptBatch
-    from steerformer.steering.calibrate import block_outputs
+    from steerformer.steering.methods.addition.calibrate import block_outputs
 
     model = _model()
     adapter = open_source(model).adapter
@@ -206,7 +206,7 @@ def test_the_method_never_runs_a_report_question() -> None:
     """Every row the model runs is recorded (a pre-hook on the base model, which every forward and
     every generation passes): none holds a report question; the train questions are the teacher's
     (with the instruction) and the student's, the selection questions only the strength's."""
-    from steerformer.steering.judge import Rating
+    from steerformer.steering.evaluation.judge import Rating
     from steerformer.steering.methods.distilled import distilled_steering
 
     tok = WordTokenizer()
@@ -221,8 +221,9 @@ def test_the_method_never_runs_a_report_question() -> None:
         return [Rating(2, 2, 2) for _ in items]
 
     try:
-        edits, info = distilled_steering(model, tok, DistilledConfig(concept="sea", steps=2, max_answer_tokens=4,
-                                                                     gains=(0.5, 1.0)), judge=judge, progress=False)
+        edits, info = distilled_steering(model, tok, "sea", DistilledConfig(steps=2, max_answer_tokens=4,
+                                                                            gains=(0.5, 1.0)), judge=judge,
+                                         progress=False)
     finally:
         handle.remove()
     flat = [row for batch in seen for row in batch]
@@ -237,7 +238,7 @@ def test_the_method_never_runs_a_report_question() -> None:
     assert set(judged) <= set(SELECTION_QUESTIONS) and info["prompts_seen"] == list(TRAIN_QUESTIONS)
     assert info["split"]["report"] == list(REPORT_QUESTIONS) and info["gain"] in (0.5, 1.0)
     with pytest.raises(SteerformerError, match="prompts"):
-        distilled_steering(model, tok, DistilledConfig(concept="sea"), questions=[REPORT_QUESTIONS[0]], progress=False)
+        distilled_steering(model, tok, "sea", questions=[REPORT_QUESTIONS[0]], progress=False)
 
 
 def test_record_saves_words_its_card_reloads_and_unsteers_bit_for_bit(tmp_path) -> None:
@@ -270,7 +271,7 @@ def test_steer_method_distilled_runs_from_the_command_line(tmp_path) -> None:
     """``steerformer steer MODEL --method distilled --token ocean --out DIR``: the defaults of its
     config, the offline judge, a saved checkpoint whose card and record say what was done."""
     from steerformer.steering import read_records
-    from steerformer.steering.judge import MiniLM
+    from steerformer.steering.evaluation.judge import MiniLM
     from tests.conftest import run_cli
 
     if not MiniLM.available():

@@ -1,5 +1,7 @@
-"""The distilled method's options (:class:`DistilledConfig`), torch-free: the CLI and the docs read
-them without loading the method. The method itself: ``distilled/__init__.py``."""
+"""The distilled method's options (:class:`DistilledConfig`), torch-free: ``steer --help`` builds its
+flags from them without loading the method (an option of this method chooses it). The method:
+``distilled/__init__.py``. The concept is the call's ``token``/``text`` (``--token``), the layers
+the call's ``layers``/``layer`` (``--layers``/``--layer``; default :func:`default_layers`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ....configs import Config, option
+from ....configs import MethodConfig, option
 from ....errors import bad_argument
 
 #: AxBench's prompt baseline (Wu et al. 2025), in the user turn: the teacher's instruction by default
@@ -36,38 +38,34 @@ def _positive_number(name: str, v: Any, *, zero: bool = False) -> None:
 
 
 @dataclasses.dataclass
-class DistilledConfig(Config):
+class DistilledConfig(MethodConfig):
     """Options of the distilled edit (docs/steering-chat.md, "The distilled method")."""
 
-    concept: str = option("", "The concept to steer toward (default: the call's token/text).")
-    instruction: str = option(AXBENCH_INSTRUCTION, "The teacher's user turn: {question} (required) and {concept}; "
+    instruction: str = option(AXBENCH_INSTRUCTION, "The distilled edit: the teacher's user turn: {question} (required) and {concept}; "
                                                    "default AxBench's prompt baseline.")
-    questions: str | None = option(None, "A text file of your own questions, one per line, for the teacher to "
+    questions: str | None = option(None, "The distilled edit: a text file of your own questions, one per line, for the teacher to "
                                          "answer (default: the built-in TRAIN questions).", cli_type=str)
-    layers: tuple = option((), "Execution layers whose writer gets a low-rank edit (default: "
-                               f"{', '.join(f'{f:g}' for f in DEFAULT_DEPTHS)} of the model's depth).", cli_type=str)
-    writer: str = option("mlp", "The residual writer edited in each layer.", choices=WRITERS)
-    rank: int = option(4, "Rank of each layer's edit.")
-    objective: str = option("kl", "What the unprompted model matches: the teacher's next-token distributions (kl, "
+    writer: str = option("mlp", "The distilled edit: the residual writer edited in each layer (--layers; default: "
+                                f"{' and '.join(f'{f:g}' for f in DEFAULT_DEPTHS)} of the model's depth).",
+                         choices=WRITERS)
+    rank: int = option(4, "The distilled edit: rank of each layer's edit.")
+    objective: str = option("kl", "The distilled edit: what the unprompted model matches: the teacher's next-token distributions (kl, "
                                   "Prompt Baking), the later layers' hidden states (states, PSR), or both.",
                             choices=OBJECTIVES)
-    steps: int = option(20, "Optimizer steps.")
-    lr: float = option(0.01, "Adam learning rate.")
-    batch_size: int = option(8, "Teacher answers per step.")
-    kl_weight: float = option(1.0, "Weight of KL(base || edited) on neutral text (the base model's own answers).")
-    max_answer_tokens: int = option(32, "Tokens of each teacher answer (greedy) trained on.")
-    gains: tuple = option((1.5, 2.0, 3.0), "Strengths tried on the selection questions (x the learned edit).",
+    steps: int = option(20, "The distilled edit: optimizer steps.")
+    lr: float = option(0.01, "The distilled edit: Adam learning rate.")
+    batch_size: int = option(8, "The distilled edit: teacher answers per step.")
+    kl_weight: float = option(1.0, "The distilled edit: weight of KL(base || edited) on neutral text (the base model's own answers).")
+    max_answer_tokens: int = option(32, "The distilled edit: tokens of each teacher answer (greedy) trained on.")
+    gains: tuple = option((1.5, 2.0, 3.0), "The distilled edit: strengths tried on the selection questions (x the learned ΔW).",
                           cli_type=str)
-    kl_ceiling: float = option(0.6, "The strength chosen is the best judged one whose KL on the selection answers "
+    kl_ceiling: float = option(0.6, "The distilled edit: the strength chosen is the best judged one whose KL on the selection answers "
                                     "stays within this (nats/token).")
-    select_judge: str = option("offline", "Who rates the selection answers: offline (the project's judge), an "
+    select_judge: str = option("offline", "The distilled edit: who rates the selection answers: offline (the project's judge), an "
                                           "OpenAI-compatible URL, or none (the concept rate decides).")
-    seed: int = option(0, "Seed of the initialization and the batches.")
+    train_seed: int = option(0, "The distilled edit: seed of the initialization and the batches.")
 
-    def __post_init__(self) -> None:
-        self.check_types()
-        if not isinstance(self.concept, str):
-            raise bad_argument("concept", self.concept, "a word or phrase")
+    def check(self) -> None:
         if not isinstance(self.instruction, str) or "{question}" not in self.instruction:
             raise bad_argument("instruction", self.instruction, "a text holding {question} (and usually {concept})",
                                f"The default is AxBench's: {AXBENCH_INSTRUCTION!r}.")
@@ -88,9 +86,6 @@ class DistilledConfig(Config):
             raise bad_argument("writer", self.writer, f"one of {', '.join(WRITERS)}")
         if not isinstance(self.select_judge, str) or not self.select_judge.strip():
             raise bad_argument("select_judge", self.select_judge, "offline, none, or a judge server's http(s) URL")
-        self.layers = _numbers("layers", self.layers, int)
-        if not all(isinstance(k, int) and not isinstance(k, bool) for k in self.layers):
-            raise bad_argument("layers", self.layers, "execution layers as whole numbers, e.g. (15, 19)")
         self.gains = _numbers("gains", self.gains, float)
         if not self.gains or not all(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g)
                                      and g > 0 for g in self.gains):
@@ -98,10 +93,10 @@ class DistilledConfig(Config):
 
 
 def _numbers(name: str, value: Any, kind: type) -> tuple:
-    """A tuple from a tuple/list, one number, or the CLI's comma list ("15,19")."""
+    """A tuple from a tuple/list, one number, or the CLI's comma list ("1.5,2,3", also shown as "(1.5, 2, 3)")."""
     if isinstance(value, str):
         try:
-            return tuple(kind(x) for x in value.replace(" ", "").split(",") if x)
+            return tuple(kind(x) for x in value.strip("()[] ").replace(" ", "").split(",") if x)
         except ValueError:
             raise bad_argument(name, value, f"a comma list of {'whole numbers' if kind is int else 'numbers'}") from None
     if isinstance(value, (list, tuple)):

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -19,28 +18,31 @@ from .teacher import data_sha256, read_questions, teacher_examples, training_que
 from .training import edit_writers, scaled, train_edit
 
 
-def distilled_steering(model: Any, tokenizer: Any, config: DistilledConfig, *, questions: Sequence[str] | None = None,
+def distilled_steering(model: Any, tokenizer: Any, concept: str, config: DistilledConfig | None = None, *,
+                       layers: Sequence[int] | None = None, questions: Sequence[str] | None = None,
                        judge: Any = None, progress: Any = True) -> tuple[list, dict]:
-    """The distilled edit of ``config.concept`` (package docstring): the teacher's answers to the
-    training questions (``questions``, else ``config.questions``' file, else the TRAIN questions), the
-    edit trained, its strength chosen on the SELECTION questions (``judge``: a callable judge instead
-    of ``config.select_judge``). Returns the edits at the chosen strength (not applied) and the
-    record's information. Layers and writers are checked against the model before anything runs."""
+    """The distilled edit of ``concept`` (package docstring): the teacher's answers to the training
+    questions (``questions``, else ``config.questions``' file, else the TRAIN questions), the edit of
+    ``layers`` (default :func:`~.config.default_layers`) trained, its strength chosen on the SELECTION
+    questions (``judge``: a callable judge instead of ``config.select_judge``). Returns the edits at
+    the chosen strength (not applied) and the record's information. Layers and writers are checked
+    against the model before anything runs."""
     from ....loading import open_source
     from ...chat import pad_id
     from ...measure import model_device
 
     t0 = time.perf_counter()
-    concept = " ".join(str(config.concept).split())
-    if not concept:
-        raise bad_argument("concept", config.concept, "the word or phrase to steer toward", "Pass concept='ocean' "
-                           "(or token='ocean'; CLI --token ocean).")
+    config = DistilledConfig() if config is None else config
+    if not isinstance(concept, str) or not " ".join(concept.split()):
+        raise bad_argument("token", concept, "the word or phrase to steer toward", "Pass token='ocean' "
+                           "(CLI --token ocean).")
+    concept = " ".join(concept.split())
     if tokenizer is None:
         raise bad_argument("tokenizer", None, "the model's tokenizer (the teacher answers text questions)")
     source = open_source(model)
     adapter = source.adapter
     n = adapter.n_layers
-    layers = select_layers(list(config.layers) or list(default_layers(n)), n, name="layers")
+    layers = select_layers(list(layers) if layers is not None else list(default_layers(n)), n, name="layers")
     writers = edit_writers(adapter, sorted(layers), config.writer, source.model_id)  # before any hook is placed
     if questions is None and config.questions:
         questions = read_questions(config.questions)
@@ -50,7 +52,7 @@ def distilled_steering(model: Any, tokenizer: Any, config: DistilledConfig, *, q
     t_data = time.perf_counter() - t0
     edits, trained = train_edit(model, adapter, examples, layers=sorted(layers), writers=writers, rank=config.rank,
                                 steps=config.steps, lr=config.lr, batch_size=config.batch_size,
-                                kl_weight=config.kl_weight, objective=config.objective, seed=config.seed,
+                                kl_weight=config.kl_weight, objective=config.objective, seed=config.train_seed,
                                 pad=pad_id(tokenizer), device=model_device(model), progress=progress)
     gain, rows = choose_strength(model, tokenizer, edits, concept, config.gains, kl_ceiling=config.kl_ceiling,
                                  judge=config.select_judge if judge is None else judge, progress=progress)
@@ -58,7 +60,7 @@ def distilled_steering(model: Any, tokenizer: Any, config: DistilledConfig, *, q
     info = {"concept": concept, "instruction": config.instruction, "objective": config.objective,
             "layers": sorted(layers), "writer": config.writer, "rank": config.rank, "steps": config.steps,
             "lr": config.lr, "batch_size": config.batch_size, "kl_weight": config.kl_weight,
-            "max_answer_tokens": config.max_answer_tokens, "seed": config.seed,
+            "max_answer_tokens": config.max_answer_tokens, "train_seed": config.train_seed,
             "data_sha256": data_sha256(examples), "n_examples": len(examples),
             "teacher_answers": [{"question": e.question, "answer": tokenizer.decode(e.answer, skip_special_tokens=True)}
                                 for e in examples[:3]],
@@ -72,7 +74,7 @@ def distilled_steering(model: Any, tokenizer: Any, config: DistilledConfig, *, q
     return scaled(edits, gain), info
 
 
-def summary_lines(info: dict) -> list[str]:
+def summary_of(info: dict) -> list[str]:
     """The record's summary of a distilled edit (the CLI prints it)."""
     chosen = next((r for r in info["selection"] if r.get("chosen")), {})
     first, last = info.get("loss_first") or {}, info.get("loss_last") or {}
@@ -110,22 +112,19 @@ class Distilled(Method):
                                "has none")
         if call.tokenizer is None:
             raise bad_argument("tokenizer", None, "the model's tokenizer (the teacher answers text questions)")
-        concept = cfg.concept or call.token or call.text
+        concept = call.token or call.text
         if not concept:
-            raise bad_argument("concept", cfg.concept, "the word or phrase to steer toward",
-                               "Pass concept='ocean' (or token='ocean'; CLI --token ocean).")
+            raise bad_argument("token", None, "the word or phrase to steer toward", "Pass token='ocean' (CLI --token "
+                               "ocean).")
         layers = call.layers if call.layers is not None else call.config.layer
         if layers is not None:
             layers = select_layers(layers, call.adapter.n_layers, name="layers")  # before any hook
-            cfg = dataclasses.replace(cfg, layers=tuple(layers))
-        cfg = dataclasses.replace(cfg, concept=str(concept))
         prompts = call.prompts
         if prompts is not None and not isinstance(prompts, (list, tuple)):
             raise bad_argument("prompts", type(prompts).__name__, "a list of questions (strings) for the teacher")
-        edits, info = distilled_steering(call.model, call.tokenizer, cfg, questions=prompts,
-                                         progress=call.config.progress)
+        edits, info = distilled_steering(call.model, call.tokenizer, str(concept), cfg, layers=layers,
+                                         questions=prompts, progress=call.config.progress)
         chosen = next(r for r in info["selection"] if r["chosen"])
-        info["summary"] = summary_lines(info)
         info["chosen_by"] = (f"the best judged aggregate on the selection questions' answers among strengths "
                              f"{[r['gain'] for r in info['selection']]} (x the learned ΔW) with KL <= "
                              f"{info['kl_ceiling']:g}: x{info['gain']:g}, aggregate "
@@ -144,5 +143,29 @@ class Distilled(Method):
         return {"kl": plan.extra["selection"]["kl"], "kl_kind": "teacher-forced on the selection questions' "
                                                                 "base answers"}
 
+    # ---- words -------------------------------------------------------------------------------
+    def summary_lines(self, record: Any) -> list[str]:
+        """What was trained, on what, the strength chosen and its judged scores, the evaluation when one ran."""
+        lines = summary_of(record.calibration or {})
+        ev = record.evaluation
+        if ev:
+            lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                         f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}")
+            if ev.get("aggregate") is not None:
+                lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                             f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                             f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
+        return lines
 
-__all__ = ["Distilled", "distilled_steering", "summary_lines"]
+    def card_formula(self, record: Any) -> str:
+        return str(record.edits[0].solve.get("formula")) if record.edits else Method.card_formula(self, record)
+
+    def gain_text(self, record: Any) -> str:
+        return f"γ = {record.gain:g} × the learned ΔW (the strength chosen on the selection questions)"
+
+    def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        return (f"distilled: the teacher's answers, {cfg.steps} training steps, then {len(cfg.gains)} strengths "
+                "judged on the selection questions (minutes on a CPU; --quiet hides these lines) ...")
+
+
+__all__ = ["Distilled", "distilled_steering", "summary_of"]

@@ -13,8 +13,8 @@ from ....configs import progress_bar
 from ....prompts import SELECTION_QUESTIONS
 from ...activation import edits_applied
 from ...edit import Edit
-from ...evaluate import Baseline, fluency_of, judge_point, score_answers
-from ...judge import concept_words, make_judge
+from ...evaluation.evaluate import Baseline, fluency_of, judge_point, score_answers
+from ...evaluation.judge import concept_words, make_judge
 from .training import scaled
 
 #: answer length of the selection answers (the evaluation's default length)

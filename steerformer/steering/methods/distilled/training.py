@@ -37,7 +37,7 @@ STATE_LAYERS = 4
 def edit_writers(adapter: Any, layers: Sequence[int], writer: str, model_id: str) -> dict[int, Any]:
     """{layer: Writer}: the MLP's output projection (``output_writer``: refused with one line on a
     post-LN or weight-sharing model) or the attention's output, of each layer."""
-    from ...activation import output_writer
+    from ..addition.weights import output_writer
 
     seq = adapter.layer_sequence()
     out = {}

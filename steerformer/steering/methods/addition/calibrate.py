@@ -28,10 +28,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import bad_argument
-from ..prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch
-from .chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
-from .measure import ModelProbe, kl_per_token, model_device, model_probe
+from ....errors import bad_argument
+from ....prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch
+from ...chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
+from ...measure import ModelProbe, kl_per_token, model_device, model_probe
 
 
 
@@ -308,7 +308,7 @@ def addition_vectors(model: Any, tokenizer: Any, phrase: str, layers: Sequence[i
     """{layer: u_ℓ · s_ℓ}: the phrase's direction at each layer scaled to that layer's median
     residual norm on the probe, so that ``activation_steering(model, vectors, coeff=c)`` adds c
     residual norms (the coefficient means the same at every layer)."""
-    from ..loading import open_source
+    from ....loading import open_source
 
     adapter = open_source(model).adapter
     probe = probe or ContinuationProbe.of(model, adapter, tokenizer)
