@@ -57,7 +57,8 @@ class DistilledConfig(MethodConfig):
     batch_size: int = option(8, "The distilled edit: teacher answers per step.")
     kl_weight: float = option(1.0, "The distilled edit: weight of KL(base || edited) on neutral text (the base model's own answers).")
     max_answer_tokens: int = option(32, "The distilled edit: tokens of each teacher answer (greedy) trained on.")
-    gains: tuple = option((1.5, 2.0, 3.0), "The distilled edit: strengths tried on the selection questions (x the learned ΔW).",
+    # a comma list (the CLI's form, so that the flag at its default is "not given")
+    gains: tuple = option("1.5,2,3", "The distilled edit: strengths tried on the selection questions (x the learned ΔW).",
                           cli_type=str)
     kl_ceiling: float = option(0.6, "The distilled edit: the strength chosen is the best judged one whose KL on the selection answers "
                                     "stays within this (nats/token).")

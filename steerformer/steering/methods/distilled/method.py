@@ -164,6 +164,7 @@ class Distilled(Method):
         return f"γ = {record.gain:g} × the learned ΔW (the strength chosen on the selection questions)"
 
     def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        cfg = DistilledConfig(**cfg) if isinstance(cfg, dict) else cfg  # the CLI passes the options it was given
         return (f"distilled: the teacher's answers, {cfg.steps} training steps, then {len(cfg.gains)} strengths "
                 "judged on the selection questions (minutes on a CPU; --quiet hides these lines) ...")
 
