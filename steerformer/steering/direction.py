@@ -178,6 +178,11 @@ class Direction:
         adds = [(r, e) for r in records for e in r.edits if e.kind == "add"]
         if not adds:
             kinds = sorted({e.kind for r in records for e in r.edits}) or ["none"]
+            if "lora" in kinds:  # a learned low-rank ΔW (the distilled method): its change is ΔW z, per token
+                raise bad_argument("record", "edits of kind lora", "a KL-calibrated steer (a fixed vector per "
+                                   "layer): a control vector cannot carry a token-dependent edit (its change ΔW·z "
+                                   "depends on each token's input)", "Export it as a model instead: steerformer "
+                                   "export DIR --format gguf (or peft).")
             raise bad_argument("record", f"edits of kind {', '.join(kinds)}", "a KL-calibrated steer (activation "
                                "addition as weights, the causal-LM default): the paper's rank-1 edit and an "
                                "ablation add no fixed vector", "Steer without --gain/--strength/--target-alignment.")

@@ -78,7 +78,7 @@ BUILT_IN: dict[str, tuple[str, str | None]] = {
     "paper": (".paper.method", ".paper.config"),
     "addition": (".addition.method", ".addition.config"),
     "ablation": (".ablation.method", ".ablation.config"),
-    "trained": (".trained", None),
+    "distilled": (".distilled.method", ".distilled.config"),
 }
 
 
