@@ -20,6 +20,7 @@ Modules, each one noun (lower ones never import higher ones):
     calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
     judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
     selection   choices made on the selection questions: the judged choice among candidate edits
+    strength    the strength of any method chosen by the judge within a KL ceiling: the dose curve
     evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
     methods     the steering methods by name (paper, addition, ablation), ``register_method``, ``get_method``
@@ -57,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
     "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
     "kl_curve": ".methods.addition",
+    "StrengthSearch": ".strength", "judged_strength": ".strength",
     "verify_checkpoint": ".verify",
 }
 
@@ -66,7 +68,7 @@ __all__ = [
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve",
+    "make_judge", "kl_curve", "StrengthSearch", "judged_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -89,6 +91,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .activation import activation_steering, addition_as_weights, edits_applied
     from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
     from .methods.addition import kl_curve
+    from .strength import StrengthSearch, judged_strength
     from .evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .calibrate import addition_vectors
     from .verify import verify_checkpoint
