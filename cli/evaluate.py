@@ -40,7 +40,7 @@ def evaluate_cmd(
     out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
     layers: str = typer.Option("12,15,19,22", "--layers", help="Activation addition at each of these layers."),
     coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
-    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3)."),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL ceiling of the default steer (default 0.6; judged gain)."),
     questions: int = typer.Option(8, "--questions", help="Held-out questions (at most 16 built in)."),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per answer."),
     sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy answers."),

@@ -60,7 +60,8 @@ def steer_cmd(
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
     """Edit the weights with a steering method (--method; default: a causal LM gets activation
-    addition as weights after a scanned layer, the gain within --max-kl; every other model, or
+    addition as weights after a scanned layer, the gain chosen by the judge within --max-kl (--choose kl:
+    the largest within it); every other model, or
     --target-alignment/--gain/--strength, the paper's rank-1 edit of the last attention layer;
     --mode ablate removes directions from every writer's weights); print the cost.
 

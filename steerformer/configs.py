@@ -337,8 +337,15 @@ def check_ablation_scale(scale: Any) -> None:
 
 #: where the KL-calibrated addition acts: every position, or all but the first (the chat template's first token)
 POSITIONS = ("skip-first", "all")
-#: the KL budget of the addition method, nats per token on the probe continuations (docs/steering-chat.md)
+#: the KL budget of the addition method's KL-only choice (``choose="kl"``), nats per token on the probe
+#: continuations (docs/steering-chat.md)
 DEFAULT_MAX_KL = 0.3
+#: the KL ceiling of a strength chosen by the judge (``choose="judged"``, steering/strength.py): the
+#: blind comparison of issue 34 rated the addition best near a probe KL of 0.5 (0.46 aggregate, against
+#: 0.31 at the 0.3 budget)
+DEFAULT_JUDGED_MAX_KL = 0.6
+#: how the addition's gain is chosen (docs/math.md §5d, "Selection and report")
+STRENGTH_CHOICES = ("judged", "kl")
 
 
 def check_positions(positions: Any) -> str:
@@ -457,9 +464,14 @@ class AdditionConfig(MethodConfig):
 
     method_name: ClassVar[str] = "addition"
 
-    max_kl: float = option(DEFAULT_MAX_KL, "KL budget, nats/token: the largest gain whose teacher-forced KL on "
-                                           "probe prompts stays within it (the addition method: causal LMs).",
-                           cli_type=float)
+    max_kl: float | None = option(None, "KL ceiling, nats/token, teacher-forced on the probe prompts' continuations "
+                                         "(the addition method: causal LMs): --choose judged keeps the gain's KL "
+                                         f"within it (default {DEFAULT_JUDGED_MAX_KL}); --choose kl takes the "
+                                         f"largest gain within it (default {DEFAULT_MAX_KL}).", cli_type=float)
+    choose: str = option("judged", "How the addition's gain is chosen: judged (the best mean aggregate of the judge "
+                                   "on answers to the selection questions, KL <= --max-kl; the KL rule where the "
+                                   "judge rates every gain 0 or the bundled MiniLM is missing) | kl (the largest "
+                                   "gain within --max-kl).", choices=STRENGTH_CHOICES)
     positions: str = option("skip-first", "KL-calibrated edit: where the addition acts (all | skip-first: not the "
                                           "first token).", choices=POSITIONS)
     # default "concept": on SmolLM2 the judged choice picked the same layer for 4 of 5 concepts, mean
@@ -469,9 +481,19 @@ class AdditionConfig(MethodConfig):
                                           "short answers to selection questions; concept when MiniLM is "
                                           "missing).", choices=LAYER_CHOICES)
 
+    @property
+    def budget(self) -> float:
+        """The KL bound in force: ``max_kl`` when given, else the default of ``choose``."""
+        if self.max_kl is not None:
+            return float(self.max_kl)
+        return DEFAULT_JUDGED_MAX_KL if self.choose == "judged" else DEFAULT_MAX_KL
+
     def check(self) -> None:
-        check_max_kl(self.max_kl)
+        if self.max_kl is not None:
+            check_max_kl(self.max_kl)
         check_positions(self.positions)
+        if self.choose not in STRENGTH_CHOICES:
+            raise bad_argument("choose", self.choose, f"one of {STRENGTH_CHOICES}")
         if self.layer_choice not in LAYER_CHOICES:
             raise bad_argument("layer_choice", self.layer_choice, f"one of {LAYER_CHOICES}")
 

@@ -171,6 +171,12 @@ class SteeringRecord:
                     f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
                         f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
                     for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
+            if cal.get("strength_search"):
+                ss = cal["strength_search"]
+                lines.append(f"gain chosen by the judge on {len(ss['questions'])} selection answers (KL <= "
+                             f"{g(ss['max_kl'])}): " + ", ".join(
+                                 f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
+                                 for p in ss["points"]) + f"; chosen {cal.get('strength_choice')}")
             if cal.get("budget_bounds"):
                 held = cal.get("kl_report_answers")
                 lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "

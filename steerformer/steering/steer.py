@@ -42,8 +42,13 @@ def steer(
     By default **a causal LM** gets ``addition``: activation addition written as weights after the
     layer(s) ``layer``/``layers`` (default: a scan of middle layers), along the direction taken at
     that layer (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``),
-    with the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (0.3
-    nats/token; docs/steering-chat.md); ``positions="skip-first"`` leaves the first token alone.
+    with its gain chosen by ``choose``: "judged" (default on a chat model: the gain whose greedy
+    answers to the selection questions the judge rates best, mean aggregate, among the gains reaching
+    a ladder of KL levels up to ``max_kl``, default 0.6 nats/token; ``steering/strength.py``, the dose
+    curve in ``record.calibration["strength_search"]``) or "kl" (the largest gain whose teacher-forced
+    KL on probe prompts stays within ``max_kl``, default 0.3; also the fallback without a chat
+    template, a concept word or the bundled MiniLM, docs/steering-chat.md); ``positions="skip-first"``
+    leaves the first token alone.
     **Every other model**, or any of ``gain``, ``strength``, ``target_alignment``, ``through_ffn``,
     ``solve``... gets ``paper``: W_O' = W_O + γ u (wᵀV⁺) of one layer (``layer``, default -1).
 
@@ -67,7 +72,7 @@ def steer(
     calls. A ``SentenceTransformer`` is steered through its transformer.
 
     The options come as a :class:`~steerformer.configs.SteerConfig` or as its fields by keyword
-    (``max_kl=0.3, positions="skip-first", target_alignment (0.99), strength, gain, layer,
+    (``max_kl``, ``choose="judged"``, ``positions="skip-first", target_alignment (0.99), strength, gain, layer,
     solve="min-norm", measure="model", through_ffn, untie_last, compensate_bias, dynamics_n_prompts=30,
     dynamics_tokens=10, seed=0, report=True, progress, mode="steer", scale=1.0``); a registered
     method's own options as its config or by keyword. The record stores them (``record.config``).

@@ -31,7 +31,7 @@ whose probe KL reaches each level of :data:`KL_LEVELS` up to the ceiling (secant
 Public API:
 
     DEFAULT_CEILING                 0.6 nats/token: the default ceiling ``max_kl`` of a judged choice
-    KL_LEVELS                       (0.1, 0.2, 0.3, 0.4, 0.5, 0.6): the default ladder of KL levels
+    KL_LEVELS                       (0.15, 0.3, 0.45, 0.6): the default ladder of KL levels
     SELECTION_TOKENS                40: greedy answer length of the selection answers (as the report's)
     probe_kl(model, probe)          KL of the model as it is now on the probe (one full forward)
     kl_ladder(model, at, probe, levels, *, start=1.0, smallest=1e-3, largest=64.0, memo=None)
@@ -88,7 +88,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
-from ..configs import check_max_kl, progress_bar
+from ..configs import DEFAULT_JUDGED_MAX_KL, check_max_kl, progress_bar
 from ..errors import SteerformerError, bad_argument
 from ..prompts import SPLITS
 from .judge import concept_words, judge_answers, make_judge, summarize
@@ -96,11 +96,11 @@ from .measure import kl_per_token
 
 log = logging.getLogger(__name__)
 
-#: the default ceiling of a judged choice, nats/token on the probe: the blind comparison of issue 34
-#: rated the addition best at a probe KL near 0.5 (0.46 aggregate vs 0.31 at the 0.3 budget)
-DEFAULT_CEILING = 0.6
-#: the default ladder of KL levels (those ≤ the ceiling, and the ceiling itself, are the candidates)
-KL_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+#: the default ceiling of a judged choice, nats/token on the probe (configs.DEFAULT_JUDGED_MAX_KL)
+DEFAULT_CEILING = DEFAULT_JUDGED_MAX_KL
+#: the default ladder of KL levels (those ≤ the ceiling, and the ceiling itself, are the candidates):
+#: four, so that the default steer stays within a minute on SmolLM2 (each candidate is one generation)
+KL_LEVELS = (0.15, 0.3, 0.45, 0.6)
 #: greedy length of the selection answers: the report's (evaluate's default), so that a fluency
 #: collapse late in an answer is seen when choosing
 SELECTION_TOKENS = 40
