@@ -1,5 +1,5 @@
 """Steering methods side by side on a chat model, AxBench-style (issue 27 item 4; docs/steering-chat.md,
-"Peers"): the same questions, the same judge (``steerformer.steering.judge``), the same KL.
+"Peers"): the same questions, the same judge (``steerformer.steering.evaluation.judge``), the same KL.
 
 Used by ``bench_chat_steering.py`` (the one entry point). Per concept, the questions split in two:
 
@@ -74,7 +74,7 @@ class Split:
     """One split of the questions: the base model's answers on it (steerformer's Baseline)."""
 
     name: str
-    baseline: Any  # steerformer.steering.evaluate.Baseline
+    baseline: Any  # steerformer.steering.evaluation.evaluate.Baseline
 
 
 @dataclasses.dataclass
@@ -121,8 +121,8 @@ class Bench:
     def __init__(self, model: Any, tok: Any, judge: Any, *, max_new_tokens: int, log: Callable[[str], None],
                  smoke: bool = False) -> None:
         import steerformer as sf
-        from steerformer.steering.calibrate import ContinuationProbe
-        from steerformer.steering.evaluate import PROBE_QUESTIONS
+        from steerformer.steering.methods.addition.calibrate import ContinuationProbe
+        from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
         self.partial: Path | None = None  # where run() writes the selection sweep after each concept
@@ -143,7 +143,7 @@ class Bench:
         return self.scale[layer]
 
     def split(self, name: str, questions: Sequence[str]) -> Split:
-        from steerformer.steering.evaluate import Baseline
+        from steerformer.steering.evaluation.evaluate import Baseline
 
         return Split(name, Baseline.of(self.model, self.tok, list(questions), max_new_tokens=self.max_new_tokens))
 
@@ -158,10 +158,10 @@ class Bench:
     def measure(self, split: Split, concept: str, method: str, strength: float | None, setting: Setting) -> Point:
         """KL on the base answers, the method's own greedy answers, their fluency under the base model
         and the judge's ratings (module docstring)."""
-        from steerformer.steering.evaluate import (
+        from steerformer.steering.evaluation.evaluate import (
             answer_logprobs, distinct2, generate_answers, mean_kl, mean_nll, mentions, word_forms,
         )
-        from steerformer.steering.judge import JudgeItem, judge_answers, summarize
+        from steerformer.steering.evaluation.judge import JudgeItem, judge_answers, summarize
 
         base = split.baseline
         t0 = time.perf_counter()
@@ -237,7 +237,7 @@ class SteerChosen(Method):
 
     def steer(self, bench, concept, **options):
         import steerformer as sf
-        from steerformer.steering.evaluate import PROBE_QUESTIONS
+        from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         # the smoke run scans no layers and probes with 2 prompts
         kw = {"layer": bench.n_layers - 1, "prompts": PROBE_QUESTIONS[:2]} if bench.smoke else {}
@@ -262,7 +262,7 @@ class SteerChosen(Method):
         return state
 
     def choice(self, bench, state, budget):
-        from steerformer.steering.strength import choose
+        from steerformer.steering.evaluation.strength import choose
 
         curve, rec = state["curve"], state["record"]
         if not curve:
@@ -272,7 +272,7 @@ class SteerChosen(Method):
         chosen = curve["points"][curve["chosen"]] if curve.get("chosen") is not None else None
         if state["choice"] != "judged" or chosen is None:  # the KL rule decided (the judge saw nothing)
             return 1.0, {"split": "selection", "kl_probe": rec.kl, "source": state["choice"]}
-        from steerformer.steering.strength import StrengthPoint
+        from steerformer.steering.evaluation.strength import StrengthPoint
 
         points = [StrengthPoint.from_dict(p) for p in curve["points"]]
         i = choose(points, budget)
@@ -391,7 +391,7 @@ class PaperEdit(Method):
 def _residual_mean(bench: Bench, texts: Sequence[str], layer: int) -> torch.Tensor:
     """The mean residual state after ``layer`` over the texts' real tokens but the first."""
     from steerformer.prompts import PromptBatch
-    from steerformer.steering.calibrate import block_outputs
+    from steerformer.steering.methods.addition.calibrate import block_outputs
 
     batch = PromptBatch.from_texts(list(texts), bench.tok)
     h = block_outputs(bench.model, bench.source.adapter, batch, layer)[layer].to(torch.float64)

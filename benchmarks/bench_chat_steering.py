@@ -18,7 +18,7 @@ SELECTION (the 8 selection questions, ``prompts.SPLITS``) is where every choice 
 method's strengths are measured there and the best at selection KL <= 0.3 and <= 0.6 is taken; the
 default and the distilled method choose on them by themselves (their judged search). REPORT (the 16
 report questions, never used to choose) is where the choices are measured. Judged per answer
-(``steerformer.steering.judge``, the offline judge by default): concept, relevance, fluency (0-2),
+(``steerformer.steering.evaluation.judge``, the offline judge by default): concept, relevance, fluency (0-2),
 aggregate, good steer; plus concept rate, KL (teacher-forced on the base answers) and fluency (free).
 Also: the default steer's time / one forward pass, seconds per concept (to choose, to report), sample
 answers, and generate tokens/s steered / base. Outputs in --out: peers.json, peers.csv, peers.png; the
@@ -90,7 +90,7 @@ def timed(fn):
 def tokens_per_second(model, tok, prompts, n_new: int, ctx) -> float:
     import torch
     from steerformer.prompts import PromptBatch
-    from steerformer.steering.evaluate import pad_id
+    from steerformer.steering.evaluation.evaluate import pad_id
 
     batch = PromptBatch.from_rows(prompts, pad_id=pad_id(tok), left=True)
     with ctx, torch.no_grad():
@@ -119,8 +119,8 @@ def classic(argv: list[str] | None = None) -> None:
 
     import steerformer as sf
     from steerformer.steering import edits_applied
-    from steerformer.steering.calibrate import ContinuationProbe, addition_vectors
-    from steerformer.steering.evaluate import (
+    from steerformer.steering.methods.addition.calibrate import ContinuationProbe, addition_vectors
+    from steerformer.steering.evaluation.evaluate import (
         HELDOUT_QUESTIONS, PROBE_QUESTIONS, Baseline, answer_logprobs, evaluate_steering, mean_kl,
     )
 
@@ -259,7 +259,7 @@ def tiny_llama():
 def stub_judge(items):
     """The smoke run's judge (no MiniLM): concept 2 when a term is mentioned, relevance 1, fluency
     from repetition alone."""
-    from steerformer.steering.judge import Rating, mentions, repetition
+    from steerformer.steering.evaluation.judge import Rating, mentions, repetition
 
     return [Rating(2 if mentions([it.answer], it.terms)[0] else 0, 1 if it.answer.strip() else 0,
                    2 if repetition(it.answer) < 0.25 else 1) for it in items]
@@ -268,7 +268,7 @@ def stub_judge(items):
 def split_questions(n_selection: int, n_report: int) -> tuple[list[str], list[str]]:
     """SELECTION and REPORT: the project's split (``steerformer.prompts.SPLITS``: the probe questions
     and the held-out questions), else disjoint slices of the held-out questions."""
-    from steerformer.steering import evaluate
+    from steerformer.steering.evaluation import evaluate
 
     if hasattr(evaluate, "SELECTION_QUESTIONS") and hasattr(evaluate, "REPORT_QUESTIONS"):
         sel, rep = list(evaluate.SELECTION_QUESTIONS), list(evaluate.REPORT_QUESTIONS)
@@ -321,7 +321,7 @@ def main() -> None:
     import torch
 
     import steerformer as sf
-    from steerformer.steering.judge import make_judge
+    from steerformer.steering.evaluation.judge import make_judge
 
     torch.set_num_threads(args.threads)
     judge = stub_judge if args.smoke else make_judge(args.judge)

@@ -36,8 +36,8 @@ def main() -> None:
     import steerformer as sf
     from steerformer.loading import load_tokenizer
     from steerformer.steering import edits_applied, kl_curve
-    from steerformer.steering.calibrate import ContinuationProbe
-    from steerformer.steering.evaluate import PROBE_QUESTIONS, REPORT_QUESTIONS, Baseline, evaluate_steering
+    from steerformer.steering.methods.addition.calibrate import ContinuationProbe
+    from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS, REPORT_QUESTIONS, Baseline, evaluate_steering
 
     torch.set_num_threads(args.threads)
     concepts = args.concepts.split(",")[:1] if args.smoke else args.concepts.split(",")

@@ -93,8 +93,8 @@ def main() -> None:
     import steerformer as sf
     from steerformer.loading import load_tokenizer
     from steerformer.steering.activation import edits_applied
-    from steerformer.steering.calibrate import addition_vectors
-    from steerformer.steering.evaluate import Baseline, evaluate_steering
+    from steerformer.steering.methods.addition.calibrate import addition_vectors
+    from steerformer.steering.evaluation.evaluate import Baseline, evaluate_steering
     from steerformer.steering.methods.trained import REPORT_QUESTIONS, TrainedConfig, trained_steering
 
     torch.set_num_threads(args.threads)

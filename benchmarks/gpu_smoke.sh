@@ -45,7 +45,7 @@ for pair in "cpu:cpu" "dev:$DEV"; do
   # grouped-query model: factored spectra, statistics with the null model and the cumulative product
   steerformer analyze "$W/llama" --device "$dev" --out "$W/stats-$tag" --no-plots --n-prompts 4 --n-tokens 6 \
       --null-draws 3 --json > "$W/stats-$tag.json"
-  steerformer steer "$W/llama" --device "$dev" --direction "$W/u.npy" --mode ablate --quiet --record "$W/ablate-$tag.json"
+  steerformer steer "$W/llama" --device "$dev" --direction "$W/u.npy" --method ablation --quiet --record "$W/ablate-$tag.json"
   steerformer steer "$W/llama" --device "$dev" --dtype bf16 --direction "$W/u.npy" --solve exact --gain 2 --quiet \
       --record "$W/bf16-$tag.json"
   for v in "--no-ffn" "--weights random" "--weights random-per-pass" "--dtype bf16"; do

@@ -1,6 +1,6 @@
 """The offline judge's calibration (docs/math.md §5d, docs/steering-chat.md "The judge"): base answers
 and steered answers of SmolLM2 — the default ``steer`` at a few KL budgets, and activation addition
-at high coefficients for broken text — with the numbers each rule of ``steering/judge.py`` reads:
+at high coefficients for broken text — with the numbers each rule of ``steering/evaluation/judge.py`` reads:
 the answer's NLL under the base model after an empty user turn (per answer), MiniLM similarities,
 the repetition share, and (once ``--rate FILE`` holds hand ratings) how the rules agree with them.
 
@@ -26,8 +26,8 @@ def collect(out: Path, concepts: list[str], budgets: list[float], coeffs: list[f
 
     import steerformer as sf
     from steerformer.loading import load_tokenizer
-    from steerformer.steering.calibrate import addition_vectors
-    from steerformer.steering.evaluate import HELDOUT_QUESTIONS, Baseline, answer_logprobs, generate_answers
+    from steerformer.steering.methods.addition.calibrate import addition_vectors
+    from steerformer.steering.evaluation.evaluate import HELDOUT_QUESTIONS, Baseline, answer_logprobs, generate_answers
 
     torch.set_num_threads(1)
     model = sf.load_model(sf.BUNDLED_SMOLLM2, auto_class="AutoModelForCausalLM")
@@ -74,7 +74,7 @@ def collect(out: Path, concepts: list[str], budgets: list[float], coeffs: list[f
 def table(out: Path, rate_file: Path | None) -> None:
     """Each answer's features and the offline rules' rating; with ``rate_file`` (JSON: a list of
     [row index, concept, relevance, fluency] read by hand), the agreement per axis."""
-    from steerformer.steering.judge import JudgeItem, OfflineJudge, summarize
+    from steerformer.steering.evaluation.judge import JudgeItem, OfflineJudge, summarize
 
     data = json.loads((out / "answers.json").read_text())
     rows = data["rows"]

@@ -41,8 +41,8 @@ FLAG_OF_ARGUMENT: dict[str, str] = {
 }
 
 
-#: ``ctx.meta`` key of the flags a command sets for itself while it runs (``steer --mode ablate``:
-#: ``layers`` is ``--ablate-layers``, else ``--layers``).
+#: ``ctx.meta`` key of the flags a command sets for itself while it runs (``steer --method ablation``:
+#: ``layers`` is ``--layers``, else ``--layers``).
 META_FLAGS = "steerformer.flags"
 
 
@@ -56,14 +56,14 @@ def _current_context():
 
 #: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
-    "steer": {"directory": "--out", "layers": "--layers"},  # --mode ablate: --ablate-layers (name_flags)
+    "steer": {"directory": "--out", "layers": "--layers"},
     "make": {"directory": "--out"},  # direction make: Direction.save(directory)
 }
 
 
 def name_flags(**flags: str) -> None:
     """Name, for the running command, the flag of library arguments that depend on its options
-    (``name_flags(layers="--ablate-layers")``): its error messages then name that flag."""
+    (``name_flags(layers="--layers")``): its error messages then name that flag."""
     ctx = _current_context()
     if ctx is not None:
         ctx.meta.setdefault(META_FLAGS, {}).update(flags)
@@ -218,12 +218,13 @@ def check_input_files(**files) -> None:
             raise bad_argument(flag, str(path), f"an existing file ({what})", "Check the path.")
 
 
-def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None = None):
+def config_options(cls, *more: type, into: str = "options", names: tuple[str, ...] | None = None):
     """Decorator: one typer option per command-line field of the dataclass config ``cls``
     (:mod:`steerformer.configs`), built from the field's metadata (flag, help, type, choices) —
     the single declaration of each option. The options take the place of the command's parameter
     ``into``, which receives ``{field: value}`` (inverted flags negated, choices as strings) to build
-    the config inside ``user_errors()``. ``names``: only these fields."""
+    the config inside ``user_errors()``. ``more``: further config classes whose fields join the same
+    ``into`` (``steer``: every built-in method's options). ``names``: only these fields."""
     import dataclasses
     import functools
     import inspect
@@ -234,7 +235,7 @@ def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None 
         hints = typing.get_type_hints(f)
         conv: dict[str, tuple[str, typing.Callable]] = {}
         generated = []
-        for fl in dataclasses.fields(cls):
+        for owner, fl in ((c, fl) for c in (cls, *more) for fl in dataclasses.fields(c)):
             md = fl.metadata
             if not md.get("cli", False) or (names is not None and fl.name not in names):
                 continue
@@ -246,7 +247,7 @@ def config_options(cls, *, into: str = "options", names: tuple[str, ...] | None 
                 ann = md["cli_type"] or type(default)
                 decls = [md["flag"] or "--" + fl.name.replace("_", "-")]
                 if md["choices"]:
-                    ann = Enum(f"{cls.__name__}_{fl.name}", {c.replace("-", "_"): c for c in md["choices"]}, type=str)
+                    ann = Enum(f"{owner.__name__}_{fl.name}", {c.replace("-", "_"): c for c in md["choices"]}, type=str)
                     default = None if default is None else ann(default)
                     conv[pname] = (fl.name, lambda v: None if v is None else getattr(v, "value", v))
                 else:

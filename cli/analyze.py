@@ -29,7 +29,6 @@ def analyze_cmd(
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to analyse, e.g. '0,5,10-12' or '-1'. Default: all."),
     out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default runs/analyze/<model name>)."),
     eig_dtype: EigDtype = typer.Option(EigDtype.float64, "--eig-dtype", help="Precision of the eigen-decomposition."),
-    old_dtype: Optional[EigDtype] = typer.Option(None, "--dtype", hidden=True, help="Deprecated: use --eig-dtype."),
     device: Optional[str] = typer.Option(None, "--device", help="Torch device for the eigen-decomposition (cpu, cuda)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
@@ -50,11 +49,6 @@ def analyze_cmd(
 
     with user_errors(), library_bars(not (quiet or as_json)):
         from steerformer.errors import bad_argument
-
-        if old_dtype is not None:
-            typer.echo("warning: analyze --dtype is deprecated; use --eig-dtype (--dtype will be the run precision, "
-                       "fp32|fp16|bf16|fp64, as in the other commands)", err=True)
-            eig_dtype = old_dtype
 
         if top_k is not None and (top_k < 0 or (top_k > 0 and not spectra_only)):
             raise bad_argument("--top-k", top_k, "a non-negative integer, used with --spectra-only "

@@ -43,7 +43,6 @@ def collapse_cmd(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder, appended pass by pass (default runs/collapse/<model name>)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1 ... (default: cpu)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run stored in --out."),
-    old_prompts: Optional[int] = typer.Option(None, "--prompts", hidden=True, help="Deprecated: use --n-prompts."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars or phase lines on stderr."),
     decode: bool = typer.Option(True, "--decode/--no-decode", help="Greedy text after looping (causal LMs, pretrained weights)."),
     decode_passes: Optional[str] = typer.Option(None, "--decode-passes", help="Loop counts for the decoding experiment, each ≤ --passes (default: 1,5,10,100 up to --passes, and --passes)."),
@@ -60,10 +59,6 @@ def collapse_cmd(
         )
         from steerformer.loading import load_model
 
-        if old_prompts is not None:
-            typer.echo("warning: --prompts is deprecated; use --n-prompts (the old flag goes in the next release)",
-                       err=True)
-            options["n_prompts"] = old_prompts
         cfg = CollapseConfig(**options)
         out = out or default_out("collapse", model)
         dt = torch_dtype(cfg.dtype)

@@ -58,10 +58,9 @@ def make_cmd(
 
 @direction_app.command("export-gguf", cls=SteerformerCommand)  # flags render as flags
 def export_gguf_cmd(
-    direction: str = typer.Argument(..., help="A steered checkpoint (steer --out) or its record JSON (steer "
-                                    "--record): the vectors the steer added, strength 1.0 = that steer; a direction "
-                                    "folder or Hub id (direction make: unit vectors); or a .npy vector (with "
-                                    "--layers and --model-hint)."),
+    direction: str = typer.Argument(..., help="A direction folder or Hub id (direction make: unit vectors), or a "
+                                    ".npy vector (with --layers and --model-hint). A steer's vectors: `steerformer "
+                                    "export DIR --format control-vector`."),
     out: Path = typer.Option(..., "--out", help="The control-vector .gguf to write."),
     model_hint: Optional[str] = typer.Option(None, "--model-hint", help="The model's llama.cpp architecture "
                                              "(e.g. llama); default the one recorded with the direction or steer."),
@@ -69,9 +68,9 @@ def export_gguf_cmd(
                                          "as '19' or '12,15' (N >= 1)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier steerformer .gguf."),
 ) -> None:
-    """Write a steer or a direction as a llama.cpp control vector (direction.N = layer N, N >= 1).
+    """Write a direction as a llama.cpp control vector (direction.N = layer N, N >= 1).
 
-    Example: steerformer direction export-gguf runs/smollm2-ocean --out ocean.gguf
+    Example: steerformer direction export-gguf runs/music --out music.gguf
     """
     from steerformer.errors import bad_argument
 
@@ -86,7 +85,7 @@ def export_gguf_cmd(
         elif chosen is not None:
             raise bad_argument("--layers", layers, "--layers only with a .npy vector (a direction or a steer holds "
                                "its layers)", "Drop --layers.")
-        from steerformer.steering import Direction, read_records
+        from steerformer.steering import Direction
 
         if source.suffix == ".npy":
             import numpy as np
@@ -97,7 +96,9 @@ def export_gguf_cmd(
             d = Direction({n: v[None] for n in chosen}, method="a .npy vector",
                           metadata={"scale": "as given: strength S adds S x the .npy vector"})
         elif (source / "steerformer" / "record.json").is_file() or (source.is_file() and source.suffix == ".json"):
-            d = Direction.from_record(read_records(source))
+            # one route per output: a steer's vectors are an export format of the steered checkpoint
+            raise bad_argument("direction", direction, "a direction folder, Hub id or .npy vector (this is a steer)",
+                               f"Run: steerformer export {direction} --format control-vector --out {out}")
         else:
             d = Direction.load(direction)
         cv = d.to_control_vector(model_hint)

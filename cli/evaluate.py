@@ -1,4 +1,4 @@
-"""`steerformer evaluate`: judge steering on held-out chat answers (thin; steerformer.steering.evaluate)."""
+"""`steerformer evaluate`: judge steering on held-out chat answers (thin; steerformer.steering.evaluation.evaluate)."""
 
 from __future__ import annotations
 
@@ -24,21 +24,13 @@ def _floats(spec: str, name: str) -> list[float]:
     return values
 
 
-def _announced(label: str, make, say):
-    """``make`` (strength -> context manager), saying on stderr which variant is answering."""
-    def run(strength):
-        say(f"  {label}" + ("" if strength is None else f", coefficient {strength:g}") + " ...")
-        return make(strength)
-
-    return run
-
-
 @app.command("evaluate")
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
     token: str = typer.Option(..., "--token", help="The concept: a word or a phrase (its simple forms count)."),
     out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
-    layers: str = typer.Option("12,15,19,22", "--layers", help="Activation addition at each of these layers."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Activation addition at each of these layers "
+                                         "(default: the model's middle layers, the addition's scan)."),
     coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
     max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL ceiling of the default steer (default 0.6; judged gain)."),
     questions: int = typer.Option(8, "--questions", help="Held-out questions (at most 16 built in)."),
@@ -59,12 +51,10 @@ def evaluate_cmd(
 
     Example: steerformer evaluate smollm2 --token ocean --out runs/ocean-eval
     """
-    from steerformer.loading import load_tokenizer, open_source
-    from steerformer.matrices import select_layers
+    from steerformer.loading import load_tokenizer
     from steerformer.outputs import EVALUATE, write_atomically
     from steerformer.steering import (
-        HELDOUT_QUESTIONS, activation_steering, addition_vectors, check_generates, evaluate_steering,
-        load_for_steering, make_judge, steered,
+        HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge, steer_and_hooks,
     )
 
     with user_errors(), library_bars(not quiet):
@@ -83,24 +73,12 @@ def evaluate_cmd(
         m = load_for_steering(model)
         say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
         check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
-        select_layers(hook_layers, open_source(m).adapter.n_layers, name="--layers")
         tok = load_tokenizer(m)
         if tok is None:
             raise bad_argument("model", model, "a checkpoint with its tokenizer (answers are generated from text)")
-        steer_kw = {} if max_kl is None else {"max_kl": max_kl}
-        methods = {"steer (default)": lambda s: steered(m, token=token, tokenizer=tok, **steer_kw)}
-        strengths: dict = {"steer (default)": [None]}
-        vectors = addition_vectors(m, tok, token, hook_layers)
-        for k, v in vectors.items():
-            methods[f"hook, layer {k}"] = (lambda vec: lambda c: activation_steering(
-                m, vec, coeff=c, positions="skip-first"))({k: v})
-            strengths[f"hook, layer {k}"] = cs
-        n_points = sum(len(v) for v in strengths.values())
-        say(f"answering {questions} held-out questions ({max_new_tokens} tokens each) with the base model, then "
-            f"{n_points} steered variants ...")
-        methods = {label: _announced(label, make, say) for label, make in methods.items()}
-        ev = evaluate_steering(m, tok, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
-                               chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed, judge=the_judge)
+        ev = steer_and_hooks(m, tok, token, layers=hook_layers, coeffs=cs, max_kl=max_kl, questions=questions,
+                             max_new_tokens=max_new_tokens, chat=chat, sample=sample, seed=seed, judge=the_judge,
+                             say=say)
         write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],
                          name="--out")
         typer.echo(ev.summary())

@@ -23,7 +23,6 @@ def sweep_cmd(
     workers: int = typer.Option(1, "--workers", help="Parallel tasks (local processes, or CPUs of a local Ray instance)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Only the K eigenvalues of largest real part (default: full for d <= 2048, 16 above; 0 = full)."),
     eig_dtype: str = typer.Option("float64", "--eig-dtype", help="Precision of the eigen-decomposition: float64 or float32."),
-    old_dtype: Optional[str] = typer.Option(None, "--dtype", hidden=True, help="Deprecated: use --eig-dtype."),
     stats: bool = typer.Option(False, "--stats", help="Also run the power-method statistics per checkpoint (Δρ, P)."),
     n_prompts: int = typer.Option(100, "--n-prompts", help="With --stats: random prompts of the controlled dynamics."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figure."),
@@ -37,9 +36,6 @@ def sweep_cmd(
         cks = checkpoints_from(model, revisions, models)
         name = Path(model).name if model else "models"
         out_dir = out or default_out("sweep", name)
-        if old_dtype is not None:
-            typer.echo("warning: sweep --dtype is deprecated; use --eig-dtype", err=True)
-            eig_dtype = old_dtype
         res = sweep(cks, out_dir, layers=parse_layers(layers), top_k="auto" if top_k is None else top_k,
                     dtype=eig_dtype, executor=executor, workers=workers, ray_address=ray_address,
                     stats={"n_prompts": n_prompts, "full_model": False, "cumulative": False} if stats else None,

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from .version import __version__
 
 # public name -> submodule that defines it (relative to this package)
 _EXPORTS: dict[str, str] = {

@@ -10,10 +10,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from . import __version__, plotting
+from . import plotting
+from .version import __version__
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
-from .configs import EIG_DTYPES, renamed_parameters, torch_dtype
+from .configs import EIG_DTYPES, torch_dtype
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
@@ -144,7 +145,6 @@ class AnalysisReport:
         return "\n".join(lines)
 
 
-@renamed_parameters(model_or_path="model")
 def analyze(
     model: Any,
     *,

@@ -18,7 +18,6 @@ import torch
 from .adapters.base import AttentionWeights
 from .attention import attention_output, attention_probs
 from .discrete import residual_map, w_norm
-from .configs import renamed_parameters
 from .errors import bad_argument
 from .loading import ModelSource, as_source
 from .matrices import read_attention_weights, select_layers
@@ -75,7 +74,6 @@ def pre_attention_norms(source: ModelSource, ids: Sequence[int], dtype, device) 
     return out
 
 
-@renamed_parameters(model_or_path="model", prompts="n_prompts")
 def run_dynamics(
     model: Any,
     tokens: Any = None,

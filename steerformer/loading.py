@@ -20,7 +20,7 @@ import torch
 
 from .adapters import ADAPTERS, Adapter, get_adapter
 from .adapters.base import TensorGetter
-from .configs import check_device, renamed_parameters  # noqa: F401  (check_device re-exported)
+from .configs import check_device  # noqa: F401  (check_device re-exported)
 from .consistency import check_finite, check_weights, load_pretrained, read_config_json
 from .errors import (
     CheckpointError, FileFormatError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument,
@@ -149,7 +149,6 @@ def as_source(model: Any, *, revision: str | None = None) -> ModelSource:
     return model if isinstance(model, ModelSource) else open_source(model, revision=revision)
 
 
-@renamed_parameters(model_or_path="model")
 def open_source(model: Any, *, revision: str | None = None) -> ModelSource:
     """Resolve a model object, a local directory, the bundled MiniLM name or a Hub id."""
     if is_pretrained_model(model):
@@ -472,7 +471,6 @@ def check_tokenizer_files(path: Path) -> None:
             checked_side_file(Path(path), f, _allowed_roots(Path(path)))
 
 
-@renamed_parameters(model_or_path="model")
 def load_tokenizer(model: Any, tokenizer: Any = None):
     """``tokenizer`` when given; else the tokenizer stored with the checkpoint of ``model``
     (a model object, a ModelSource, a local folder, the bundled MiniLM or a cached Hub id); else
@@ -503,7 +501,6 @@ def load_tokenizer(model: Any, tokenizer: Any = None):
         return None
 
 
-@renamed_parameters(model_or_path="model")
 def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
                device: str | None = None, auto_class: str = "AutoModel", **kwargs):
     """Load a full transformers model (eager attention, eval mode) from anything :func:`open_source`

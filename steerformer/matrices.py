@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .adapters.base import AttentionWeights, Part
-from .configs import renamed_parameters, select_layers  # noqa: F401  (select_layers re-exported)
+from .configs import select_layers  # noqa: F401  (select_layers re-exported)
 from .errors import bad_argument
 from .loading import ModelSource, as_source
 
@@ -126,7 +126,6 @@ def _in_order(fn: Any, items: list, *, threaded: bool) -> Iterator:
             yield pending.popleft().result()
 
 
-@renamed_parameters(model_or_path="model")
 def layer_matrices(
     model: Any,
     layers: Sequence[int] | int | None = None,

@@ -352,7 +352,7 @@ def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Pa
         if kind.stamp is not None and not (tmp / kind.stamp).exists():
             import json
 
-            from . import __version__
+            from .version import __version__
 
             (tmp / kind.stamp).write_text(json.dumps({"written_by": f"steerformer {kind.command}",
                                                       "version": __version__}) + "\n")

@@ -78,7 +78,7 @@ HELDOUT_SENTENCES = (
 )
 
 
-# ---- chat evaluation and calibration (steering/evaluate.py, steering/calibrate.py) ----------------
+# ---- chat evaluation and calibration (steering/evaluation/evaluate.py, steering/methods/addition/calibrate.py) ----------------
 #: held-out chat questions of the evaluation (never used to fit a direction, a left vector or a gain)
 HELDOUT_QUESTIONS = (
     "How can I stay focused while studying?",
@@ -119,7 +119,7 @@ REPORT_QUESTIONS = HELDOUT_QUESTIONS
 SPLITS = {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
 
 
-# ---- the templated contrast of a concept (steering/calibrate.py) ----------------------------------
+# ---- the templated contrast of a concept (steering/methods/addition/calibrate.py) ----------------------------------
 #: carriers of the templated contrast: each ends right before the concept (or another noun)
 CARRIERS = (
     "I have always been fascinated by",

@@ -61,7 +61,7 @@ def test_a_twenty_digit_layer_is_refused_when_read(gpt2, tmp_path) -> None:
 
 def test_more_ablation_directions_than_dimensions_is_refused(gpt2, tmp_path) -> None:
     np.save(tmp_path / "many.npy", np.random.default_rng(0).normal(size=(65, 64)))
-    res = _steer("steer", gpt2, "--direction", tmp_path / "many.npy", "--mode", "ablate", "--out", tmp_path / "o")
+    res = _steer("steer", gpt2, "--direction", tmp_path / "many.npy", "--method", "ablation", "--out", tmp_path / "o")
     _one_line(res, "--direction", "at most 64 directions")
     assert not (tmp_path / "o").exists()
 

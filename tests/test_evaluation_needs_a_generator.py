@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from steerformer.errors import InvalidArgumentError
-from steerformer.steering.evaluate import check_generates
+from steerformer.steering.evaluation.evaluate import check_generates
 
 from tests.models import make_model, saved_model
 

@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 import torch
 
-from ..configs import renamed_parameters
 from ..errors import InvalidArgumentError, bad_argument
 from ..results import json_text, read_json
 from .loop import LoopedModel
@@ -135,7 +134,6 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
                         options={"passes": [int(k) for k in passes], "new_tokens": new_tokens, "ffn": ffn})
 
 
-@renamed_parameters(model_or_path="model")
 def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
     from ..consistency import MissingHeadError

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..configs import WEIGHTS, CollapseConfig, progress_bar, renamed, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
+from ..configs import WEIGHTS, CollapseConfig, progress_bar, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from ..loading import is_pretrained_model, load_model, load_tokenizer, model_display_name
 from .loop import LoopedModel
@@ -76,10 +76,8 @@ def collapse(
     ``on_pass(index, arrays)`` is called after each stored pass. ``e_precision``: ``"float64"``
     (default, accurate down to 1e-10 and below) or ``"states"`` (the reference code's arithmetic in
     the states' dtype, to reproduce the paper's fp16 curves; see :mod:`.metrics`).
-    Deprecated names (one release): ``model_or_path=`` for ``model``, ``prompts=N`` for ``n_prompts``.
     """
-    options = renamed(options, {"prompts": "n_prompts", "model_or_path": "model"}, "collapse")
-    model_or_path = options.pop("model", model)
+    model_or_path = model
     if model_or_path is None:
         raise bad_argument("model", None, "a model object, a checkpoint folder or a Hub id")
     cfg = with_options(config, CollapseConfig, options, "collapse")
@@ -255,7 +253,7 @@ def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, pa
 def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict:
     import transformers
 
-    from .. import __version__
+    from ..version import __version__
 
     name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
         (getattr(model.config, "_name_or_path", "") or type(model).__name__)

@@ -181,7 +181,7 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
     target = check_target_file(path, overwrite)
 
     def write(tmp: Path) -> None:
-        from .. import __version__
+        from ..version import __version__
 
         writer = gguf.GGUFWriter(str(tmp), ARCH)
         writer.add_string(MODEL_HINT, hint)

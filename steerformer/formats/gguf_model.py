@@ -187,7 +187,7 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
                                "weight tied / unedited.")
 
     def write(tmp: Path) -> None:
-        from .. import __version__
+        from ..version import __version__
 
         writer = gguf.GGUFWriter(str(tmp), layout.arch)
         alignment = field_value(reader, "general.alignment")

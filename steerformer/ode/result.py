@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..results import VERSION_KEY, json_text, read_json, to_jsonable
 
 #: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).

@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 import torch
 
-from ..configs import renamed_parameters
 from ..errors import bad_argument
 from ..loading import ModelSource, as_source, load_model, load_tokenizer
 from ..prompts import DEFAULT_PROMPTS, PromptBatch
@@ -91,7 +90,6 @@ def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
     return out
 
 
-@renamed_parameters(model_or_path="model")
 def model_hidden_states(
     model: Any,
     prompts: Sequence[str] | str | Path | None = None,

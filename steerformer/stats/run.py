@@ -14,7 +14,7 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import SEED, progress_bar, renamed_parameters
+from ..configs import SEED, progress_bar
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
@@ -185,7 +185,6 @@ def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
                           lengths=first.lengths)
 
 
-@renamed_parameters(model_or_path="model")
 def power_method_stats(
     model: Any,
     config: StatsConfig | None = None,

@@ -1,5 +1,7 @@
-"""Rank-1 steering of an attention layer (docs/math.md §5) and ablation of every residual-stream writer
-(§5e): edit, choose the strength, verify, save, publish, undo; directions as shareable artefacts.
+"""Steering by weight edits (docs/math.md §5): the steering methods, registered by name (the papers'
+rank-1 edit of an attention layer, activation addition written as weights within a KL budget,
+ablation of every residual-stream writer, ...), one lifecycle that runs them; verify, save, export,
+publish, undo; directions as shareable artefacts.
 
 Modules, each one noun (lower ones never import higher ones):
 
@@ -10,21 +12,23 @@ Modules, each one noun (lower ones never import higher ones):
     record      ``SteeringRecord`` and ``build_record``, the one place a record is filled
     chain       ``Steering``: the ordered records of a model, push/pop/undo/replay, ALBERT untie
     export      the sentence-transformers stack, the model card
-    lora        the PEFT LoRA adapter (exact or truncated), vLLM's route, the rank under a cost budget
+    lora        the PEFT LoRA adapter (exact or truncated), the rank under a cost budget
     upload      the Hub upload every published artefact shares (timeouts, one-line failures)
     direction   ``Direction``: directions per layer as a shareable artefact (folder, Hub, control vector)
     sources     where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
     checkpoint  save, load (re-attaching the chain), unsteer a checkpoint, steer one on disk (lazy)
     verify      ``verify_checkpoint``
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
-    calibrate   the KL budget of a generative model's edit: probe continuations, directions per layer, gain, scan
-    judge       an answer rated 0–2 on concept, relevance, fluency: the offline judge, an LLM judge
-    selection   choices made on the selection questions: the judged choice among candidate edits
-    strength    the strength of any method chosen by the judge within a KL ceiling: the dose curve
-    evaluate    held-out answers judged (concept rate, KL, distinct-2, fluency, the judge): ``evaluate_steering``
+    chat        what calibration and evaluation share from a chat model: templating, generation
+    evaluation  the harness: the judge (``evaluation/judge.py``), held-out answers judged
+                (``evaluation/evaluate.py``: ``evaluate_steering``), the choices made on the selection
+                questions (``evaluation/selection.py``), the strength of any method chosen by
+                the judge within a KL ceiling (``evaluation/strength.py``: the dose curve)
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
-    methods     the steering methods by name (paper, addition, ablation), ``register_method``, ``get_method``
-    steer       ``steer`` (chooses a method, runs the lifecycle), ``ablate``, ``steered``
+    methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
+                ablation; trained), ``register_method``, ``get_method``, ``choose_method``
+    steer       ``steer`` (chooses a method, runs the lifecycle), ``steered``
+    exports     the output formats of a steered checkpoint, registered by name (``steerformer export``)
     hub         ``push_to_hub``
 """
 
@@ -48,18 +52,22 @@ _EXPORTS: dict[str, str] = {
     "choose_lora_rank": ".lora",
     "SteeringRecord": ".record",
     "Direction": ".direction",
-    "ablate": ".steer", "steer": ".steer", "steered": ".steer",
+    "ablate": ".methods.ablation.method", "steer": ".steer", "steered": ".steer",
     "Method": ".methods", "get_method": ".methods", "register_method": ".methods",
-    "activation_steering": ".activation", "addition_as_weights": ".activation",
+    "built_in_configs": ".methods", "choose_method": ".methods", "config_of": ".methods",
+    "activation_steering": ".activation", "addition_as_weights": ".methods.addition.weights",
     "edits_applied": ".activation",
-    "HELDOUT_QUESTIONS": ".evaluate", "Baseline": ".evaluate", "SteeringEvaluation": ".evaluate",
-    "evaluate_record": ".evaluate", "evaluate_steering": ".evaluate", "check_generates": ".evaluate",
-    "addition_vectors": ".calibrate",
-    "ChatJudge": ".judge", "JudgeError": ".judge", "JudgeItem": ".judge", "OfflineJudge": ".judge",
-    "Rating": ".judge", "judge_answers": ".judge", "make_judge": ".judge",
-    "kl_curve": ".methods.addition",
-    "StrengthSearch": ".strength", "judged_strength": ".strength",
+    "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
+    "evaluate_record": ".evaluation.evaluate", "evaluate_steering": ".evaluation.evaluate", "check_generates": ".evaluation.evaluate",
+    "addition_vectors": ".methods.addition.calibrate",
+    "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
+    "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
+    "kl_curve": ".methods.addition.method",
+    "StrengthSearch": ".evaluation.strength", "judged_strength": ".evaluation.strength",
     "verify_checkpoint": ".verify",
+    "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
+    "register_format": ".exports",
+    "steer_and_hooks": ".evaluation.compare",
 }
 
 __all__ = [
@@ -68,7 +76,9 @@ __all__ = [
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve", "StrengthSearch", "judged_strength",
+    "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
+    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
+    "judged_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -86,12 +96,16 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .lora import choose_lora_rank
     from .record import SteeringRecord
     from .direction import Direction
-    from .steer import ablate, steer, steered
-    from .methods import Method, get_method, register_method
-    from .activation import activation_steering, addition_as_weights, edits_applied
-    from .judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
-    from .methods.addition import kl_curve
-    from .strength import StrengthSearch, judged_strength
-    from .evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
-    from .calibrate import addition_vectors
+    from .methods.ablation.method import ablate
+    from .steer import steer, steered
+    from .methods import Method, built_in_configs, choose_method, config_of, get_method, register_method
+    from .activation import activation_steering, edits_applied
+    from .methods.addition.weights import addition_as_weights
+    from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
+    from .methods.addition.method import kl_curve
+    from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .methods.addition.calibrate import addition_vectors
+    from .evaluation.strength import StrengthSearch, judged_strength
     from .verify import verify_checkpoint
+    from .exports import ExportFormat, export_steered, format_names, get_format, register_format
+    from .evaluation.compare import steer_and_hooks

@@ -49,28 +49,25 @@ from typing import Any, Iterator
 
 import torch
 
-from ..configs import SteerConfig, renamed_parameters, with_options
+from ..configs import SteerConfig
 from ..errors import CheckpointError, SteerformerError, bad_argument
 from ..files import copy_side_file, side_files
 from ..loading import (
     SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
 )
 from ..loading import load_model as load_weights
-from ..matrices import read_attention_weights, select_layers
 from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
 from ..results import parse_json
-from . import algebra
 from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
     file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
-    safetensors_header, stores_transposed, tensor_sha256, tensor_specs, write_chain,
+    safetensors_header, tensor_sha256, tensor_specs, write_chain,
 )
-from .sources import check_vector, resolve_direction
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter
-from .lifecycle import Plan
+from .methods.registry import call_options, choose_method, get_method, method_names
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
@@ -320,7 +317,6 @@ def load_plain(path: Any, auto: str, dtype: torch.dtype | None = None, device: s
         raise CheckpointError(f"{path}: cannot be loaded ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
-@renamed_parameters(model_or_path="model")
 def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | None = None,
                device: str | None = None, auto_class: str = "AutoModel", steering: bool = True, **kwargs):
     """Load a full transformers model (eager attention, eval mode) from anything
@@ -472,29 +468,20 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
 #: Other weight formats are not copied: they would hold the unedited weights next to the edited ones.
 SKIPPED_WEIGHT_FILES = ("*.bin", "*.bin.index.json", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx",
                         "*.gguf")
-#: the SteerConfig fields a lazy edit honours; any other field must keep its default
-LAZY_OPTIONS = ("gain", "strength", "layer", "solve", "report", "progress")
-
-
-def check_lazy(direction: Any, cfg: SteerConfig, **sources: Any) -> None:
-    """What a lazy edit cannot honour, refused by name (never dropped silently): it reads only V
-    and W_O of one layer and runs no forward pass."""
-    if cfg.solve != "exact":
-        raise bad_argument("solve", cfg.solve, "'exact' for a lazy edit (min-norm fits a on states from forward "
-                           "passes)", "Pass solve='exact' (CLI: --solve exact), or drop --lazy.")
-    if cfg.gain is None and cfg.strength is None:
-        raise bad_argument("gain", None, "a fixed gain= or strength= for a lazy edit (the gain search runs the "
-                           "model)", "Pass --gain G or --strength S, or drop --lazy.")
-    for f in dataclasses.fields(SteerConfig):
-        if f.name not in LAZY_OPTIONS and getattr(cfg, f.name) != f.default:
-            raise bad_argument(f.name, getattr(cfg, f.name), "the default with a lazy edit (it edits the "
-                               "checkpoint on disk with no forward pass)", "Drop it, or steer without --lazy.")
-    for name, value in sources.items():
-        if value is not None:
-            raise bad_argument(name, value, "direction= (an array or .npy file) or eigvec= for a lazy edit (no "
-                               "forward pass)", "Give the direction as a .npy file, or steer without --lazy.")
-    if hasattr(direction, "direction_source"):
-        raise bad_argument("direction", type(direction).__name__, "an array or .npy path for a lazy edit")
+def lazy_method(name: str | None) -> Any:
+    """The method of a lazy edit: ``name`` (the one the call's options chose), else the one method
+    that can plan an edit from the stored weights alone (``Method.plan_on_disk``); refused by name
+    when the chosen one cannot."""
+    if name is None:
+        able = [n for n in method_names() if hasattr(type(get_method(n)), "plan_on_disk")]
+        if len(able) != 1:
+            raise bad_argument("method", None, f"one of {', '.join(able)} for a lazy edit")
+        name = able[0]
+    method = get_method(name)
+    if not hasattr(method, "plan_on_disk"):
+        raise bad_argument("method", name, "a method that edits a checkpoint on disk (no forward pass)",
+                           "Steer without --lazy.")
+    return method
 
 
 def steer_checkpoint(
@@ -518,9 +505,12 @@ def steer_checkpoint(
     ``strength`` (×|λ1(F_layer)|), ``layer``, ``solve`` ("exact", the default here); any other
     option, and ``token``/``text`` (they need a forward pass), is refused. Returns the record
     (also saved in ``out/steerformer/record.json``)."""
-    cfg = with_options(config if config is not None else SteerConfig(solve="exact"), SteerConfig, options,
-                       "steer_checkpoint")
-    check_lazy(direction, cfg, token=token, text=text)
+    cfg, own, given_config = call_options(config, None, dict(options), "steer_checkpoint")
+    method = lazy_method(choose_method(cfg, own))
+    if token is not None or text is not None:
+        raise bad_argument("token" if token is not None else "text", token if token is not None else text,
+                           "direction= (an array or .npy file) or eigvec= for a lazy edit (no forward pass)",
+                           "Give the direction as a .npy file, or steer without --lazy.")
     source = open_source(checkpoint)
     if source.path is None or source.model is not None:
         raise bad_argument("checkpoint", str(checkpoint), "a checkpoint with *.safetensors weights for a lazy edit")
@@ -528,29 +518,10 @@ def steer_checkpoint(
     if is_steered_folder(src):
         raise bad_argument("checkpoint", str(checkpoint), "an unsteered checkpoint for a lazy edit (this one is "
                            "already steered)", "Steer it in memory (without --lazy) to extend its chain of edits.")
-    adapter = source.adapter
-    L = select_layers(cfg.edit_layer, adapter.n_layers, name="layer")[0]
-    slot = adapter.layer_sequence()[L]
-    name = adapter.output_weight_name(slot)
-    u, dsource = resolve_direction(None, source, L, direction=direction, eigvec=eigvec)
-    w = u if left is None else check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
-
-    # plan: float64 copies of V and W_O only
-    weights = read_attention_weights(source, [L], parts=("vo",))[L]
-    V = weights.value_matrix()
-    algebra.check_value_map(V, L, source.model_id)
-    row = algebra.exact_row(V, w)
-    if row.method == "lstsq":
-        log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
-    spec_before = algebra.top_summary(None, factors=weights.layer_factors())  # |λ1| for the strength
-    abs_l1 = spec_before["abs_lambda1"]
-    g = float(cfg.gain) if cfg.gain is not None else float(cfg.strength) * abs_l1
-    b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
-    edit = Edit(module=name, layer=L, slot=slot, u=u.clone(), a=row.a.clone(), gain=g, kind="steer",
-                solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
-                bias_coef=None if b_V is None else float(row.a @ b_V.to(torch.float64)),
-                transposed=stores_transposed(adapter))
-    del weights, V
+    # the plan, from the stored weights alone (the method's own code): one edit with its hashes unset
+    plan, mcfg = method.plan_on_disk(source, cfg, own, given_config, direction=direction, eigvec=eigvec, left=left)
+    edit = plan.edits[0]
+    name, g, adapter = edit.module, edit.gain, source.adapter
 
     # apply, to the stored tensor alone
     reader = SafetensorsReader(src, prefix=adapter.base_model_prefix)
@@ -566,11 +537,10 @@ def steer_checkpoint(
     edit.dtype, edit.device, edit.shape = str(original.dtype).replace("torch.", ""), "cpu", list(original.shape)
     edit.before_sha256, edit.after_sha256 = tensor_sha256(original), tensor_sha256(new)
 
-    # record (the options this edit honoured; the rest keep their defaults: refused above)
-    plan = Plan(edits=[edit], direction_source=dsource.to_dict(), abs_lambda1=abs_l1, spectrum_before=spec_before)
+    # record (the options this edit honoured; the rest keep their defaults: refused by the plan)
     record = build_record(source, plan, None, {name: original}, {name: new},
-                          config=dataclasses.replace(cfg, report=False).to_dict())
-    record.method = "paper"  # the paper's edit, made on disk
+                          config={**dataclasses.replace(cfg, report=False).to_dict(), **mcfg.to_dict()})
+    record.method = method.name
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
     shards = sorted(p.name for p in src.glob("*.safetensors"))

@@ -286,13 +286,20 @@ def chain_payload(chain: dict, originals: dict[str, str], shards: list[Path], fo
     return payload
 
 
+def write_records(folder: Path, payload: dict) -> Path:
+    """``steerformer/record.json`` (the records of a steered folder or adapter) into ``folder``: the one
+    writer of the records' JSON."""
+    side = folder / SIDE_DIR
+    side.mkdir(exist_ok=True)
+    (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
+    return side
+
+
 def write_chain(folder: Path, payload: dict, originals: dict[str, torch.Tensor]) -> None:
     """``steerformer/record.json`` and ``steerformer/original.safetensors`` into ``folder``."""
     from safetensors.torch import save_file
 
-    side = folder / SIDE_DIR
-    side.mkdir()
-    (side / RECORD_FILE).write_text(json.dumps(payload, indent=1))
+    side = write_records(folder, payload)
     save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
 
 

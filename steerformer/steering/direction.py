@@ -129,7 +129,7 @@ class Direction:
         v = self.at(layer, name=name)
         if v.shape[0] != 1:
             raise bad_argument(name, f"{v.shape[0]} directions at layer {layer}", "one direction for a steering edit",
-                               "Steer with one of them, or ablate them all (mode='ablate').")
+                               "Steer with one of them, or ablate them all (method='ablation').")
         return v[0]
 
     # ---- using it (as steering-vectors' SteeringVector.apply) -----------------------------------------
@@ -218,7 +218,7 @@ class Direction:
     # ---- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The JSON of ``direction.json``: everything but the vectors, plus their sha256."""
-        from .. import __version__
+        from ..version import __version__
 
         return {"format": DIRECTION_FORMAT, "model_id": self.model_id, "revision": self.revision, "method": self.method,
                 "layers": self.layers, "d_model": self.d_model,

@@ -33,6 +33,7 @@ from ..errors import SteerformerError
 from ..files import checked_side_file, copy_side_file, side_files
 from ..loading import checkpoint_roots, name_looks_like_path, resolve_checkpoint
 from ..results import read_json
+from .methods.registry import method_of
 from .record import SteeringRecord
 
 log = logging.getLogger(__name__)
@@ -115,34 +116,15 @@ def pipeline_tag_of(model: Any) -> str | None:
 
 
 def edit_formula(record: SteeringRecord) -> str:
-    """The formula of what ``record`` changed, for the module it edited (docs/math.md §2.3, §5d):
-    the paper's rank-1 edit of an attention output, activation addition as a bias or as a weight
-    of an attention or MLP output, or an ablation."""
-    e = record.edits[0] if record.edits else None
-    where = {"mlp": "MLP output", "attention": "attention output"}.get(getattr(e, "writer", ""), "writer")
-    if record.solve.get("method") == "ablate":
-        return f"W' = (I − s·UUᵀ) W, s = {-record.gain:g}, on every writer of layers {record.layers_changed}"
-    if e is not None and e.kind == "add":
-        if e.solve.get("method") == "bias":
-            return (f"b' = b + γ u (the bias of the {where}, `{e.bias_module or e.module}`): adds γ u after block "
-                    f"{e.layer}, exactly")
-        return (f"W' = W + γ u aᵀ (the {where}, `{e.module}`), a·z ≈ 1 on the probe: adds γ u (a·z) ≈ γ u "
-                f"after block {e.layer}")
-    return "W_O' = W_O + γ u (wᵀV⁺)  ⇒  F' = F + γ u wᵀ (the attention output, F = W_O·V; paper §2.3)"
+    """The formula of what ``record`` changed, in the words of the method that made it
+    (``Method.card_formula``; docs/math.md §2.3, §5d)."""
+    return method_of(record).card_formula(record)
 
 
 def gain_text(record: SteeringRecord) -> str:
-    """The gain in the unit the CLI printed: α × the residual norm for the KL-calibrated addition
-    (γ per layer after it), γ = strength × |λ1| for the paper's edit."""
-    cal = record.calibration or {}
-    if record.edits and record.edits[0].kind == "add" and cal.get("alpha") is not None:
-        from .common import added_vector
-
-        per = ", ".join(f"layer {e.layer}: γ = {float(added_vector(e).norm()):.4g}" for e in record.edits)
-        return f"{cal['alpha']:.4g} × residual norm ({per})"
-    if record.solve.get("method") == "ablate":
-        return f"s = {-record.gain:g}"
-    return f"γ = {record.gain:.6g}" + (f" = {record.strength:.4g} × abs(λ1)" if record.strength else "")
+    """The gain in the unit the CLI printed, in the words of the method that made the record
+    (``Method.gain_text``)."""
+    return method_of(record).gain_text(record)
 
 
 def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, model: Any = None,

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..configs import renamed_parameters
 from ..errors import bad_argument
 from .checkpoint import save_steered
 from .upload import DEFAULT_TIMEOUT, HubError, hub_target, upload_folder
@@ -16,7 +15,6 @@ from .upload import DEFAULT_TIMEOUT, HubError, hub_target, upload_folder
 __all__ = ["HubError", "push_to_hub"]
 
 
-@renamed_parameters(dir_or_model="model")
 def push_to_hub(model: Any, repo_id: str, *, private: bool = False, token: str | None = None,
                 endpoint: str | None = None, commit_message: str | None = None, revision: str | None = None,
                 create_pr: bool = False, timeout: float = DEFAULT_TIMEOUT) -> str:

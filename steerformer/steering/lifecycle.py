@@ -24,7 +24,7 @@ import torch
 
 from .chain import Steering, retie, steering_of
 from .edit import Edit
-from .measure import HeldOut
+from .measure import HeldOut, default_measure  # noqa: F401  (default_measure: a method's default measurement)
 from .record import SteeringRecord, build_record
 
 
@@ -36,7 +36,7 @@ class Call:
     model: Any  # the transformers model (a SentenceTransformer already unwrapped)
     source: Any  # steerformer.loading.ModelSource of ``model`` (opened once per call)
     tokenizer: Any
-    config: Any  # the call's SteerConfig (layer, report, progress and the built-in methods' options)
+    config: Any  # the call's SteerConfig (method, layer, report, progress); the method's own options: its cfg
     head: str  # measure.head_kind of the model: "causal-lm", "masked-lm" or "bare" (read once per call)
     direction: Any = None
     token: str | None = None
@@ -59,7 +59,7 @@ class Plan:
     measurement."""
 
     edits: list[Edit]
-    direction_source: dict  # DirectionSource.to_dict(): where u came from
+    direction_source: dict = dataclasses.field(default_factory=dict)  # DirectionSource.to_dict(): where u came from
     #: u* the alignment is measured against (default: the first edit's u)
     target: torch.Tensor | None = None
     #: what the call was asked to write or remove (default: the first edit's u; an ablation's (k, d))
@@ -80,15 +80,6 @@ class Plan:
     extra: dict = dataclasses.field(default_factory=dict)  # anything the method's measure needs
 
 
-def default_measure(call: Call, plan: Plan, held: HeldOut | None) -> dict:
-    """The held-out alignment with the target and the price (KL, state cosine), when measured."""
-    if held is None:
-        return {}
-    target = plan.target if plan.target is not None else plan.direction if plan.direction is not None \
-        else plan.edits[0].u
-    return held.after(call.model, target, plan.edits[0].gain, full=any(e.layer < 0 for e in plan.edits))
-
-
 def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:
     """plan → apply → measure → record → push, for ``method`` with its options ``cfg``."""
     model = call.model
@@ -101,7 +92,7 @@ def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:
         with steering.applying(model, plan.edits):
             measured = method.measure(call, plan, held)
             weights = {e.module: model.base_model.get_parameter(e.module).detach() for e in plan.edits}
-            config = call.config.to_dict() if cfg is call.config else {**call.config.to_dict(), **cfg.to_dict()}
+            config = {**call.config.to_dict(), **cfg.to_dict()}
             record = build_record(call.source, plan, measured, steering.originals, weights, config=config)
             record.method = method.name
         steering.push(model, record)  # the edits are applied: push only appends

@@ -43,7 +43,7 @@ import torch
 from ..errors import bad_argument
 from ..outputs import STEERED, write_atomically
 from .chain import steering_of
-from .common import RECORD_FILE, SIDE_DIR
+from .common import write_records
 from .export import display_name, public_model_id
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -214,10 +214,7 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
     def fill(tmp: Path) -> None:
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
-        side = tmp / SIDE_DIR
-        side.mkdir()
-        (side / RECORD_FILE).write_text(json.dumps({"format": ADAPTER_FORMAT, **steering.to_dict(), "lora": lora},
-                                                   indent=1))
+        write_records(tmp, {"format": ADAPTER_FORMAT, **steering.to_dict(), "lora": lora})
         if card:
             tags = ["steerformer", "steering", "lora", records[0].model_type]
             if base_id:

@@ -425,3 +425,13 @@ class HeldOut:
         side of u the final states should move to."""
         X = self.probe.attn_inputs[self.probe.mask.to(self.probe.attn_inputs.device)]
         return float(gain) * float((X @ w_eff.to(device=X.device, dtype=torch.float64)).mean())
+
+
+def default_measure(call: Any, plan: Any, held: "HeldOut | None") -> dict:
+    """A steering method's default measurement (``Method.measure``): the held-out alignment of the
+    edited ``call.model`` with the plan's target and the price (KL, state cosine), when measured."""
+    if held is None:
+        return {}
+    target = plan.target if plan.target is not None else plan.direction if plan.direction is not None \
+        else plan.edits[0].u
+    return held.after(call.model, target, plan.edits[0].gain, full=any(e.layer < 0 for e in plan.edits))

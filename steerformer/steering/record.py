@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from .common import cosine, non_finite, tensor_sha256, vector_hash
 from .edit import Edit
 
@@ -81,7 +81,7 @@ class SteeringRecord:
     edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
     config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
     calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
-    evaluation: dict | None = None  # held-out answers judged (steering.evaluate), when an evaluation ran
+    evaluation: dict | None = None  # held-out answers judged (steering.evaluation.evaluate), when an evaluation ran
     method: str | None = None  # the registered steering method that made the edits (steering/methods/)
 
     def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
@@ -138,86 +138,11 @@ class SteeringRecord:
         return cls.from_dict(read_json(path))
 
     def summary(self) -> str:
-        """A few human-readable lines (the CLI prints them)."""
-        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
-        g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
-        if self.solve.get("method") == "ablate":  # one edit per ablated weight (``ablate``)
-            writers = sorted({e.writer for e in self.edits}, key=["embedding", "positions", "token_type", "attention",
-                                                                  "mlp"].index)
-            lines = [f"ablated layers {self.layers_changed} ({len(self.edits)} weight(s): {', '.join(writers)}): "
-                     f"W' = (I - s UU^T) W, s = {-self.gain:g}" + (" (first layer)" if len({e.gain for e in self.edits}) > 1
-                                                                   else ""),
-                     f"alignment, real model final states: {f(self.alignment_model_before)} -> "
-                     f"{f(self.alignment_model_after)}",
-                     f"weight change |dW|/|W| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
-                     f"state cosine = {f(self.state_cosine)}"]
-            return "\n".join(lines + ([self.message] if self.message else []))
-        if self.edits and self.edits[0].kind == "add":  # activation addition as weights, KL-calibrated
-            cal = self.calibration or {}
-            how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
-                            else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
-                                 f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
-                            for e in self.edits)
-            chosen = f" ({cal['layer_choice']})" if cal.get("layer_choice") else ""
-            lines = [f"activation addition as weights after layer(s) {cal.get('layers', [self.layer])}{chosen}: {how}",
-                     f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {self.message}",
-                     f"KL {self.kl_kind} = {f(self.kl)}: the one the budget {g(cal.get('max_kl'))} bounds; "
-                     f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "
-                     f"weight change |dW|/|W| = {self.weight_change:.4g}"]
-            if cal.get("scan"):
-                lines.append("layer scan (concept-token probability at the budget" + (
-                    "; judged aggregate / good steers on selection answers" if any("judged" in r for r in cal["scan"])
-                    else "") + "): " + ", ".join(
-                    f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
-                        f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
-                    for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
-            if cal.get("strength_search"):
-                ss = cal["strength_search"]
-                lines.append(f"gain chosen by the judge on {len(ss['questions'])} selection answers (KL <= "
-                             f"{g(ss['max_kl'])}): " + ", ".join(
-                                 f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
-                                 for p in ss["points"]) + f"; chosen {cal.get('strength_choice')}")
-            if cal.get("budget_bounds"):
-                held = cal.get("kl_report_answers")
-                lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
-                             "questions' answers: " + (f"{held:.3g}" if held is not None else
-                                                       "not measured (evaluate_record / --evaluate)"))
-            if self.evaluation:
-                ev = self.evaluation
-                lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                             f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
-                             f"fluency {ev['fluency']:.2f}")
-                if ev.get("aggregate") is not None:
-                    lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
-                                 f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
-                                 f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
-            return "\n".join(lines)
-        lines = [
-            f"layer {self.layer} ({self.module}), solve {self.solve['method']} (cond V = {self.solve['cond_V']:.3g})",
-            f"gain {self.gain:.6g} = strength {g(self.strength)} x |lambda1| (nominal); effective strength "
-            f"{g(self.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(self.w_eff_cos)}",
-            f"alignment, controlled dynamics: {f(self.alignment_dynamics_before)} -> {f(self.alignment_dynamics_after)}",
-            f"alignment, real model final states: {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}",
-            f"weight change |dW_O|/|W_O| = {self.weight_change:.4g}; KL ({self.kl_kind}) = {f(self.kl)}; "
-            f"state cosine = {f(self.state_cosine)}",
-        ]
-        if self.spectrum_before and self.spectrum_after:
-            lines.append(f"lambda1 {self.spectrum_before['lambda1'][0]:.4g} -> {self.spectrum_after['lambda1'][0]:.4g}, "
-                         f"gap {self.spectrum_before['gap']:.4g} -> {self.spectrum_after['gap']:.4g}")
-        if self.bias_shift_norm is not None:
-            lines.append(f"bias shift |gain (a.b_V) u| = {self.bias_shift_norm:.4g} on every token's attention output"
-                         + (" (compensated through b_O)" if self.compensate_bias else ""))
-        if len(self.layers_changed) > 1:
-            lines.append(f"shared weights: layers {self.layers_changed} all changed")
-        if self.sign_disagreement:
-            lines.append(f"SIGN DISAGREEMENT: F' = F + gain u w_eff^T predicts a shift toward "
-                         f"{'+' if self.predicted_u_shift > 0 else '-'}u, but the final states moved to the other "
-                         f"side (signed cos {self.signed_alignment_model_before:+.3f} -> "
-                         f"{self.signed_alignment_model_after:+.3f}); with solve='exact' the heads' different "
-                         "attention and the value bias can outweigh w^T x (docs/statistics.md)")
-        if self.message:
-            lines.append(self.message)
-        return "\n".join(lines)
+        """A few human-readable lines (the CLI prints them), in the words of the method that made
+        the record (``Method.summary_lines``)."""
+        from .methods.registry import method_of
+
+        return "\n".join(method_of(self).summary_lines(self))
 
     def plot(self, directory: str | Path) -> list[Path]:
         """The alignment-vs-gain curve of the search (if any) → ``steering_curve.png``."""
@@ -275,7 +200,9 @@ def build_record(source: Any, plan: Any, measured: dict | None, originals: dict[
     u = (first.u if direction is None else direction).to(torch.float64)
     target = u if target is None else target.to(torch.float64)
     w = u if first.w is None else first.w.to(torch.float64)  # ablation writes along u itself
-    steer = first.kind == "steer"
+    # a steering edit through V (F' = F + γ u w_effᵀ) records its effective left vector; a plain
+    # low-rank edit (no w_eff) and an ablation do not
+    through_v = first.kind == "steer" and first.w_eff is not None
     slots = {e.slot for e in edits}
     adapter = source.adapter
     measured = {k: None for k in MEASURED} | dict(measured or {})
@@ -303,10 +230,10 @@ def build_record(source: Any, plan: Any, measured: dict | None, originals: dict[
         heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
         else [str(p) for p in heldout_prompts],
         custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
-        w_eff_cos=cosine(first.w_eff, w) if steer else None,
+        w_eff_cos=cosine(first.w_eff, w) if through_v else None,
         effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
-        if steer and abs_lambda1 else None,
-        bias_shift_norm=first.bias_shift_norm if steer else None, compensate_bias=bool(first.compensate_bias),
+        if through_v and abs_lambda1 else None,
+        bias_shift_norm=first.bias_shift_norm if through_v else None, compensate_bias=bool(first.compensate_bias),
         edits=list(edits), config=config, calibration=plan.calibration, sign_disagreement=sign_disagreement, **measured,
     )
     for n in FINITE:

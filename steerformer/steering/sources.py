@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 import numpy as np
 import torch
 
-from ..configs import progress_bar, renamed_parameters, select_layers
+from ..configs import progress_bar, select_layers
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
 from . import algebra
@@ -452,7 +452,6 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
     return torch.cat(out)
 
 
-@renamed_parameters(token="reduction")
 def contrastive_direction(
     model: Any,
     positive: Sequence[str] | str | os.PathLike | None = None,
@@ -530,7 +529,6 @@ def contrastive_direction(
                                 pairs_file=pairs_file, model_id=source.model_id, model_commit=source.commit)
 
 
-@renamed_parameters(token="reduction")
 def contrastive_directions(model: Any, positive: Any = None, negative: Any = None, *, layers: Sequence[int],
                            pairs: Any = None, method: Literal["mean-diff", "pca"] = "mean-diff",
                            reduction: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,

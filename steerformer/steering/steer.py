@@ -1,4 +1,4 @@
-"""``steer``, ``ablate``, ``steered``: choose a steering method (``steering/methods/``, the default in
+"""``steer``, ``steered``: choose a steering method (``steering/methods/``, the default in
 :func:`~.methods.choose_method`), build its options (its config checks them), open the model once and
 run the one lifecycle, plan → apply → measure → record (``steering/lifecycle.py``). Nothing else.
 """
@@ -6,11 +6,11 @@ run the one lifecycle, plan → apply → measure → record (``steering/lifecyc
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..configs import Config, SteerConfig, renamed
+from ..configs import Config
 from ..loading import load_tokenizer, open_source
 from . import lifecycle
 from .chain import steering_of, unsteer
@@ -44,7 +44,7 @@ def steer(
     that layer (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``),
     with its gain chosen by ``choose``: "judged" (default on a chat model: the gain whose greedy
     answers to the selection questions the judge rates best, mean aggregate, among the gains reaching
-    a ladder of KL levels up to ``max_kl``, default 0.6 nats/token; ``steering/strength.py``, the dose
+    a ladder of KL levels up to ``max_kl``, default 0.6 nats/token; ``steering/evaluation/strength.py``, the dose
     curve in ``record.calibration["strength_search"]``) or "kl" (the largest gain whose teacher-forced
     KL on probe prompts stays within ``max_kl``, default 0.3; also the fallback without a chat
     template, a concept word or the bundled MiniLM, docs/steering-chat.md); ``positions="skip-first"``
@@ -66,16 +66,18 @@ def steer(
     ``compensate_bias``: remove the edit's shift γ (a·b_V) u of every token through b_O. ``left``: w.
     ``report=False`` skips the measurements the edit does not need; ``progress``: tqdm bars.
 
-    ``mode="ablate"`` (= ``method="ablation"``): remove u from the write of every layer in
+    ``method="ablation"`` (or any of its options, e.g. ``scale``): remove u from the write of every layer in
     ``layers`` (default all), W' = (I − scale·uuᵀ) W (see :func:`ablate`). A steered model steered
     again appends to its chain (``steering_of(model)``); ``unsteer`` undoes all of it or the last k
     calls. A ``SentenceTransformer`` is steered through its transformer.
 
-    The options come as a :class:`~steerformer.configs.SteerConfig` or as its fields by keyword
-    (``max_kl``, ``choose="judged"``, ``positions="skip-first", target_alignment (0.99), strength, gain, layer,
-    solve="min-norm", measure="model", through_ffn, untie_last, compensate_bias, dynamics_n_prompts=30,
-    dynamics_tokens=10, seed=0, report=True, progress, mode="steer", scale=1.0``); a registered
-    method's own options as its config or by keyword. The record stores them (``record.config``).
+    The call's own options come as a :class:`~steerformer.configs.SteerConfig` or by keyword
+    (``method``, ``layer``, ``report=True``, ``progress``); a method's options as its config
+    (``config=PaperConfig(...)``) or by keyword (the addition's ``max_kl``, ``choose="judged"``,
+    ``positions="skip-first", layer_choice``; the paper's ``target_alignment (0.99), strength, gain, solve="min-norm",
+    measure="model", through_ffn, untie_last, compensate_bias, min_state_cosine, dynamics_n_prompts=30,
+    dynamics_tokens=10, seed=0``; the ablation's ``scale=1.0, writers, bias, norm_preserving``). The
+    record stores them (``record.config``).
     """
     return dispatch(model, direction, config, method, options, "steer", token=token, eigvec=eigvec, text=text,
                     left=left, prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
@@ -84,48 +86,16 @@ def steer(
 def dispatch(model: Any, direction: Any, config: Config | None, method: str | None, options: dict, where: str,
              **request: Any) -> SteeringRecord:
     """Choose the method, build its options, open the model once and run the lifecycle."""
-    cfg, own, given = call_options(config, method, renamed(dict(options), SteerConfig.renamed, where), where)
+    cfg, own, given_config = call_options(config, method, dict(options), where)
+    chosen_name = choose_method(cfg, own)  # bad options are refused before the model is touched
+    method_config(get_method(chosen_name), own, given_config) if chosen_name is not None else None
     model = model_object(model, where)
     head = head_kind(model)
-    chosen = get_method(choose_method(cfg, head, given))
-    mcfg = method_config(chosen, cfg, own, config)
+    chosen = get_method(chosen_name or choose_method(cfg, own, head))
+    mcfg = method_config(chosen, own, given_config)
     tokenizer = load_tokenizer(model, request.pop("tokenizer"))
     call = lifecycle.Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request)
     return lifecycle.run(chosen, call, mcfg)
-
-
-def ablate(
-    model: Any,
-    direction: Any = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    layers: Sequence[int] | int | None = None,
-    scale: float | Mapping[Any, float] = 1.0,
-    writers: str | Sequence[str] = "attention",
-    bias: bool = False,
-    norm_preserving: str | None = None,
-    tokenizer: Any = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    report: bool = True,
-) -> SteeringRecord:
-    """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
-    all), W' = (I − s UUᵀ) W, in place: the ablation method (``steering/methods/ablation.py``, whose
-    docstring has the details); one record, one edit per weight. ``direction``: one vector (d,) or k
-    vectors (k, d) — array, tensor, ``.npy`` — or a :class:`~steerformer.steering.direction.Direction`
-    (object, folder, Hub id, control-vector ``.gguf``: per-layer vectors at their layers); or
-    ``token``, ``eigvec`` (of the last selected layer's F), ``text``. ``writers``: "attention",
-    "mlp", "embedding" (a comma list or sequence). ``scale``: s in (0, 1], or {layer: s} (plus
-    "embedding": s). ``bias``: also b' = (I − s UUᵀ) b. ``norm_preserving``: None, "rows"
-    (Heretic's) or "columns"; the residue ‖UᵀW'‖/‖UᵀW‖ is in ``edit.solve["residue"]``.
-    ``report``: measure the alignment of the final states with U and the KL on held-out prompts."""
-    if not isinstance(writers, str):
-        writers = ",".join(writers or [])
-    cfg = SteerConfig(mode="ablate", scale=scale, writers=writers, ablate_bias=bias, norm_preserving=norm_preserving,
-                      report=report)
-    return dispatch(model, direction, cfg, None, {}, "ablate", token=token, eigvec=eigvec, text=text, left=None,
-                    prompts=None, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
 
 
 @contextlib.contextmanager
@@ -145,4 +115,4 @@ def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[Steeri
                 unsteer(target, last=len(steering.records) - index)
 
 
-__all__ = ["ablate", "dispatch", "steer", "steered"]
+__all__ = ["dispatch", "steer", "steered"]

@@ -1,4 +1,4 @@
-"""The command line of issue 20: ``steer --mode ablate`` with several directions, every writer,
+"""The command line of issue 20: ``steer --method ablation`` with several directions, every writer,
 biases, norm preservation and a truncated LoRA; ``--direction`` given as a direction folder or a
 control vector; ``steerformer direction make | export-gguf``; and each bad input as one line with
 exit code 2, naming the flag."""
@@ -46,8 +46,8 @@ def _save(path: Path, arr) -> Path:
 
 def test_ablate_two_directions_from_every_writer_with_biases_then_verify(gpt2: Path, tmp_path: Path) -> None:
     u = _save(tmp_path / "u.npy", np.random.default_rng(0).normal(size=(2, 64)))
-    res = _run("steer", gpt2, "--direction", u, "--mode", "ablate", "--ablate-writers", "attention,mlp,embedding",
-               "--ablate-bias", "--ablate-layers", "1", "--out", tmp_path / "a", "--record", tmp_path / "r.json")
+    res = _run("steer", gpt2, "--direction", u, "--method", "ablation", "--writers", "attention,mlp,embedding",
+               "--bias", "--layers", "1", "--out", tmp_path / "a", "--record", tmp_path / "r.json")
     assert res.exit_code == 0, res.output
     assert "ablated layers [1]" in res.output and "embedding, positions, attention, mlp" in res.output
     rec = json.loads((tmp_path / "r.json").read_text())
@@ -59,12 +59,14 @@ def test_ablate_two_directions_from_every_writer_with_biases_then_verify(gpt2: P
 
 def test_norm_preserving_ablation_as_a_truncated_lora(gpt2: Path, tmp_path: Path) -> None:
     u = _save(tmp_path / "u.npy", np.random.default_rng(1).normal(size=64))
-    args = ["steer", gpt2, "--direction", u, "--mode", "ablate", "--ablate-writers", "attention,mlp",
-            "--norm-preserving", "rows", "--format", "peft"]
+    res = _run("steer", gpt2, "--direction", u, "--method", "ablation", "--writers", "attention,mlp",
+               "--norm-preserving", "rows", "--out", tmp_path / "ckpt")
+    assert res.exit_code == 0 and "residue" in res.output, res.output
+    args = ["export", tmp_path / "ckpt", "--format", "peft", "--quiet"]
     _one_line_exit2(_run(*args, "--out", tmp_path / "x"), "--lora-rank")
     res = _run(*args, "--lora-rank", "2", "--out", tmp_path / "lora")
     assert res.exit_code == 0, res.output
-    assert "residue" in res.output and "rank 2, truncation error up to" in res.output
+    assert "rank 2, truncation error up to" in res.output
     assert json.loads((tmp_path / "lora" / "adapter_config.json").read_text())["r"] == 2
 
 
@@ -98,7 +100,7 @@ def test_direction_make_then_export_gguf(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ["width", "direction.0", "missing layer", "not a control vector", "dependent",
                                   "scale 1.5", "scale 0"])
 def test_bad_input_is_one_line_and_exit_2(gpt2: Path, tmp_path: Path, case: str) -> None:
-    flag, ablate = "--direction", ["--mode", "ablate"]
+    flag, ablate = "--direction", ["--method", "ablation"]
     if case == "width":
         arg, extra, words = ControlVector({1: np.ones(32, np.float32)}, "llama").save(tmp_path / "w.gguf"), [], \
             "d_model=64"
@@ -115,7 +117,7 @@ def test_bad_input_is_one_line_and_exit_2(gpt2: Path, tmp_path: Path, case: str)
         arg, extra, words = _save(tmp_path / "d.npy", np.vstack([D, D.sum(0)])), ablate, "linearly independent"
     else:
         arg = _save(tmp_path / "u.npy", np.ones(64))
-        flag, extra, words = "--ablate-scale", [*ablate, "--ablate-scale", case.split()[1]], "(0, 1]"
+        flag, extra, words = "--scale", [*ablate, "--scale", case.split()[1]], "(0, 1]"
     res = _run("steer", gpt2, "--direction", arg, *(extra or ["--layer", "1", "--gain", "1", "--solve", "exact"]),
                "--out", tmp_path / "out")
     _one_line_exit2(res, flag, words)

@@ -20,8 +20,8 @@ BOUND_S = 2.0
 BAD = [
     (["steer", "{m}", "--token", "the", "--layer", "99"], "--layer=99 is invalid"),
     (["steer", "{m}", "--token", "the", "--layers", "99"], "--layers=[99] is invalid"),
-    (["steer", "{m}", "--mode", "ablate", "--direction", "{tmp}/v.npy", "--ablate-layers", "99"],
-     "--ablate-layers=[99] is invalid"),
+    (["steer", "{m}", "--method", "ablation", "--direction", "{tmp}/v.npy", "--layers", "99"],
+     "--layers=[99] is invalid"),
     (["steer", "{m}", "--token", "the", "--max-kl", "-1"], "--max-kl=-1.0 is invalid"),
     (["steer", "{m}", "--direction", "{tmp}/missing.npy"], "--direction="),
     (["steer", "{m}", "--token", "the", "--concept", "sea"], "--concept="),

@@ -9,14 +9,14 @@ from tests.conftest import run_cli
 
 
 @pytest.mark.parametrize("command, flag", [
-    ("analyze", "--layers"), ("sweep", "--layers"), ("steer", "--ablate-layers"),
+    ("analyze", "--layers"), ("sweep", "--layers"), ("steer", "--layers"),
 ])
 @pytest.mark.parametrize("spec", ["", " ", " , "], ids=["empty", "blank", "only-a-comma"])
 def test_an_empty_layer_list_is_refused_before_loading(tiny_checkpoint, tmp_path, command, flag, spec) -> None:
     d, out = tiny_checkpoint, tmp_path / "o"
     args = {"analyze": ["analyze", d, "--spectra-only", "--no-plots", "--out", out],
             "sweep": ["sweep", "--models", d, "--out", out],
-            "steer": ["steer", d, "--mode", "ablate", "--eigvec", "0", "--out", out]}[command]
+            "steer": ["steer", d, "--method", "ablation", "--eigvec", "0", "--out", out]}[command]
     res = run_cli([*args, flag, spec])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     last = res.output.strip().splitlines()[-1]
@@ -25,9 +25,9 @@ def test_an_empty_layer_list_is_refused_before_loading(tiny_checkpoint, tmp_path
     assert not (tmp_path / "o").exists()
 
 
-def test_ablate_layers_without_ablate_mode_is_refused(tiny_checkpoint) -> None:
-    res = run_cli(["steer", tiny_checkpoint, "--eigvec", "0", "--gain", "1", "--ablate-layers", "0"])
-    assert res.exit_code == 2 and "--ablate-layers='0'" in res.output and "--mode ablate" in res.output, res.output
+def test_several_layers_with_the_paper_edit_are_refused(tiny_checkpoint) -> None:
+    res = run_cli(["steer", tiny_checkpoint, "--eigvec", "0", "--gain", "1", "--layers", "0"])
+    assert res.exit_code == 2 and "--layers=[0]" in res.output and "method='ablation'" in res.output, res.output
 
 
 def test_leaving_the_flag_out_still_means_all_layers(tiny_checkpoint, tmp_path) -> None:

@@ -125,3 +125,14 @@ def test_progress_goes_to_stderr_and_quiet_silences_it(steered, tmp_path) -> Non
     assert loud.exit_code == quiet.exit_code == 0
     assert f"loading {folder}" in loud.stderr and "writing" in loud.stderr
     assert "loading" not in quiet.stderr and "saved to" in quiet.stdout
+
+
+def test_export_format_offers_exactly_the_registered_formats() -> None:
+    import typer.main
+
+    from steerformer.steering import format_names
+    from steerformer_cli.main import app
+
+    params = {p.name: p for p in typer.main.get_command(app).commands["export"].params}
+    offered = [e.value for e in params["out_format"].type_descriptor.annotation]
+    assert offered == format_names() == ["checkpoint", "peft", "gguf", "control-vector"]

@@ -65,12 +65,12 @@ def test_strength_one_adds_what_the_calibrated_edit_adds_after_its_block(steered
     assert f"{rec.calibration['alpha']:.4g} x the residual norm" in cv.notes["scale"]
 
 
-def test_export_gguf_of_a_steered_checkpoint_and_of_its_record(steered, tmp_path) -> None:
+def test_control_vector_export_of_a_steered_checkpoint_and_of_its_record(steered, tmp_path) -> None:
     model, rec = steered
     ckpt = save_steered(model, tmp_path / "ckpt")
     (tmp_path / "rec.json").write_text(rec.to_json())
     for source, name in ((ckpt, "a.gguf"), (tmp_path / "rec.json", "b.gguf")):
-        res = runner.invoke(app, ["direction", "export-gguf", str(source), "--out", str(tmp_path / name)])
+        res = runner.invoke(app, ["export", str(source), "--format", "control-vector", "--out", str(tmp_path / name)])
         assert res.exit_code == 0, res.output
         assert "strength 1.0 adds what the steer added" in res.output
         cv = read_control_vector(tmp_path / name)

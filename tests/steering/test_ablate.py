@@ -98,8 +98,6 @@ def test_ablation_bad_input() -> None:
     for kw, match in (({"scale": 1.5}, "scale=1.5"), ({"scale": 0}, "scale=0"), ({"layers": [0, 0]}, "each layer once")):
         with pytest.raises(InvalidArgumentError, match=match):
             ablate(model, random_vector(), report=False, **kw)
-    with pytest.raises(InvalidArgumentError, match="mode='erase'"):
-        steer(model, random_vector(), mode="erase")
 
 
 def test_cli_ablate_all_layers(tmp_path: Path) -> None:
@@ -110,7 +108,7 @@ def test_cli_ablate_all_layers(tmp_path: Path) -> None:
     make_model("bert", dtype=torch.float32).save_pretrained(tmp_path / "base")
     np.save(tmp_path / "u.npy", random_vector().numpy())
     res = CliRunner().invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(tmp_path / "u.npy"),
-                                   "--mode", "ablate", "--out", str(tmp_path / "a")])
+                                   "--method", "ablation", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert "ablated layers [0, 1]" in res.output
     res = CliRunner().invoke(app, ["verify", str(tmp_path / "a")])
@@ -120,11 +118,11 @@ def test_cli_ablate_all_layers(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kw", [{"layer": 0}, {"gain": 2.0}, {"strength": 3.0}],
                          ids=["ablate-layer", "ablate-gain", "ablate-strength"])
 def test_ablate_mode_refuses_steering_options(kw) -> None:
-    # Found after the merge: steer(mode="ablate", layer=0) ablated every layer and ignored gain/strength.
+    # Found after the merge: steer(method="ablation", layer=0) ablated every layer and ignored gain/strength.
     from steerformer.steering import steer
 
     model = make_model("bert")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(InvalidArgumentError, match=next(iter(kw))):
-        steer(model, random_vector(), mode="ablate", report=False, **kw)
+        steer(model, random_vector(), method="ablation", report=False, **kw)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

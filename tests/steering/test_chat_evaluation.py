@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from steerformer.errors import SteerformerError
-from steerformer.steering.evaluate import (
+from steerformer.steering.evaluation.evaluate import (
     AnswerScore, SteeringEvaluation, chat_rows, concept_words, distinct2, mean_kl, mentions, word_forms,
 )
 

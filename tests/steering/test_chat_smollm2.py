@@ -33,8 +33,8 @@ def _hashes(model) -> dict:
 
 
 def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> None:
-    from steerformer.steering.calibrate import ContinuationProbe
-    from steerformer.steering.evaluate import PROBE_QUESTIONS, evaluate_record
+    from steerformer.steering.methods.addition.calibrate import ContinuationProbe
+    from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS, evaluate_record
 
     model, tok = smol
     probe = ContinuationProbe.of(model, sf.open_source(model).adapter, tok, ["How do I clean a laptop keyboard?"],
@@ -80,8 +80,8 @@ def test_a_phrase_is_used_whole_and_undo_is_bit_exact(smol) -> None:
 
 
 def test_fitted_weight_edit_tracks_the_hook(smol) -> None:
-    from steerformer.steering.calibrate import concept_directions
-    from steerformer.steering.evaluate import PROBE_QUESTIONS, answer_logprobs, chat_rows, mean_kl
+    from steerformer.steering.methods.addition.calibrate import concept_directions
+    from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS, answer_logprobs, chat_rows, mean_kl
 
     model, tok = smol
     adapter = sf.open_source(model).adapter

@@ -43,7 +43,7 @@ def test_steer_edits_the_weights_and_unsteer_restores_them() -> None:
     u = random_vector(64, seed=3)
     W = model.transformer.h[1].attn.c_proj.weight.detach().clone()  # Conv1D: y = x W, writes W's columns
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rec = Direction({1: u[None]}).steer(model, mode="ablate", layers=[1], report=False)
+    rec = Direction({1: u[None]}).steer(model, method="ablation", layers=[1], report=False)
     unit = u / u.norm()
     expected = W - (W @ unit)[:, None] * unit[None, :]  # W (I − uuᵀ)
     torch.testing.assert_close(model.transformer.h[1].attn.c_proj.weight.detach(), expected, rtol=0, atol=1e-12)
@@ -52,9 +52,7 @@ def test_steer_edits_the_weights_and_unsteer_restores_them() -> None:
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_contrastive_reduction_has_its_own_name_and_the_old_keyword_warns() -> None:
-    import pytest
-
+def test_contrastive_reduction_has_its_own_name() -> None:
     from steerformer.steering import contrastive_direction
 
     model = make_model("gpt2", dtype=torch.float64)
@@ -68,6 +66,4 @@ def test_contrastive_reduction_has_its_own_name_and_the_old_keyword_warns() -> N
 
     texts = lambda rows: [" ".join(map(str, r)) for r in rows]  # noqa: E731
     new = contrastive_direction(model, texts(pos), texts(neg), layer=0, reduction="mean", tokenizer=Tok())
-    with pytest.warns(DeprecationWarning, match=r"token=\.\.\.\) is deprecated; use reduction="):
-        old = contrastive_direction(model, texts(pos), texts(neg), layer=0, token="mean", tokenizer=Tok())
-    assert new.reduction == old.reduction == "mean" and torch.equal(new.vector, old.vector)
+    assert new.reduction == "mean"

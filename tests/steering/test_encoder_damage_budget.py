@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from steerformer.configs import DEFAULT_MIN_STATE_COSINE
+from steerformer.steering.methods.paper.config import DEFAULT_MIN_STATE_COSINE
 from steerformer.steering import steer, unsteer
 from tests.models import make_model
 

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from steerformer.errors import SteerformerError
-from steerformer.steering.judge import (
+from steerformer.steering.evaluation.judge import (
     ChatJudge, JudgeError, JudgeItem, MiniLM, OfflineJudge, Rating, harmonic_mean, judge_answers, make_judge,
     parse_rating, repetition, summarize,
 )

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import steerformer as sf
-from steerformer.steering.evaluate import evaluate_steering
-from steerformer.steering.judge import Rating
+from steerformer.steering.evaluation.evaluate import evaluate_steering
+from steerformer.steering.evaluation.judge import Rating
 
 from ..conftest import random_vector, run_cli
 from ..models import make_model

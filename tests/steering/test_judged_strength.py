@@ -12,9 +12,9 @@ import torch
 
 from steerformer.prompts import REPORT_QUESTIONS, SELECTION_QUESTIONS
 from steerformer.steering import activation_steering
-from steerformer.steering.calibrate import ContinuationProbe
-from steerformer.steering.judge import Rating
-from steerformer.steering.strength import StrengthSearch, judged_strength, kl_ladder
+from steerformer.steering.methods.addition.calibrate import ContinuationProbe
+from steerformer.steering.evaluation.judge import Rating
+from steerformer.steering.evaluation.strength import StrengthSearch, judged_strength, kl_ladder
 from steerformer.loading import open_source
 
 from ..models import make_model

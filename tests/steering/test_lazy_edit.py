@@ -120,9 +120,11 @@ def test_cli_lazy(tmp_path: Path) -> None:
     assert "gain 2" in res.output and "saved to" in res.output
     assert torch.equal(AutoModel.from_pretrained(tmp_path / "s").embeddings.word_embeddings.weight,
                        AutoModel.from_pretrained(base).embeddings.word_embeddings.weight)
+    # without --solve the lazy edit solves exactly, as in Python (steer_checkpoint's default)
     res = runner.invoke(app, ["steer", str(base), "--direction", str(tmp_path / "u.npy"), "--gain", "2", "--lazy",
-                              "--out", str(tmp_path / "s2")])
-    assert res.exit_code == 2 and "solve='min-norm'" in res.output
+                              "--out", str(tmp_path / "s3")])
+    assert res.exit_code == 0 and json.loads((tmp_path / "s3" / "steerformer" / "record.json").read_text())[
+        "records"][0]["config"]["solve"] == "exact", res.output
 
 
 @pytest.mark.parametrize("extra", [["--token", "the"], ["--compensate-bias"], ["--through-ffn"], ["--untie-last"],

@@ -26,7 +26,7 @@ MODES = {
     "min-norm": dict(gain=2.0),
     "dynamics measure": dict(target_alignment=0.3, measure="dynamics", dynamics_n_prompts=4),
     "steer away": dict(solve="exact", gain=-1.0, compensate_bias=True),
-    "ablate": dict(mode="ablate", scale=0.5),
+    "ablate": dict(method="ablation", scale=0.5),
 }
 
 
@@ -71,7 +71,7 @@ def test_unsteer_on_cuda_restores_the_bytes(base) -> None:
     with fake_cuda():
         model.to("cuda")
         sf.steer(model, U, solve="exact", gain=3.0)
-        sf.steer(model, U, mode="ablate")
+        sf.steer(model, U, method="ablation")
         sf.unsteer(model)
         model.to("cpu")
     for k, v in model.state_dict().items():

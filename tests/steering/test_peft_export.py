@@ -94,7 +94,7 @@ def test_bias_compensation_cannot_be_an_adapter(tmp_path: Path) -> None:
     assert not (tmp_path / "lora").exists()
 
 
-def test_cli_format_peft(tmp_path: Path) -> None:
+def test_cli_export_format_peft(tmp_path: Path) -> None:
     import numpy as np
     from steerformer_cli.main import app
     from typer.testing import CliRunner
@@ -102,7 +102,9 @@ def test_cli_format_peft(tmp_path: Path) -> None:
     make_model("gpt2", dtype=torch.float32).save_pretrained(tmp_path / "base")
     np.save(tmp_path / "u.npy", random_vector(64, 0).numpy())
     res = CliRunner().invoke(app, ["steer", str(tmp_path / "base"), "--direction", str(tmp_path / "u.npy"),
-                                   "--gain", "2", "--solve", "exact", "--format", "peft", "--out", str(tmp_path / "a")])
+                                   "--gain", "2", "--solve", "exact", "--out", str(tmp_path / "ckpt")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["export", str(tmp_path / "ckpt"), "--format", "peft", "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "a" / "adapter_config.json").read_text())["r"] == 1
     assert not (tmp_path / "a" / "model.safetensors").exists()

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import steerformer as sf
-from steerformer.steering.evaluate import REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS
-from steerformer.steering.judge import MiniLM
+from steerformer.steering.evaluation.evaluate import REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS
+from steerformer.steering.evaluation.judge import MiniLM
 
 from ..models import make_model
 
@@ -105,8 +105,8 @@ def test_the_judged_gain_of_the_default_steer_never_runs_a_report_question() -> 
 
 
 def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:
-    from steerformer.steering import calibrate
-    from steerformer.steering.methods import addition
+    from steerformer.steering.methods.addition import calibrate
+    from steerformer.steering.methods.addition import method as addition
 
     model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
     tok = CharTokenizer()

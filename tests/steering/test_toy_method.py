@@ -136,7 +136,7 @@ def test_cli_unknown_method_is_refused_before_loading(tmp_path) -> None:
 
 
 def test_a_method_config_names_its_method() -> None:
-    from steerformer.configs import PaperConfig
+    from steerformer.steering.methods.paper.config import PaperConfig
 
     rec = sf.steer(make_model("gpt2"), random_vector(64, seed=6), ToyConfig(coeff=0.25), layer=1, report=False)
     assert rec.method == "toy" and rec.config["coeff"] == 0.25

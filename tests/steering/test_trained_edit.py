@@ -123,7 +123,7 @@ def test_positive_texts_alone_cannot_train_the_preference_objective() -> None:
 
 
 def test_selection_and_report_questions_are_never_trained_on() -> None:
-    from steerformer.steering.evaluate import HELDOUT_QUESTIONS
+    from steerformer.steering.evaluation.evaluate import HELDOUT_QUESTIONS
 
     assert not set(TRAIN_QUESTIONS) & set(SELECTION_QUESTIONS)
     assert not (set(TRAIN_QUESTIONS) | set(SELECTION_QUESTIONS)) & set(HELDOUT_QUESTIONS)
@@ -148,7 +148,7 @@ class _ChatlessTokenizer(_CharTokenizer):
 def test_the_whole_method_sees_no_report_question_and_records_the_split() -> None:
     """Every row the model runs is recorded (a forward pre-hook): none holds a report question, and
     the selection questions are only seen after training (the strength's choice)."""
-    from steerformer.steering.judge import Rating
+    from steerformer.steering.evaluation.judge import Rating
     from steerformer.steering.methods.trained import REPORT_QUESTIONS, TrainedConfig, trained_steering
 
     tok = _ChatlessTokenizer()
@@ -180,7 +180,7 @@ def test_the_whole_method_sees_no_report_question_and_records_the_split() -> Non
 
 def test_steer_method_trained_records_the_data_and_unsteers_bit_for_bit() -> None:
     import steerformer as sf
-    from steerformer.steering.judge import Rating
+    from steerformer.steering.evaluation.judge import Rating
     from steerformer.steering.methods import method_names
 
     assert "trained" in method_names()

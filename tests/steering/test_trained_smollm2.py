@@ -37,9 +37,9 @@ PAIRS = [
 
 
 def test_a_few_steps_raise_the_concept_on_an_unseen_question_at_bounded_kl(smol) -> None:
-    from steerformer.steering.activation import addition_edits
-    from steerformer.steering.calibrate import addition_vectors
-    from steerformer.steering.evaluate import answer_logprobs, chat_rows, generate_answers, mean_kl
+    from steerformer.steering.methods.addition.weights import addition_edits
+    from steerformer.steering.methods.addition.calibrate import addition_vectors
+    from steerformer.steering.evaluation.evaluate import answer_logprobs, chat_rows, generate_answers, mean_kl
     from steerformer.steering.methods.trained import train_edit, user_examples
 
     model, tok = smol

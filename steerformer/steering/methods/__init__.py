@@ -1,4 +1,4 @@
-"""Steering methods, one module each, registered by name: ``sf.steer(model, method=NAME)`` and
+"""Steering methods, one folder each, registered by name: ``sf.steer(model, method=NAME)`` and
 ``steerformer steer --method NAME`` run one; without a name, :func:`choose_method` picks it (the
 one place the default is stated: the method whose options are given, else ``addition`` for a causal
 LM and ``paper`` for every other model).
@@ -13,59 +13,54 @@ Contrastive prompts are not a method but a **direction source** (``steering/sour
 of two prompt sets — and any method can write, add or remove that u; the CLI's ``--positive``/
 ``--negative``/``--pairs`` hand it to whichever method runs.
 
-The contract of a method (a new method is exactly one new file here plus its registration)::
+The contract of a method (PEFT's tuners: a method is a folder, or for a small one a file, and one
+registration; nothing outside it names the method)::
 
-    import dataclasses
-    from steerformer.configs import Config, option
+    from steerformer.steering import Edit
     from steerformer.steering.lifecycle import Plan
     from steerformer.steering.methods import Method, register_method
 
-    @dataclasses.dataclass
-    class ToyConfig(Config):                 # its options, declared once
-        coeff: float = option(1.0, "How much of u to add.")
-        def __post_init__(self):             # checked once, here (bad_argument naming the field)
-            self.check_types()
-
     @register_method("toy")                  # or register_method("toy", Toy): one call
     class Toy(Method):
-        config = ToyConfig
         def plan(self, call, cfg) -> Plan:   # what to edit, with what gain; changes nothing
             ...                              # call.model/.source/.adapter/.tokenizer/.head/.direction/
-            return Plan(edits=[...],         # .token/.text/.eigvec/.layers/.prompts/.config
-                        direction_source={...}, heldout_layer=layer)
-        # optional: def measure(self, call, plan, held) -> dict of record fields (record.MEASURED)
+            return Plan(edits=[Edit(...)])   # .token/.text/.eigvec/.layers/.prompts/.config
 
-* ``config``: a dataclass subclassing :class:`steerformer.configs.Config`, fields made with
-  ``option(...)``, checked in ``__post_init__``. ``sf.steer(model, method="toy", coeff=2.0)`` (or
-  ``config=ToyConfig(...)``) builds it from the keywords that are not
-  :class:`~steerformer.configs.SteerConfig` fields. The built-in methods' configs (``PaperConfig``,
-  ``AdditionConfig``, ``AblationConfig``) live in ``steerformer/configs.py`` — the CLI generates
-  ``steer``'s flags from them without importing torch — and ``SteerConfig`` is their union plus the
-  call's own options (``method``, ``layer``, ``report``, ``progress``); a built-in's plan receives
-  that SteerConfig as its ``cfg``.
-* Flags: ``steerformer steer`` generates its flags from ``SteerConfig``'s fields without importing
-  torch, so a method's options become flags when its config is declared in ``steerformer/configs.py``
-  as a :class:`~steerformer.configs.MethodConfig` (``method_name = "NAME"``, its rules in ``check``),
-  added to ``METHOD_CONFIGS`` and to ``SteerConfig``'s bases; its options then also choose it (an
-  option of one method selects that method; options of two are refused by name). A method
-  registered from elsewhere runs on the command line (``--method NAME``) with its config's defaults.
 * ``plan(call, cfg)``: a :class:`~steerformer.steering.lifecycle.Plan` — the edits as values
-  (:class:`~steerformer.steering.edit.Edit`: module, layer, slot, u, a, gain, kind, ...), where u
-  came from (``DirectionSource.to_dict()``, or any JSON-able dict), and what the record shows (a
-  gain search as ``choice``, ``calibration``, ``message``, ``target``, ``heldout_layer``: where the
-  held-out probe starts, None for no held-out measurement). It must not change the model; it raises
-  ``bad_argument`` naming the option for bad input.
+  (:class:`~steerformer.steering.edit.Edit`: module, layer, slot, u, a, gain; every other field
+  optional, ``kind`` included), and optionally where u came from (``direction_source``: a
+  JSON-able dict, default ``{}``) and what the record shows (a gain search as ``choice``,
+  ``calibration``, ``message``, ``target``, ``heldout_layer``: where the held-out probe starts, None
+  for no held-out measurement). It must not change the model; it raises ``bad_argument`` naming
+  the option for bad input. ``call.config`` is the call's
+  :class:`~steerformer.configs.SteerConfig` (``method``, ``layer``, ``report``, ``progress``).
+* ``config`` (optional): the method's options, a dataclass subclassing
+  :class:`steerformer.configs.Config` (a :class:`~steerformer.configs.MethodConfig` to declare
+  rules in ``check`` and the call options it ``refuses``), fields made with ``option(...)``.
+  ``sf.steer(model, method="toy", coeff=2.0)`` (or ``config=ToyConfig(...)``) builds it from the
+  keywords that are not SteerConfig fields and passes it as ``cfg``; without one, ``cfg`` is an
+  empty :class:`~.registry.NoOptions`.
+* Words (optional, generic by default): ``summary_lines(record)`` (``record.summary()``),
+  ``card_formula(record)`` and ``gain_text(record)`` (the model card), ``phase_line(cfg,
+  call_config, layers, causal=, concept=)`` (what ``steer`` says before its work).
 * ``measure(call, plan, held)`` (optional): record fields measured on the edited model (default: the
   held-out alignment with the target, the KL and the state cosine).
+* A built-in method is a folder ``<name>/`` with ``config.py`` (its options, importable without torch:
+  ``steer --help`` makes them flags, and an option of one method chooses it), ``method.py`` (the
+  plan, the words, the registration) and its helpers, plus one ``BUILT_IN`` entry in
+  ``registry.py``. A method registered from elsewhere runs on the command line with ``--method NAME``
+  and its config's defaults.
 * Everything else — applying the edits bit-exactly with rollback, the record, the chain, save,
-  reload, ``unsteer``, ``verify``, the PEFT export — is the one lifecycle
-  (``steering/lifecycle.py``) and needs nothing from the method.
+  reload, ``unsteer``, ``verify``, the exports — is the one lifecycle (``steering/lifecycle.py``)
+  and needs nothing from the method.
 """
 
 from .registry import (
-    Method, call_options, choose_method, get_method, method_config, method_names, register_method,
+    Method, NoOptions, built_in_configs, call_options, choose_method, config_of, get_method, method_config, method_names,
+    method_of, register_method,
 )
 # the built-in methods (paper, addition, ablation, trained) register on first use of their name
-# (registry.BUILT_IN), so that a call imports the one method it runs
+# (registry.BUILT_IN), so that a call imports the one method it runs; this package imports no torch
 
-__all__ = ["Method", "call_options", "choose_method", "get_method", "method_config", "method_names", "register_method"]
+__all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "get_method",
+           "method_config", "method_names", "method_of", "register_method"]

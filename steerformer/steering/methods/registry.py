@@ -1,6 +1,9 @@
 """The steering methods by name: :class:`Method`, :func:`register_method`, :func:`get_method` and
-:func:`choose_method`, the one place the default method is chosen (the contract: the package's
-docstring, ``steering/methods/__init__.py``)."""
+:func:`choose_method`, the one place a call's method is decided (the contract: the package's
+docstring, ``steering/methods/__init__.py``).
+
+Import-light (no torch): the CLI reads the built-in methods' configs here to build ``steer --help``;
+a method's plan module (which imports torch) is imported when the method is first used."""
 
 from __future__ import annotations
 
@@ -8,43 +11,88 @@ import dataclasses
 import importlib
 from typing import Any, ClassVar
 
-from ...configs import METHOD_CONFIGS, Config, SteerConfig, with_options
+from ...configs import Config, MethodConfig, SteerConfig
 from ...errors import bad_argument
-from ..lifecycle import Call, Plan, default_measure
+
+
+@dataclasses.dataclass
+class NoOptions(Config):
+    """The options of a method that has none."""
 
 
 class Method:
-    """A steering method: its options (``config``, a :class:`~steerformer.configs.Config`
-    dataclass) and its plan (what to edit, with what gain). Subclass it, set ``config``, write
-    :meth:`plan` (and, optionally, :meth:`measure`), and register it with :func:`register_method`."""
+    """A steering method: its options (``config``, a :class:`~steerformer.configs.Config` dataclass;
+    none by default), its plan (what to edit, with what gain) and its words (the record's summary,
+    the model card's formula and gain, the CLI's phase line), each with a generic default. Subclass
+    it, write :meth:`plan`, and register it with :func:`register_method`."""
 
     #: the registered name (set by :func:`register_method`)
     name: ClassVar[str] = ""
     #: the options of the method: a dataclass subclassing steerformer.configs.Config
-    config: ClassVar[type] = Config
+    config: ClassVar[type] = NoOptions
 
-    def plan(self, call: Call, cfg: Any) -> Plan:
-        """The edits of this call and what the record needs; changes nothing in ``call.model``."""
+    def plan(self, call: Any, cfg: Any) -> Any:
+        """The edits of this call (a :class:`~steerformer.steering.lifecycle.Plan`) and what the
+        record needs; changes nothing in ``call.model``."""
         raise NotImplementedError(f"{type(self).__name__}.plan")
 
-    def measure(self, call: Call, plan: Plan, held: Any) -> dict:
+    def measure(self, call: Any, plan: Any, held: Any) -> dict:
         """Record fields of the edited model (``record.MEASURED``); ``held``: the held-out probe
         measured before the edit (None when ``report=False`` or ``plan.heldout_layer`` is None)."""
+        from ..measure import default_measure
+
         return default_measure(call, plan, held)
+
+    # ---- words -------------------------------------------------------------------------------
+    def summary_lines(self, record: Any) -> list[str]:
+        """The record's human-readable lines (``SteeringRecord.summary``; the CLI prints them)."""
+        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        layers = sorted({e.layer for e in record.edits}) or [record.layer]
+        lines = [f"{record.method or 'steering'}: {len(record.edits)} edit(s) of layer(s) {layers} "
+                 f"({', '.join(dict.fromkeys(e.module for e in record.edits))}), gain {record.gain:.6g}",
+                 f"alignment, real model final states: {f(record.alignment_model_before)} -> "
+                 f"{f(record.alignment_model_after)}",
+                 f"weight change |dW|/|W| = {record.weight_change:.4g}; KL ({record.kl_kind}) = {f(record.kl)}; "
+                 f"state cosine = {f(record.state_cosine)}"]
+        return lines + ([record.message] if record.message else [])
+
+    def card_formula(self, record: Any) -> str:
+        """The formula of what ``record`` changed, for the model card."""
+        return "W' = W + γ Σ_k u_k a_kᵀ (a low-rank edit of each writer named in the record)"
+
+    def gain_text(self, record: Any) -> str:
+        """The gain in the unit the CLI printed, for the model card."""
+        return f"γ = {record.gain:.6g}"
+
+    def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        """The line ``steer`` says before its long silent work (when progress is shown)."""
+        return f"steering with the {self.name} method ..."
 
 
 _METHODS: dict[str, type] = {}
 
-#: the built-in methods: name -> the module that registers it, imported on first use of the name
-#: (steering a causal LM imports ``addition`` only)
-BUILT_IN: dict[str, str] = {"paper": ".paper", "addition": ".addition", "ablation": ".ablation",
-                             "trained": ".trained"}
+#: the built-in methods: name -> (the module that registers it, the torch-free module of its config
+#: or None). The plan module is imported on first use of the name (steering a causal LM imports
+#: ``addition`` only); the config modules are read by the CLI and by :func:`choose_method`.
+BUILT_IN: dict[str, tuple[str, str | None]] = {
+    "paper": (".paper.method", ".paper.config"),
+    "addition": (".addition.method", ".addition.config"),
+    "ablation": (".ablation.method", ".ablation.config"),
+    "trained": (".trained", None),
+}
 
 
 def _load_built_in(name: str) -> None:
     """Import the built-in method ``name`` (its module registers it) unless it is registered."""
     if name in BUILT_IN and name not in _METHODS:
-        importlib.import_module(BUILT_IN[name], __package__)
+        importlib.import_module(BUILT_IN[name][0], __package__)
+
+
+def built_in_configs() -> dict[str, type]:
+    """{name: config class} of the built-in methods whose config is a torch-free module (the classes
+    are the :class:`~steerformer.configs.MethodConfig` subclasses defined there); the CLI makes their
+    fields ``steer``'s flags, and their options choose their method."""
+    return {name: config_of(name) for name, (_, where) in BUILT_IN.items() if where is not None}
 
 
 def register_method(name: str, cls: type | None = None, *, replace: bool = False) -> Any:
@@ -85,52 +133,110 @@ def get_method(name: str) -> Method:
     return _METHODS[name]()
 
 
-def choose_method(cfg: Any, head: str, given: Any = ()) -> str:
-    """The method of a call: the one named (``method=``, ``mode="ablate"``) or whose options are set
-    (``SteerConfig.selected_method``), else by the model's head (``measure.head_kind``) — a causal LM,
-    whose output a KL can price, gets ``addition``; every other model the papers' edit, ``paper``."""
-    name = cfg.selected_method(given)
-    if name is not None:
-        return name
-    return "addition" if head == "causal-lm" else "paper"
+def method_of(record: Any) -> Method:
+    """The method that made ``record`` (its words), or the generic :class:`Method` when that name is
+    not registered here (a record made with a method from elsewhere)."""
+    name = getattr(record, "method", None)
+    if name in BUILT_IN or name in _METHODS:
+        return get_method(name)
+    return Method()
 
 
-def call_options(config: Any, method: str | None, options: dict, where: str) -> tuple[Any, dict, set]:
-    """(the call's SteerConfig, the keywords that are not SteerConfig fields — a registered method's
-    own options —, the names given explicitly) from ``steer``'s ``config``, ``method`` and keywords.
-    ``config`` may be a SteerConfig, a built-in method's config (its fields join the SteerConfig) or
-    a registered method's config (it names the method)."""
+def config_of(name: str) -> type:
+    """The config class of method ``name`` (a built-in's torch-free config, no plan import)."""
+    where = BUILT_IN.get(name, (None, None))[1]
+    if where is None:
+        return type(get_method(name)).config
+    mod = importlib.import_module(where, __package__)
+    return next(v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, MethodConfig)
+                and v is not MethodConfig and v.__module__ == mod.__name__)
+
+
+def choose_method(call_config: SteerConfig, options: dict, head: str | None = None) -> str | None:
+    """The method of a call: ``call_config.method`` when given, else the built-in method whose options
+    ``options`` holds (options of two methods are refused by name), else by the model's ``head``
+    (``measure.head_kind``) — a causal LM, whose output a KL can price, gets ``addition``; every other
+    model the papers' edit, ``paper``. ``head=None``: the model is not known yet (None when the head
+    would decide). The one place the default is stated."""
+    # the built-in configs are read only when options are given (a plain call imports its own method alone)
+    owner = {f.name: name for name, cls in built_in_configs().items() for f in dataclasses.fields(cls)} \
+        if options else {}
+    named = call_config.method
+    if named is not None:
+        cls = config_of(named)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in options:
+            if key not in fields:
+                if key in owner:
+                    raise bad_argument(key, options[key], f"no {key} with method={named!r} (an option of the "
+                                       f"{owner[key]} method)", f"Drop it, or pass method={owner[key]!r}.")
+                raise TypeError(f"steer(method={named!r}) got an unexpected keyword argument {key!r}")
+        chosen = named
+    else:
+        for key in options:
+            if key not in owner:
+                raise TypeError(f"steer() got an unexpected keyword argument {key!r}")
+        used: dict[str, list[str]] = {}
+        for key in options:
+            used.setdefault(owner[key], []).append(key)
+        if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
+            (first, a), (second, b) = list(used.items())[:2]
+            raise bad_argument(a[0], options[a[0]], f"no {a[0]} with {b[0]} ({a[0]} is an option of the {first} "
+                               f"method, {b[0]} of the {second} method)",
+                               f"Pass the options of one method, e.g. drop {a[0]} or {b[0]}.")
+        chosen = next(iter(used), None)
+        if chosen is None and head is not None:
+            chosen = "addition" if head == "causal-lm" else "paper"
+    if chosen is not None:
+        cls = config_of(chosen)
+        for key in getattr(cls, "refuses", ()):
+            value, default = getattr(call_config, key), _default(SteerConfig, key)
+            if value != default:
+                raise bad_argument(key, value, f"the default ({default}) with method={chosen!r}",
+                                   f"The {chosen} method does not take {key}=; drop it.")
+    return chosen
+
+
+def _default(cls: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def call_options(config: Any, method: str | None, options: dict, where: str) -> tuple[SteerConfig, dict, Any]:
+    """(the call's SteerConfig, the method's options by keyword, a method config given as ``config``)
+    from ``steer``'s ``config``, ``method`` and keywords. ``config`` may be a SteerConfig or a
+    method's config (it names the method unless ``method`` does)."""
     fields = {f.name for f in dataclasses.fields(SteerConfig)}
     own = {k: options.pop(k) for k in list(options) if k not in fields}
-    given = set(options)
-    base = config
+    base, given_config = config, None
     if config is not None and not isinstance(config, SteerConfig):
-        name = next((n for n, c in METHOD_CONFIGS.items() if type(config) is c), None) \
-            or next((n for n, c in _METHODS.items() if type(config) is c.config), None)
-        if name is None:
+        if not isinstance(config, Config):
             raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered method",
                                f"Registered: {', '.join(method_names())}.")
-        base = SteerConfig(method=name, **config.to_dict()) if type(config) in METHOD_CONFIGS.values() \
-            else SteerConfig(method=name)
+        given_config, base = config, None
+        if method is None:
+            method = next((n for n in method_names() if config_of(n) is type(config)), None)
+            if method is None:
+                raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered "
+                                   "method", f"Registered: {', '.join(method_names())}.")
     if method is not None:
         options["method"] = method
-    return with_options(base, SteerConfig, options, where), own, given
-
-
-def method_config(method: Method, steer_config: Any, options: dict, config: Any = None) -> Any:
-    """The options ``method.plan`` receives: the call's SteerConfig itself for a built-in method (its
-    config is one of SteerConfig's bases), else ``method.config`` built from ``config`` and the
-    keywords that are not SteerConfig fields (refused by name when the method has no such field)."""
-    if isinstance(steer_config, method.config):
-        if options:
-            raise TypeError(f"steer() got an unexpected keyword argument {sorted(options)[0]!r}")
-        return steer_config
-    names = {f.name for f in dataclasses.fields(method.config)}
+    names = fields
     unknown = sorted(set(options) - names)
-    if unknown:
-        raise TypeError(f"steer(method={method.name!r}) got an unexpected keyword argument {unknown[0]!r}")
-    base = config if isinstance(config, method.config) else method.config()
+    if unknown:  # not reached: non-fields were taken out above
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+    base = base if base is not None else SteerConfig()
+    return (dataclasses.replace(base, **options) if options else base), own, given_config
+
+
+def method_config(method: Method, options: dict, config: Any = None) -> Any:
+    """The options ``method.plan`` receives: ``method.config`` built from ``config`` (a config of this
+    method given to ``steer``) and the method's keywords (checked by its ``__post_init__``)."""
+    cls = type(method).config
+    base = config if isinstance(config, cls) else None
+    if base is None:
+        return cls(**options)
     return dataclasses.replace(base, **options) if options else base
 
 
-__all__ = ["Method", "call_options", "choose_method", "get_method", "method_config", "method_names", "register_method"]
+__all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "get_method",
+           "method_config", "method_names", "method_of", "register_method"]

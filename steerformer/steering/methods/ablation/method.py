@@ -23,19 +23,21 @@ W_O only, b_O left alone.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from ...configs import AblationConfig, ablation_writers
-from ...errors import bad_argument
-from ...matrices import read_attention_weights, select_layers
-from .. import algebra
-from ..chain import steering_of
-from ..edit import Edit, check_layer_materialized, check_materialized
-from ..lifecycle import Call, Plan
-from ..sources import ablation_directions
-from .registry import Method, register_method
+from ....errors import bad_argument
+from ....matrices import read_attention_weights, select_layers
+from ... import algebra
+from ...chain import steering_of
+from ...edit import Edit, check_layer_materialized, check_materialized
+from ...lifecycle import Call, Plan
+from ...sources import ablation_directions
+from ...steer import dispatch
+from ...record import SteeringRecord
+from ..registry import Method, register_method
+from .config import AblationConfig, ablation_writers
 
 #: offset of the RMS norm's gain per declared norm kind: g = offset + weight
 _NORM_OFFSET = {"rmsnorm": 0.0, "rmsnorm+1": 1.0}
@@ -69,12 +71,36 @@ class Ablation(Method):
         return Plan(edits=edits, direction_source=dirs.source.to_dict(), direction=target,
                     message=_message(edits, kinds, cfg), heldout_layer=min(by_slot.values()))
 
+    # ---- words -------------------------------------------------------------------------------
+    def summary_lines(self, record: Any) -> list[str]:
+        """The ablated layers and writers, s, the alignment, the price."""
+        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        writers = sorted({e.writer for e in record.edits}, key=["embedding", "positions", "token_type", "attention",
+                                                              "mlp"].index)
+        lines = [f"ablated layers {record.layers_changed} ({len(record.edits)} weight(s): {', '.join(writers)}): "
+                 f"W' = (I - s UU^T) W, s = {-record.gain:g}" + (" (first layer)" if len({e.gain for e in record.edits}) > 1
+                                                               else ""),
+                 f"alignment, real model final states: {f(record.alignment_model_before)} -> "
+                 f"{f(record.alignment_model_after)}",
+                 f"weight change |dW|/|W| = {record.weight_change:.4g}; KL ({record.kl_kind}) = {f(record.kl)}; "
+                 f"state cosine = {f(record.state_cosine)}"]
+        return lines + ([record.message] if record.message else [])
+
+    def card_formula(self, record: Any) -> str:
+        return f"W' = (I − s·UUᵀ) W, s = {-record.gain:g}, on every writer of layers {record.layers_changed}"
+
+    def gain_text(self, record: Any) -> str:
+        return f"s = {-record.gain:g}"
+
+    def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        return "ablating the direction from every writer's weights ..."
+
 
 def _message(edits: list[Edit], kinds: tuple[str, ...], cfg: AblationConfig) -> str:
     k = edits[0].rank
     s = cfg.scale if not isinstance(cfg.scale, dict) else "per layer"
     text = (f"ablation of {k} direction{'s' if k > 1 else ''} from {len(edits)} weight(s) ({', '.join(kinds)}; "
-            f"scale {s}{'; biases too' if cfg.ablate_bias else ''})")
+            f"scale {s}{'; biases too' if cfg.bias else ''})")
     if cfg.norm_preserving:
         worst = max(float(e.solve["residue"]) for e in edits)
         text += f"; norm-preserving ({cfg.norm_preserving}): residue |U^T W'|/|U^T W| up to {worst:.3g}"
@@ -144,7 +170,7 @@ def plan_ablation(model: Any, source: Any, dirs: Any, kinds: tuple[str, ...], by
     for w, L, slot, s, U in plans:
         Uw = _writer_directions(model, w, U)
         stored = check_materialized(model, w.weight, L).detach()
-        bias = base.get_parameter(w.bias_name).detach() if cfg.ablate_bias and w.bias else None
+        bias = base.get_parameter(w.bias_name).detach() if cfg.bias and w.bias else None
         for index in (range(stored.shape[0]) if w.layout == "experts" else [None]):
             W = w.canonical(stored if index is None else stored[index]).to(device="cpu", dtype=torch.float64)
             ab = algebra.ablation(W, Uw, s, norm_preserving=cfg.norm_preserving,
@@ -173,4 +199,38 @@ def _layer_matrix_view(source: Any, edit: Edit) -> None:
 
 register_method("ablation", Ablation)
 
-__all__ = ["Ablation", "plan_ablation"]
+
+def ablate(
+    model: Any,
+    direction: Any = None,
+    *,
+    token: str | None = None,
+    eigvec: int | None = None,
+    text: str | None = None,
+    layers: Sequence[int] | int | None = None,
+    scale: float | Mapping[Any, float] = 1.0,
+    writers: str | Sequence[str] = "attention",
+    bias: bool = False,
+    norm_preserving: str | None = None,
+    tokenizer: Any = None,
+    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
+    report: bool = True,
+) -> SteeringRecord:
+    """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
+    all), W' = (I − s UUᵀ) W, in place: the ablation method (``steering/methods/ablation/``, whose
+    docstring has the details); one record, one edit per weight. ``direction``: one vector (d,) or k
+    vectors (k, d) — array, tensor, ``.npy`` — or a :class:`~steerformer.steering.direction.Direction`
+    (object, folder, Hub id, control-vector ``.gguf``: per-layer vectors at their layers); or
+    ``token``, ``eigvec`` (of the last selected layer's F), ``text``. ``writers``: "attention",
+    "mlp", "embedding" (a comma list or sequence). ``scale``: s in (0, 1], or {layer: s} (plus
+    "embedding": s). ``bias``: also b' = (I − s UUᵀ) b. ``norm_preserving``: None, "rows"
+    (Heretic's) or "columns"; the residue ‖UᵀW'‖/‖UᵀW‖ is in ``edit.solve["residue"]``.
+    ``report``: measure the alignment of the final states with U and the KL on held-out prompts."""
+    if not isinstance(writers, str):
+        writers = ",".join(writers or [])
+    options = dict(scale=scale, writers=writers, bias=bias, norm_preserving=norm_preserving, report=report)
+    return dispatch(model, direction, None, "ablation", options, "ablate", token=token, eigvec=eigvec, text=text, left=None,
+                    prompts=None, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
+
+
+__all__ = ["Ablation", "ablate", "plan_ablation"]

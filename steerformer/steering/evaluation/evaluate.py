@@ -38,13 +38,13 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
-from ..errors import bad_argument
-from ..prompts import (  # noqa: F401  (the prompt sets and the split: public here too)
+from ...errors import bad_argument
+from ...prompts import (  # noqa: F401  (the prompt sets and the split: public here too)
     HELDOUT_QUESTIONS, PROBE_QUESTIONS, REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS, PromptBatch,
 )
-from .chat import chat_rows, generate_answers, has_chat_template, pad_id, stop_ids, word_forms  # noqa: F401
+from ..chat import chat_rows, generate_answers, has_chat_template, pad_id, stop_ids, word_forms  # noqa: F401
 from .judge import JudgeItem, Rating, concept_words, judge_answers, make_judge, mentions, summarize  # noqa: F401
-from .measure import kl_per_token, model_device
+from ..measure import kl_per_token, model_device
 
 
 # ---- words (word_forms: chat.py; concept_words, mentions, concept_words, mentions: judge.py) ---------------------------------------
@@ -255,8 +255,8 @@ class SteeringEvaluation:
     base_judged: dict = dataclasses.field(default_factory=dict)  # the base answers' ratings (judge.summarize)
 
     def to_dict(self) -> dict:
-        from .. import __version__
-        from ..results import VERSION_KEY
+        from ...version import __version__
+        from ...results import VERSION_KEY
 
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "points"}
         d["points"] = [p.to_dict() for p in self.points]
@@ -271,7 +271,7 @@ class SteeringEvaluation:
         return cls(**kw)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        from ..results import json_text
+        from ...results import json_text
 
         return json_text(self.to_dict(), path)
 
@@ -296,7 +296,7 @@ class SteeringEvaluation:
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "SteeringEvaluation":
-        from ..results import read_json
+        from ...results import read_json
 
         return cls.from_dict(read_json(Path(out_dir) / "evaluation.json"))
 
@@ -312,7 +312,7 @@ class SteeringEvaluation:
         KL, one line per method/layer → ``evaluation_curve.png``."""
         from matplotlib.figure import Figure
 
-        from ..results import save_figure
+        from ...results import save_figure
 
         if not self.points:
             return []
@@ -400,7 +400,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
     each answer 0–2 on concept, relevance and fluency (module docstring; None: nobody).
     """
     check_generates(model)
-    from ..loading import open_source
+    from ...loading import open_source
 
     words = concept_words(concept)
     if not methods:
@@ -463,9 +463,9 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
     model's answers are taken with the record's edits removed (bit for bit) and put back.
     ``judge``: who rates the answers (module docstring; None: nobody)."""
     check_generates(model)
-    from ..errors import InvalidArgumentError
-    from ..loading import open_source
-    from .chain import steering_of
+    from ...errors import InvalidArgumentError
+    from ...loading import open_source
+    from ..chain import steering_of
 
     steering = steering_of(model)
     if steering is None or not steering.records or steering.records[-1] is not record:

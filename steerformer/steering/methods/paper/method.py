@@ -11,23 +11,25 @@ b_O, after giving an ALBERT model's last layer its own weights. Options:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 import torch
 
-from ...configs import PaperConfig, progress_bar
-from ...errors import InvalidArgumentError, bad_argument
-from ...loading import open_source
-from ...matrices import read_attention_weights, select_layers
-from .. import algebra
-from ..chain import retie, steering_of, untie
-from ..common import CountedCurve, stores_transposed
-from ..edit import Edit, check_layer_materialized, edited_stored
-from ..lifecycle import Call, Plan
-from ..measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, mean_abs_cos, model_probe
-from ..sources import check_vector, resolve_direction
-from .registry import Method, register_method
+from ....configs import progress_bar
+from ....errors import InvalidArgumentError, bad_argument
+from ....loading import open_source
+from ....matrices import read_attention_weights, select_layers
+from ... import algebra
+from ...chain import retie, steering_of, untie
+from ...common import CountedCurve, stores_transposed
+from ...edit import Edit, check_layer_materialized, edited_stored
+from ...lifecycle import Call, Plan
+from ...measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, mean_abs_cos, model_probe
+from ...sources import check_vector, resolve_direction
+from ..registry import Method, register_method
+from .config import PaperConfig
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class Paper(Method):
         if call.layers is not None:
             raise bad_argument("layers", call.layers, "no layers= with the paper's edit (gain, strength, "
                                "target_alignment or its options): one layer=", "Several layers are for the "
-                               "KL-calibrated edit (max_kl) or mode='ablate'.")
+                               "KL-calibrated edit (max_kl) or method='ablation'.")
         untied = None
         if cfg.untie_last:
             if not call.adapter.can_untie:
@@ -76,6 +78,38 @@ class Paper(Method):
             log.warning("%s", plan.choice.message)
         return plan
 
+    def plan_on_disk(self, source: Any, call_config: Any, options: dict, config: Any = None, *, direction: Any = None,
+                     eigvec: int | None = None, left: Any = None) -> tuple[Plan, PaperConfig]:
+        """(the plan, its options) of the same edit made on a checkpoint on disk (``steer_checkpoint``,
+        ``steer --lazy``): from the stored V and W_O of one layer alone — a = wᵀV⁻¹ (``solve="exact"``,
+        the default here: min-norm fits a on states from forward passes) with a given gain or
+        strength; every option that needs the model to run is refused by name. The edit's hashes are
+        set by the caller, which applies it to the stored tensor."""
+        cfg = config if isinstance(config, PaperConfig) else PaperConfig(solve="exact")
+        cfg = dataclasses.replace(cfg, **options) if options else cfg
+        check_lazy(cfg, direction)
+        adapter = source.adapter
+        L = select_layers(call_config.edit_layer, adapter.n_layers, name="layer")[0]
+        slot = adapter.layer_sequence()[L]
+        u, dsource = resolve_direction(None, source, L, direction=direction, eigvec=eigvec)
+        w = u if left is None else check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
+        weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies of V and W_O only
+        V = weights.value_matrix()
+        algebra.check_value_map(V, L, source.model_id)
+        row = algebra.exact_row(V, w)
+        if row.method == "lstsq":
+            log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
+        spec_before = algebra.top_summary(None, factors=weights.layer_factors())  # |λ1| for the strength
+        abs_l1 = spec_before["abs_lambda1"]
+        g = float(cfg.gain) if cfg.gain is not None else float(cfg.strength) * abs_l1
+        b_V = weights.value_bias_heads()  # per query head, like a (grouped-query layers repeat b_V)
+        edit = Edit(module=adapter.output_weight_name(slot), layer=L, slot=slot, u=u.clone(), a=row.a.clone(), gain=g,
+                    kind="steer", solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
+                    bias_coef=None if b_V is None else float(row.a @ b_V.to(torch.float64)),
+                    transposed=stores_transposed(adapter))
+        return Plan(edits=[edit], direction_source=dsource.to_dict(), abs_lambda1=abs_l1,
+                    spectrum_before=spec_before), cfg
+
     def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
         """The held-out alignment and price, the predicted side of u, the controlled dynamics and
         the spectrum of F_layer after the edit."""
@@ -92,6 +126,69 @@ class Paper(Method):
         W_new = adapter.output_weight_from_stored(param.detach().to(torch.float64).cpu())
         measured["spectrum_after"] = algebra.top_summary(None, factors=(W_new, plan.extra["V"]))
         return measured
+
+    # ---- words -------------------------------------------------------------------------------
+    def summary_lines(self, record: Any) -> list[str]:
+        """The layer and solve, the gain (nominal and effective strength), the alignments, the price,
+        the spectrum, the bias shift and a sign disagreement, when there is one."""
+        f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
+        g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+        lines = [
+            f"layer {record.layer} ({record.module}), solve {record.solve['method']} (cond V = {record.solve['cond_V']:.3g})",
+            f"gain {record.gain:.6g} = strength {g(record.strength)} x |lambda1| (nominal); effective strength "
+            f"{g(record.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(record.w_eff_cos)}",
+            f"alignment, controlled dynamics: {f(record.alignment_dynamics_before)} -> {f(record.alignment_dynamics_after)}",
+            f"alignment, real model final states: {f(record.alignment_model_before)} -> {f(record.alignment_model_after)}",
+            f"weight change |dW_O|/|W_O| = {record.weight_change:.4g}; KL ({record.kl_kind}) = {f(record.kl)}; "
+            f"state cosine = {f(record.state_cosine)}",
+        ]
+        if record.spectrum_before and record.spectrum_after:
+            lines.append(f"lambda1 {record.spectrum_before['lambda1'][0]:.4g} -> {record.spectrum_after['lambda1'][0]:.4g}, "
+                         f"gap {record.spectrum_before['gap']:.4g} -> {record.spectrum_after['gap']:.4g}")
+        if record.bias_shift_norm is not None:
+            lines.append(f"bias shift |gain (a.b_V) u| = {record.bias_shift_norm:.4g} on every token's attention output"
+                         + (" (compensated through b_O)" if record.compensate_bias else ""))
+        if len(record.layers_changed) > 1:
+            lines.append(f"shared weights: layers {record.layers_changed} all changed")
+        if record.sign_disagreement:
+            lines.append(f"SIGN DISAGREEMENT: F' = F + gain u w_eff^T predicts a shift toward "
+                         f"{'+' if record.predicted_u_shift > 0 else '-'}u, but the final states moved to the other "
+                         f"side (signed cos {record.signed_alignment_model_before:+.3f} -> "
+                         f"{record.signed_alignment_model_after:+.3f}); with solve='exact' the heads' different "
+                         "attention and the value bias can outweigh w^T x (docs/statistics.md)")
+        if record.message:
+            lines.append(record.message)
+        return lines
+
+    def card_formula(self, record: Any) -> str:
+        return "W_O' = W_O + γ u (wᵀV⁺)  ⇒  F' = F + γ u wᵀ (the attention output, F = W_O·V; paper §2.3)"
+
+    def gain_text(self, record: Any) -> str:
+        return f"γ = {record.gain:.6g}" + (f" = {record.strength:.4g} × abs(λ1)" if record.strength else "")
+
+    def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
+        return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
+
+
+#: the options a lazy edit honours (with the call's layer); any other must keep its default
+LAZY_OPTIONS = ("gain", "strength", "solve")
+
+
+def check_lazy(cfg: PaperConfig, direction: Any) -> None:
+    """What a lazy edit cannot honour, refused by name (never dropped silently): it reads only V
+    and W_O of one layer and runs no forward pass."""
+    if cfg.solve != "exact":
+        raise bad_argument("solve", cfg.solve, "'exact' for a lazy edit (min-norm fits a on states from forward "
+                           "passes)", "Pass solve='exact' (CLI: --solve exact), or drop --lazy.")
+    if cfg.gain is None and cfg.strength is None:
+        raise bad_argument("gain", None, "a fixed gain= or strength= for a lazy edit (the gain search runs the "
+                           "model)", "Pass --gain G or --strength S, or drop --lazy.")
+    for f in dataclasses.fields(cfg):
+        if f.name not in LAZY_OPTIONS and getattr(cfg, f.name) != f.default:
+            raise bad_argument(f.name, getattr(cfg, f.name), "the default with a lazy edit (it edits the "
+                               "checkpoint on disk with no forward pass)", "Drop it, or steer without --lazy.")
+    if hasattr(direction, "direction_source"):
+        raise bad_argument("direction", type(direction).__name__, "an array or .npy path for a lazy edit")
 
 
 def searching(cfg: PaperConfig) -> bool:
@@ -256,4 +353,4 @@ def _has_param(base: Any, name: str) -> bool:
 
 register_method("paper", Paper)
 
-__all__ = ["Paper", "plan_edit", "searching"]
+__all__ = ["Paper", "check_lazy", "plan_edit", "searching"]

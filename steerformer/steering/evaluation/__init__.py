@@ -1,0 +1,3 @@
+"""The evaluation harness: held-out answers judged (``evaluate``), the judges (``judge``) and the
+choices made on the selection questions (``selection``). Imports nothing on its own: the modules
+are imported where they are used."""
