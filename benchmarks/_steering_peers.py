@@ -125,6 +125,7 @@ class Bench:
         from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
+        self.default_states: dict = {}  # concept -> the default steer's state (KLSteer reads its KL rule)
         self.partial: Path | None = None  # where run() writes the selection sweep after each concept
         self.max_new_tokens = max_new_tokens
         self.source = sf.open_source(model)
@@ -255,10 +256,12 @@ class SteerChosen(Method):
     def state(self, bench, concept, rec, seconds) -> dict:
         cal = rec.calibration or {}
         state = {"record": rec, "seconds": seconds, "curve": cal.get("strength_search"),
-                 "layers": cal.get("layers"), "alpha": cal.get("alpha"), "choice": cal.get("strength_choice")}
+                 "layers": cal.get("layers"), "alpha": cal.get("alpha"), "choice": cal.get("strength_choice"),
+                 "kl_rule": cal.get("kl_rule")}
         bench.log(f"  {self.name} on {concept}: {seconds:.0f} s; " + (rec.message or "").splitlines()[0][:160])
         if self.method is None:
             bench.last_steer = state  # the throughput check reuses the last concept's edit
+            bench.default_states[concept] = state
         return state
 
     def choice(self, bench, state, budget):
@@ -300,19 +303,35 @@ class DefaultSteer(SteerChosen):
 
 
 class KLSteer(SteerChosen):
+    """The KL rule: at 0.3, the default before the judged gain (``choose="kl"``); at 0.6, the largest
+    gain within 0.6 at the same layer. When the default ran on this concept both come from its one
+    call — the record keeps the KL rule's gain at 0.3 (``calibration["kl_rule"]``: the same probe,
+    directions, layer scan and gain search as ``sf.steer(..., choose="kl")``) and its dose curve has
+    the ladder's 0.6 point (the gain search at 0.6 at that layer) — else from ``sf.steer(choose="kl")``."""
+
     name = "steer --choose kl (the KL rule)"
-    what = ("sf.steer(model, token=c, tokenizer=tok, choose='kl', max_kl=b): the largest gain within the budget "
-            "b (0.3: the default before the judged gain)")
+    what = ("the largest gain within the budget b (b = 0.3: sf.steer(..., choose='kl'), the default before the "
+            "judged gain; b = 0.6: at the same layer)")
 
     def prepare(self, bench, concept):
-        return {b: self.state(bench, concept, *self.steer(bench, concept, choose="kl", max_kl=b)) for b in BUDGETS}
+        state = bench.default_states.get(concept)
+        if state is None:
+            rec, seconds = self.steer(bench, concept, choose="kl")
+            state = self.state(bench, concept, rec, seconds)
+            state["kl_rule"] = {"max_kl": BUDGETS[0], "alpha": state["alpha"], "kl_probe": rec.kl}
+        return state
 
     def choice(self, bench, state, budget):
-        rec = state[budget]["record"]
-        return budget, {"split": "selection", "kl_probe": rec.kl, "source": f"steer(choose='kl', max_kl={budget:g})"}
-
-    def setting(self, bench, state, strength):
-        return SteerChosen.setting(self, bench, state[strength], 1.0)
+        rule, curve = state["kl_rule"], state["curve"]
+        if budget == rule["max_kl"]:
+            alpha, kl = rule["alpha"], rule["kl_probe"]
+        else:
+            top = [p for p in (curve or {}).get("points", []) if p["level"] == budget]
+            if not top:
+                return None, None
+            alpha, kl = top[0]["strength"], top[0]["kl"]
+        return alpha / state["alpha"], {"split": "selection", "kl_probe": kl, "alpha": alpha,
+                                        "source": f"the KL rule at {budget:g} (largest gain within it)"}
 
 
 class Distilled(SteerChosen):

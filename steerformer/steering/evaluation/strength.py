@@ -94,7 +94,7 @@ import torch
 from ...configs import DEFAULT_JUDGED_MAX_KL, check_max_kl, progress_bar
 from ...errors import SteerformerError, bad_argument
 from ...prompts import SPLITS, PromptBatch
-from ..measure import kl_per_token
+from ..measure import kl_per_token, model_device
 from .judge import concept_words, judge_answers, make_judge, summarize
 
 log = logging.getLogger(__name__)
@@ -412,8 +412,6 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     base = baseline if baseline is not None else Baseline.of(model, tokenizer, questions,
                                                              max_new_tokens=max_new_tokens)
     if probe is None:
-        from ..measure import model_device
-
         probe = AnswerProbe.of(base, model_device(model))
     if probe.texts:
         check_selection_questions(probe.texts)

@@ -245,7 +245,9 @@ class Addition(Method):
                        "layer_choice": layer_choice, "scan_max_kl": scan_kl,
                        "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
                        if len(scan) > 1 else None,
-                       "strength_search": None if search is None else search.to_dict()}
+                       "strength_search": None if search is None else search.to_dict(),
+                       # the KL rule's gain at the scan's budget (what choose="kl" gives), beside the judged one
+                       "kl_rule": {"max_kl": scan_kl, "alpha": best["alpha"], "kl_probe": best["kl"]}}
         return Plan(edits=edits, direction_source=dsource.to_dict(), choice=found, measure="kl",
                     calibration=calibration, heldout_layer=min(best["layers"]))
 
