@@ -91,6 +91,31 @@ def repetition(text: str, n: int = 3) -> float:
     return repeated / len(grams)
 
 
+def doubled_words(text: str) -> int:
+    """How many words of ``text`` repeat the word right before them ("cat-friendly cat-friendly",
+    "strugg strugg"), any case; hyphenated and apostrophe words count as one word."""
+    w = re.findall(r"\w+(?:[-'’]\w+)*", text.lower())
+    return sum(a == b for a, b in zip(w, w[1:]))
+
+
+def list_restarts(text: str) -> int:
+    """How many numbered list markers ("3." or "3)" at a line's start or after a space) do not count
+    up from the marker before them — a "1. 1. 1." loop; a list that counts 1, 2, 3 gives 0."""
+    nums = [int(m) for m in re.findall(r"(?:^|\s)(\d{1,2})[.)](?=\s|$)", text)]
+    return sum(b <= a for a, b in zip(nums, nums[1:]))
+
+
+#: slips a fluent writer does not make: "a" before a vowel ("a incredible", "a adult"; not "a one",
+#: "a user", "a euro"), and a contraction with the wrong verb ("I're", "you'm", "they's")
+_SLIPS = re.compile(r"\ba (?!one|once|u[sn]i|use|eu)[aeio]\w*|\b(?:i['’]re|you['’]m|we['’]m|they['’]m|he['’]re|she['’]re|"
+                    r"it['’]re|they['’]s)\b", re.IGNORECASE)
+
+
+def slips(text: str) -> int:
+    """How many grammar slips of the kinds in :data:`_SLIPS` ``text`` has (a steered model's typical ones)."""
+    return len(_SLIPS.findall(text))
+
+
 def sentences(text: str) -> list[str]:
     """``text`` cut after . ! ? or a line break (non-empty pieces, stripped)."""
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
@@ -243,29 +268,47 @@ class MiniLM:
 
 @dataclasses.dataclass(frozen=True)
 class OfflineRules:
-    """The offline judge's thresholds (docs/math.md §5d, chosen on SmolLM2 answers read by hand:
-    docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine."""
+    """The offline judge's thresholds (docs/math.md §5d), fitted to hand ratings of SmolLM2 answers on
+    the fit half of ``benchmarks/data/judge_labels/`` (PROTOCOL.md there; the held-out half's agreement:
+    docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine. A threshold set very high turns its
+    rule off (e.g. ``doubled_1=1e9``)."""
 
     #: concept 1 without the word: the best sentence's s(sentence, concept) at least this
-    concept_sim_1: float = 0.45
+    concept_sim_1: float = 0.325
     #: concept 2: one mention in an answer about the concept, s(answer, concept) at least this (or 2 mentions)
-    concept_sim_2: float = 0.30
+    concept_sim_2: float = 0.45
+    #: concept 2 without the word: s(answer, concept) at least this ("a spark, a flame" for fire)
+    concept_sim_2_free: float = 0.4
+    #: concept at most 1 when the answer has this many doubled words (the concept as a word loop,
+    #: "fire fire fire": present, but not incorporated)
+    concept_doubled_1: float = 1
     #: relevance: ρ = s(question, answer) ÷ s(question, base answer) at least this for 1, and for 2
-    relevance_1: float = 0.33
-    relevance_2: float = 0.70
+    relevance_1: float = 0.2
+    relevance_2: float = 0.675
     #: relevance without a base answer: s(question, answer) at least this for 1, and for 2
     relevance_abs_1: float = 0.25
     relevance_abs_2: float = 0.55
-    #: fluency 0: a loop (repeated word 3-gram share at least this) ...
-    repetition_0: float = 0.5
+    #: fluency 0: a loop (repeated word 2-gram share at least this) ...
+    repetition_0: float = 0.3
     #: ... or unlikely text (NLL after an empty user turn ÷ the base answers' at least this) ...
-    nll_0: float = 2.0
-    #: ... or both in part (repetition and NLL ratio at least these two)
+    nll_0: float = 1.6
+    #: ... or both in part (repetition and NLL ratio at least these two) ...
     broken_repetition: float = 0.3
     broken_nll: float = 1.3
-    #: fluency 1: repeats in part, or awkward (NLL ratio at least this)
+    #: ... or this many doubled words ("strugg strugg strugg")
+    doubled_0: float = 2
+    #: fluency 1: repeats in part, or awkward (NLL ratio at least this) ...
     repetition_1: float = 0.25
-    nll_1: float = 1.5
+    nll_1: float = 1.25
+    #: ... or a doubled word ("cat-friendly cat-friendly"), or a numbered list that restarts ("1. 1. 1.") ...
+    doubled_1: float = 1
+    list_restarts_1: float = 1e9
+    #: ... or a sudden jump to the concept: the first sentence answers the question and a later one
+    #: is about the concept instead (min(s(first, q), max over later sentences of s(sent, c) − s(sent, q))
+    #: at least this)
+    jump_1: float = 1e9
+    #: ... or this many grammar slips ("a incredible", "I're": :func:`slips`)
+    slips_1: float = 1e9
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -278,15 +321,20 @@ class OfflineJudge:
     """The default judge, offline on what steerformer bundles (docs/math.md §5d, "The judge"):
 
     * concept — 2 when a term is mentioned twice, or once in an answer about the concept (MiniLM
-      s(answer, concept) ≥ ``concept_sim_2``); 1 when a term is mentioned once, or when no term is
-      but one sentence is close to the concept (s ≥ ``concept_sim_1``); else 0;
+      s(answer, concept) ≥ ``concept_sim_2``), or not at all in an answer that is about it
+      (s ≥ ``concept_sim_2_free``: "a spark, a flame" for fire) — but 1 when the answer has
+      ``concept_doubled_1`` doubled words (the concept as a word loop); 1 when a term is mentioned
+      once, or when no term is but one sentence is close to the concept (s ≥ ``concept_sim_1``); else 0;
     * relevance — ρ = s(question, answer) ÷ s(question, base answer): 2 when ρ ≥ ``relevance_2``,
       1 when ρ ≥ ``relevance_1``, else 0 (no base answer: s(question, answer) against absolute
       thresholds); an empty answer: 0;
-    * fluency — 0 when the answer loops (repeated 3-gram share ≥ ``repetition_0``), or its NLL
-      under the base model after an empty user turn is ≥ ``nll_0`` × the base answers', or both
-      are high in part (≥ ``broken_repetition`` and ≥ ``broken_nll``); 1 when it repeats in part
-      (≥ ``repetition_1``) or the NLL ratio is ≥ ``nll_1``; else 2 (no NLL given: repetition alone).
+    * fluency — 0 when the answer loops (repeated word 2-gram share ≥ ``repetition_0``, or
+      ``doubled_0`` doubled words: "fire fire fire"), or its NLL under the base model after an empty
+      user turn is ≥ ``nll_0`` × the base answers', or both are high in part (≥ ``broken_repetition``
+      and ≥ ``broken_nll``); 1 when it repeats in part (≥ ``repetition_1``), the NLL ratio is
+      ≥ ``nll_1``, it doubles a word (``doubled_1``), or (rules off by default: the fit found no gain)
+      a numbered list restarts, the answer jumps to the concept, or it has grammar slips; else 2
+      (no NLL given: the text rules alone).
 
     ``embedder``: texts -> (n, d) unit vectors (default :class:`MiniLM`, loaded on first use)."""
 
@@ -325,10 +373,16 @@ class OfflineJudge:
             sents = sentences(it.answer)
             ratio = None if s_base is None else s_q / max(s_base, 1e-3)
             nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
+            jump = 0.0
+            if len(sents) > 1:  # the first sentence answers, a later one is about the concept instead
+                later = max(sim(x, it.concept) - sim(x, it.question) for x in sents[1:])
+                jump = max(0.0, min(sim(sents[0], it.question), later))
             out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
                         "concept_sim_sentence": max((sim(s, it.concept) for s in sents), default=0.0),
                         "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
-                        "repetition": repetition(it.answer), "nll_ratio": nll, "empty": not it.answer.strip()})
+                        "repetition": repetition(it.answer, 2), "repetition_3": repetition(it.answer), "nll_ratio": nll, "empty": not it.answer.strip(),
+                        "doubled": doubled_words(it.answer), "list_restarts": list_restarts(it.answer), "jump": jump,
+                        "slips": slips(it.answer)})
         return out
 
     def rate(self, f: Mapping) -> Rating:
@@ -336,8 +390,9 @@ class OfflineJudge:
         r = self.rules
         if f["empty"]:
             return Rating(0, 0, 0)
-        if f["mentions"] >= 2 or (f["mentions"] == 1 and f["concept_sim"] >= r.concept_sim_2):
-            concept = 2
+        if f["mentions"] >= 2 or (f["mentions"] == 1 and f["concept_sim"] >= r.concept_sim_2) or (
+                f["concept_sim"] >= r.concept_sim_2_free):
+            concept = 1 if f.get("doubled", 0) >= r.concept_doubled_1 else 2
         elif f["mentions"] == 1 or f["concept_sim_sentence"] >= r.concept_sim_1:
             concept = 1
         else:
@@ -348,10 +403,14 @@ class OfflineJudge:
             x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
         relevance = 2 if x >= hi else 1 if x >= lo else 0
         nll = f["nll_ratio"]
-        if f["repetition"] >= r.repetition_0 or (nll is not None and (
+        # features of older feature dicts (before the doubled-word, list and jump rules) count as absent
+        doubled, restarts, jump = f.get("doubled", 0), f.get("list_restarts", 0), f.get("jump", 0.0)
+        slipped = f.get("slips", 0)
+        if f["repetition"] >= r.repetition_0 or doubled >= r.doubled_0 or (nll is not None and (
                 nll >= r.nll_0 or (f["repetition"] >= r.broken_repetition and nll >= r.broken_nll))):
             fluency = 0
-        elif f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1):
+        elif (f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1) or doubled >= r.doubled_1
+              or restarts >= r.list_restarts_1 or jump >= r.jump_1 or slipped >= r.slips_1):
             fluency = 1
         else:
             fluency = 2
