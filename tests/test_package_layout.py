@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "steerformer"
 CLI = ROOT / "cli"
 #: the features (docs/architecture.md): nothing below them may import one
-FEATURES = ("analyze", "stats", "steering", "collapse", "ode", "sweep")
+FEATURES = ("analyze", "stats", "steering", "collapse", "ode", "sweep", "report")
 
 
 def _modules(package: Path = PACKAGE, name: str = "steerformer") -> dict[str, tuple[Path, bool]]:
