@@ -275,6 +275,14 @@ def main() -> None:
         print(f"| {tag}: {c[1]} {c[2]} {c[3]} | {c[0]:.3f} | {np.mean(g == Y[held]):.2f} | "
               f"{cohen_kappa(list(g), list(Y[held])):.3f} | {[[cm[(a, b)] for b in range(3)] for a in range(3)]} |")
         fluency[tag] = g
+        if c[1] == "score":  # the score in raw units: z = Σ w_k x_k, 1 when z > cut_1, 0 when z > cut_0
+            names = sets[c[2]]
+            th, mu, sd = rate_ordinal(F, Y, names, c[3], fit_idx, held)[1]
+            w = th[:len(names)] / sd
+            shift = float(w @ mu)
+            print("  score: z = " + " + ".join(f"{x:.4g}·{k}" for x, k in zip(w, names))
+                  + f"; fluency 1 when z > {th[len(names)] + shift:.4g}, 0 when z > "
+                  f"{th[len(names)] + np.exp(th[len(names) + 1]) + shift:.4g} (after the loop rules)")
 
     # the whole judge on the held-out half: today's concept and relevance, each fluency above
     from bench_judge_agreement import agreement
