@@ -2,8 +2,8 @@
 on the same questions with the same judge (issue 27 item 4; docs/steering-chat.md, "Peers").
 
 Methods (``--methods``, run in this order): ``steer`` (the default ``sf.steer(model, token=c,
-tokenizer=tok)``: KL-calibrated addition written as weights; strength = its gain x), ``trained`` (the
-method registered as "trained", skipped with one line where it is not), ``paper`` (the paper's rank-1
+tokenizer=tok)``: KL-calibrated addition written as weights; strength = its gain x), ``distilled`` (the
+method registered as "distilled", skipped with one line where it is not), ``paper`` (the paper's rank-1
 edit of the last layer, ``strength=``), ``diffmean`` (a plain mean-difference vector of contrastive
 texts at the middle layer, ``sf.activation_steering``), ``steering-vectors`` (the package, as its docs
 show; the ``bench`` extra, installed with --no-deps), ``repeng`` (skipped with one line where it does

@@ -293,21 +293,27 @@ def cheap_layer_count(model: str, revision: str | None = None) -> int | None:
     config.json), to refuse a bad --layer before the model loads (SmolLM2 takes many seconds to
     load); ``None`` when that cannot be known cheaply (a model type without the usual field, a
     model that cannot be found): the library then checks it after loading."""
-    try:
-        from steerformer.loading import gguf_file_of, load_config, resolve_checkpoint
+    try:  # torch-free up to a Hub id: the refusal comes in about a second
+        from pathlib import Path
+
+        from steerformer.gguf_source import gguf_file_of, gguf_layer_count, read_gguf_header
 
         gguf = gguf_file_of(model)
-        if gguf is not None:
-            from steerformer.gguf_source import gguf_config, read_gguf_header
+        if gguf is not None:  # the header's block count: no transformers, no tensor read
+            return gguf_layer_count(read_gguf_header(gguf))
+        if Path(model).expanduser().is_dir() and revision is None:
+            from steerformer.results import read_json
 
-            config = gguf_config(read_gguf_header(gguf))
-        else:
-            # a Hub id resolves to the cache (or is downloaded, which the load would do anyway)
-            config = load_config(resolve_checkpoint(str(model), revision=revision)[0])
+            config = read_json(Path(model).expanduser() / "config.json")
+        else:  # a Hub id resolves to the cache (or is downloaded, which the load would do anyway)
+            from steerformer.consistency import read_config_json
+            from steerformer.loading import resolve_checkpoint
+
+            config = read_config_json(resolve_checkpoint(str(model), revision=revision)[0])
     except Exception:  # noqa: BLE001 - the load that follows raises the real error, with its own words
         return None
     for field in ("num_hidden_layers", "n_layer", "num_layers"):
-        n = getattr(config, field, None)
+        n = config.get(field) if isinstance(config, dict) else None
         if isinstance(n, int) and n > 0:
             return n
     return None

@@ -73,6 +73,45 @@ class _App(typer.Typer):
     def command(self, *args: Any, cls: Optional[type] = None, **kwargs: Any):  # type: ignore[override]
         return super().command(*args, cls=cls or SteerformerCommand, **kwargs)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The console script: run the command, then leave without the interpreter's teardown.
+
+        Tearing down torch and transformers (thousands of modules and objects collected one by
+        one) takes about 2 s after a model was loaded, with nothing left to do: every output is
+        written atomically and closed before the command returns. So once the command has
+        finished, the streams are flushed, the ``atexit`` handlers run (logging, a Ray or Dask
+        executor's shutdown) and the process exits with the command's code. Not taken while a
+        non-daemon thread still runs (the normal exit waits for it), nor in-process (typer's
+        CliRunner invokes the command, not this)."""
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            code = done.code
+            if not isinstance(code, (int, type(None))) or _other_threads_alive():
+                raise
+        _leave(code or 0)
+        return None  # unreachable
+
+
+def _other_threads_alive() -> bool:
+    import threading
+
+    return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+
+
+def _leave(code: int) -> None:
+    import atexit
+    import os
+    import sys
+
+    atexit._run_exitfuncs()  # what the interpreter would run first: logging's flush, executors' shutdown
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (steerformer ... | head): nothing more to say
+            pass
+    os._exit(code)
+
 
 app = _App(
     name="steerformer",

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from steerformer.steering import format_names, get_format
-from steerformer_cli._common import check_cheap_options, check_input_files, user_errors
+from steerformer_cli._common import check_cheap_options, check_input_files, library_bars, user_errors
 from steerformer_cli.app import app
 
 #: ``--format``: the registered output formats (steering/exports.py), read without torch
@@ -48,7 +48,11 @@ def export_cmd(
 
     Example: steerformer export runs/smollm2-ocean --format gguf --out smollm2-ocean-f16.gguf
     """
-    with user_errors():
+    with user_errors(), library_bars(not quiet):
+        if model_hint is not None:
+            from steerformer.formats import check_model_hint
+
+            check_model_hint(model_hint, "--model-hint")
         fmt = get_format(out_format.value)
         options = {"source": source, "dtype": getattr(dtype, "value", None), "lora_rank": lora_rank,
                    "model_hint": model_hint}

@@ -19,8 +19,10 @@ from steerformer_cli import analyze as _analyze  # noqa: F401
 from steerformer_cli import collapse as _collapse  # noqa: F401
 from steerformer_cli import simulate as _simulate  # noqa: F401
 from steerformer_cli import steer as _steer  # noqa: F401
+from steerformer_cli import chat as _chat  # noqa: F401
 from steerformer_cli import evaluate as _evaluate  # noqa: F401
 from steerformer_cli import direction as _direction  # noqa: F401
 from steerformer_cli import models as _models  # noqa: F401
 from steerformer_cli import sweep as _sweep  # noqa: F401
 from steerformer_cli import export as _export  # noqa: F401
+from steerformer_cli import report as _report  # noqa: F401

@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": ".errors", "InvalidArgumentError": ".errors", "ModelNotFoundError": ".errors",
     "NonFiniteStateError": ".errors", "SteerformerError": ".errors", "UnsupportedModelError": ".errors",
     # loading, matrices, spectra
-    "BUNDLED_MINILM": ".loading", "BUNDLED_SMOLLM2": ".loading", "ModelSource": ".loading", "open_source": ".loading",
+    "BUNDLED_MINILM": ".loading", "BUNDLED_SMOLLM2": ".gguf_source", "ModelSource": ".loading", "open_source": ".loading",
     "load_tokenizer": ".loading",
     "LayerMatrices": ".matrices", "layer_matrices": ".matrices", "read_attention_weights": ".matrices",
     "Spectra": ".spectra", "spectra": ".spectra",
@@ -82,7 +82,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         CheckpointError, InvalidArgumentError, ModelNotFoundError, NonFiniteStateError, SteerformerError,
         UnsupportedModelError,
     )
-    from .loading import BUNDLED_MINILM, BUNDLED_SMOLLM2, ModelSource, load_tokenizer, open_source
+    from .gguf_source import BUNDLED_SMOLLM2
+    from .loading import BUNDLED_MINILM, ModelSource, load_tokenizer, open_source
     from .matrices import LayerMatrices, layer_matrices, read_attention_weights
     from .ode import SETUPS, SetupResult, run_setup, wendel_probability
     from .configs import CollapseConfig, SteerConfig

@@ -324,9 +324,17 @@ class MethodConfig(Config):
 
     #: the call's own options (:class:`SteerConfig` fields) this method refuses at a non-default value
     refuses: ClassVar[tuple[str, ...]] = ()
+    #: the model head this method needs ("causal-lm": its budget is a KL of next-token
+    #: distributions), or None for any; an option of the method on another head is refused by name
+    needs_head: ClassVar[str | None] = None
 
     def check(self) -> None:
         """Refuse a bad value of this method's own fields (bad_argument naming the field)."""
+
+    @classmethod
+    def check_call(cls, call: Any, options: dict) -> None:
+        """Refuse a combination of the call's options (a :class:`SteerConfig`) and this method's
+        ``options`` (those given) that cannot apply — naming both — before any model loads."""
 
     def __post_init__(self) -> None:
         self.check_types()

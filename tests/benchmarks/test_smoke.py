@@ -53,7 +53,7 @@ def test_chat_steering_smoke_writes_the_peer_table_its_files_and_keeps_the_repor
     assert not set(record["selection_questions"]) & set(record["report_questions"])
     ran = set(record["methods"])
     assert {"steer (default)", "DiffMean hook", "prompt (user)", "prompt (system)"} <= ran
-    for name in ("trained", "steering-vectors", "repeng", "paper edit (last layer)"):
+    for name in ("distilled", "steering-vectors", "repeng", "paper edit (last layer)"):
         assert name in ran or name in record["skipped"] or any(k.startswith(name) for k in record["skipped"]), name
     for choice in record["choices"]:
         if choice["report"] is not None:

@@ -92,3 +92,45 @@ def write_llama_source(path: Path, model: LlamaForCausalLM) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_tiny_chat_gguf(path: Path) -> Path:
+    """A 3-layer random Llama GGUF that transformers' GGUF loader converts whole: random weights, the
+    256 byte tokens plus the two merges' results and two chat markers (bos/eos), and a ChatML
+    chat template — a real (tiny) chat model for the conversion cache, the CLI and ``chat``."""
+    import gguf
+
+    d, f, layers, heads, kv = 64, 96, 3, 4, 2
+    tokens = _byte_tokens()[:256] + ["Ġt", "he", "<|im_start|>", "<|im_end|>"]
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path.with_suffix(".tmp")), "llama")
+    for key, value in (("context_length", 256), ("embedding_length", d), ("block_count", layers),
+                       ("feed_forward_length", f), ("rope.dimension_count", d // heads),
+                       ("attention.head_count", heads), ("attention.head_count_kv", kv), ("vocab_size", len(tokens))):
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32("llama.rope.freq_base", 10000.0)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", [1] * 258 + [3, 3])
+    w.add_array("tokenizer.ggml.merges", ["Ġ t", "h e"])
+    w.add_uint32("tokenizer.ggml.bos_token_id", 258)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 259)
+    w.add_string("tokenizer.chat_template", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    dh = d // heads
+    rand = lambda *shape: (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)  # noqa: E731
+    w.add_tensor("token_embd.weight", rand(len(tokens), d))
+    for i in range(layers):
+        for name, shape in (("attn_q", (d, d)), ("attn_k", (kv * dh, d)), ("attn_v", (kv * dh, d)),
+                            ("attn_output", (d, d)), ("ffn_gate", (f, d)), ("ffn_up", (f, d)), ("ffn_down", (d, f))):
+            w.add_tensor(f"blk.{i}.{name}.weight", rand(*shape))
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(d, np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    path.with_suffix(".tmp").rename(path)
+    return path

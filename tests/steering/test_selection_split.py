@@ -41,7 +41,9 @@ class CharTokenizer:
 
 def test_the_split_is_disjoint_and_the_report_has_at_least_ten_questions() -> None:
     assert not set(SELECTION_QUESTIONS) & set(REPORT_QUESTIONS)
-    assert len(REPORT_QUESTIONS) >= 10 and SPLITS == {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
+    assert len(REPORT_QUESTIONS) >= 10 and SPLITS["selection"] == SELECTION_QUESTIONS \
+        and SPLITS["report"] == REPORT_QUESTIONS
+    assert not set(SPLITS["train"]) & (set(SELECTION_QUESTIONS) | set(REPORT_QUESTIONS))
 
 
 def test_steer_never_runs_the_model_on_a_report_question() -> None:

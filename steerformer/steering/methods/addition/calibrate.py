@@ -163,9 +163,13 @@ def block_outputs(model: Any, adapter: Any, batch: PromptBatch, last: int) -> li
         if len(outs) > last:
             raise _Enough
 
-    handles = [base.get_submodule(adapter.layer_block(seq[k])).register_forward_hook(keep) for k in range(last + 1)]
+    if not 0 <= last < len(seq):  # checked before any hook is placed
+        raise bad_argument("layer", last, f"an execution layer in [0, {len(seq) - 1}] (the model has {len(seq)})")
+    handles = []
     kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-    try:
+    try:  # the hooks are placed inside the try: one that fails to place leaves none behind
+        for k in range(last + 1):
+            handles.append(base.get_submodule(adapter.layer_block(seq[k])).register_forward_hook(keep))
         base(**batch.inputs(), **kw)
     except _Enough:
         pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, ClassVar
 
 from ....configs import DEFAULT_MAX_KL, POSITIONS, MethodConfig, check_max_kl, check_positions, option
 from ....errors import bad_argument
@@ -27,6 +28,16 @@ class AdditionConfig(MethodConfig):
                                           "probability on the probe) | judged (the judge's mean aggregate on "
                                           "short answers to selection questions; concept when MiniLM is "
                                           "missing).", choices=LAYER_CHOICES)
+
+    needs_head: ClassVar[str | None] = "causal-lm"
+
+    @classmethod
+    def check_call(cls, call: Any, options: dict) -> None:
+        # the judged choice is a layer scan: a layer given (or a raw direction's one layer) leaves nothing to choose
+        if options.get("layer_choice") == "judged" and getattr(call, "layer", None) is not None:
+            raise bad_argument("layer_choice", "judged", f"no judged layer choice beside layer={call.layer} (the "
+                               "judge chooses among scanned layers; a given layer is not scanned)",
+                               "Drop layer_choice, or drop layer to have the layers scanned.")
 
     def check(self) -> None:
         check_max_kl(self.max_kl)
