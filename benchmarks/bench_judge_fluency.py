@@ -6,6 +6,8 @@ once per LOCO pick.
 
 Run:  python benchmarks/bench_judge_fluency.py --cache runs/judge-fluency   (SmolLM2 + MiniLM once,
       about 6 min on the 2-core machine; the analysis then reads the cache)
+      python benchmarks/bench_judge_fluency.py --smoke   (the suite: every feature of 2 answers per
+      concept, computed in a fresh folder, and the ratio of in-context to free NLL; no fit)
 
 Features per answer (tokens: the answer re-tokenized; the first 3 tokens skipped for the spikes):
   f_ratio   NLL after an empty user turn ÷ the half's base answers' (the judge's ν today)
@@ -210,10 +212,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=str(ROOT / "runs" / "judge-fluency"))
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="the features of 2 answers per concept, no fit (the suite)")
     args = ap.parse_args()
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     from bench_judge_agreement import load_labelled
     from steerformer.steering.evaluation.agreement import cohen_kappa
+
+    if args.smoke:  # the feature code runs on real answers; the fit needs the whole set
+        import tempfile
+
+        per = collections.defaultdict(list)
+        for r in load_labelled():
+            per[r["concept"]].append(r)
+        rows = [r for rs in per.values() for r in rs[:2]]
+        with tempfile.TemporaryDirectory() as tmp:
+            feats = cached(Path(tmp) / "judge_features.pkl", lambda: judge_features(rows), log)
+            m = cached(Path(tmp) / "token_nll.pkl", lambda: model_features(rows, log), log)
+            svec = sentence_vectors(rows)
+        assert len(feats) == len(m["ctx"]) == len(m["free"]) == len(rows) and svec
+        ctx = np.mean([np.mean(x["nll"]) for x in m["ctx"]])
+        free = np.mean([np.mean(x["nll"]) for x in m["free"]])
+        print(f"smoke: {len(rows)} answers; ratio of mean NLL after the question to after an empty turn {ctx / free:.3f}")
+        return
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
