@@ -40,12 +40,13 @@ def analyze_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the per-layer eig (default: the cores, for d >= 512)."),
 ) -> None:
     """Spectra of the layer matrices and the power-method statistics: table, one verdict line per
-    layer, report.json, layers.csv, alignment.csv, NPZ arrays and figures.
+    layer, report.json, layers.csv, alignment.csv, NPZ arrays, figures and report.html (one page to read them).
 
     Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --layers 0-2 --out runs/minilm
     """
     from steerformer.analyze import analyze
     from steerformer.outputs import ANALYZE, write_atomically
+    from steerformer.report import PAGE_NAME, add_page
 
     with user_errors(), library_bars(not (quiet or as_json)):
         from steerformer.errors import bad_argument
@@ -68,8 +69,8 @@ def analyze_cmd(
         if not (as_json or quiet):
             typer.echo(f"writing report.json, CSV, arrays{'' if no_plots else ' and figures'} to {out_dir}/ ...",
                        err=True)
-        write_atomically(out_dir, lambda tmp: report.save(tmp, plots=not no_plots), overwrite=True, kind=ANALYZE,
-                         inputs=[model], name="--out")
+        write_atomically(out_dir, lambda tmp: (report.save(tmp, plots=not no_plots), add_page(tmp)), overwrite=True,
+                         kind=ANALYZE, inputs=[model], name="--out")
     if as_json:
         typer.echo(report.to_json())
         return
@@ -89,4 +90,4 @@ def analyze_cmd(
                 typer.echo(f"{name.replace('_', ' ')}: {st.summary()}")
         if "full_model_skipped" in report.power.options:
             typer.echo(f"full model skipped: {report.power.options['full_model_skipped']}")
-    typer.echo(f"report written to {out_dir}/")
+    typer.echo(f"report written to {out_dir}/ (open {out_dir}/{PAGE_NAME} in a browser)")

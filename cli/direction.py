@@ -75,6 +75,10 @@ def export_gguf_cmd(
     from steerformer.errors import bad_argument
 
     with user_errors():
+        if model_hint is not None:
+            from steerformer.formats import check_model_hint
+
+            check_model_hint(model_hint, "--model-hint")
         source = Path(direction).expanduser()
         chosen = parse_layers(layers)
         if source.suffix == ".npy":

@@ -28,11 +28,12 @@ def _floats(spec: str, name: str) -> list[float]:
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
     token: str = typer.Option(..., "--token", help="The concept: a word or a phrase (its simple forms count)."),
-    out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png."),
+    out: Path = typer.Option(..., "--out", help="Folder for evaluation.json, evaluation.csv, evaluation_curve.png, "
+                               "report.html."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Activation addition at each of these layers "
                                          "(default: the model's middle layers, the addition's scan)."),
     coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
-    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3)."),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3; 0.6 with --choose judged)."),
     questions: int = typer.Option(8, "--questions", help="Held-out questions (at most 16 built in)."),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per answer."),
     sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy answers."),
@@ -53,6 +54,7 @@ def evaluate_cmd(
     """
     from steerformer.loading import load_tokenizer
     from steerformer.outputs import EVALUATE, write_atomically
+    from steerformer.report import PAGE_NAME, add_page
     from steerformer.steering import (
         HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge, steer_and_hooks,
     )
@@ -65,7 +67,7 @@ def evaluate_cmd(
             raise bad_argument("--questions", questions, f"a number in [1, {len(HELDOUT_QUESTIONS)}]")
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
-        the_judge = make_judge(judge, model=judge_model, name="--judge")
+        the_judge = make_judge(judge, model=judge_model, name="--judge", model_name="--judge-model")
         if max_kl is not None:
             check_max_kl(max_kl)  # the one check of a KL budget (steerformer.configs), before loading
         check_layers_early(model, hook_layers, "--layers")
@@ -79,11 +81,11 @@ def evaluate_cmd(
         ev = steer_and_hooks(m, tok, token, layers=hook_layers, coeffs=cs, max_kl=max_kl, questions=questions,
                              max_new_tokens=max_new_tokens, chat=chat, sample=sample, seed=seed, judge=the_judge,
                              say=say)
-        write_atomically(out, lambda tmp: ev.save(tmp), kind=EVALUATE, overwrite=overwrite, inputs=[model],
-                         name="--out")
+        write_atomically(out, lambda tmp: (ev.save(tmp), add_page(tmp)), kind=EVALUATE, overwrite=overwrite,
+                         inputs=[model], name="--out")
         typer.echo(ev.summary())
         best = ev.points[0]
         typer.echo("sample answers (base -> default steer):")
         for b, s in list(zip(ev.base_answers, best.answers))[:3]:
             typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
-        typer.echo(f"saved to {out}")
+        typer.echo(f"saved to {out} (open {out}/{PAGE_NAME} in a browser)")

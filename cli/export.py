@@ -49,6 +49,10 @@ def export_cmd(
     Example: steerformer export runs/smollm2-ocean --format gguf --out smollm2-ocean-f16.gguf
     """
     with user_errors(), library_bars(not quiet):
+        if model_hint is not None:
+            from steerformer.formats import check_model_hint
+
+            check_model_hint(model_hint, "--model-hint")
         fmt = get_format(out_format.value)
         options = {"source": source, "dtype": getattr(dtype, "value", None), "lora_rank": lora_rank,
                    "model_hint": model_hint}

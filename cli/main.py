@@ -25,3 +25,4 @@ from steerformer_cli import direction as _direction  # noqa: F401
 from steerformer_cli import models as _models  # noqa: F401
 from steerformer_cli import sweep as _sweep  # noqa: F401
 from steerformer_cli import export as _export  # noqa: F401
+from steerformer_cli import report as _report  # noqa: F401

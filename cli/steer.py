@@ -48,7 +48,8 @@ def steer_cmd(
                                              "KL-calibrated edit's (one gain, scaled to each layer's residual norm) "
                                              "or the ablation's (default all)."),
     evaluate: bool = typer.Option(False, "--evaluate", help="Judge the steered model on held-out chat answers "
-                                  "(concept rate, KL, distinct-2, fluency); the record and model card carry it."),
+                                  "(concept rate, KL, distinct-2, fluency, the judge's ratings, also at 0-2x the strength); the "
+                                  "record and model card carry it, --out gets report.html."),
     concept: Optional[str] = typer.Option(None, "--concept", help="--evaluate: the word(s) an answer must contain, "
                                           "comma-separated (default: --token/--text and its simple forms)."),
     judge: Optional[str] = typer.Option(None, "--judge", help="--evaluate: who rates answers 0-2 on concept, "
@@ -64,10 +65,10 @@ def steer_cmd(
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
     """Edit the weights with a steering method (--method; default: a causal LM gets activation
-    addition as weights after a scanned layer, the gain within --max-kl; every other model, or
+    addition as weights after a scanned layer, the largest gain within --max-kl; every other model, or
     --target-alignment/--gain/--strength, the paper's rank-1 edit of the last attention layer;
     --method ablation (or --scale/--writers/...) removes directions from every writer's weights); print
-    the cost.
+    the cost. --choose judged: the gain the judge rates best on the selection questions.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
@@ -77,6 +78,10 @@ def steer_cmd(
         chosen = steering.choose_method(cfg, given)  # options of two methods, or one the method refuses: before loading
         if chosen is not None:
             steering.config_of(chosen)(**given)  # the method's own rules, before loading
+        if given.get("layer_choice") == "judged" and direction is not None:
+            raise bad_argument("--layer-choice", "judged", "no judged layer choice beside --direction (a given "
+                               "direction is added at one layer: nothing is scanned for the judge to choose)",
+                               "Drop --layer-choice, or drop --direction to have the layers scanned.")
         inputs = [model, direction, src.positive, src.negative, src.pairs]
         check_input_files(positive=src.positive, negative=src.negative, pairs=src.pairs)
         check_direction_file(direction)
@@ -103,7 +108,7 @@ def steer_cmd(
         rec = steering.steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, **given)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
-            show_evaluation(m, rec, concept, the_judge)
+            show_evaluation(m, rec, concept, the_judge, say=say)
         typer.echo(rec.summary())
         say(f"saving to {o.out} ...") if o.out is not None else None
         save_and_push(m, rec, written, hub)
@@ -140,9 +145,14 @@ def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge
         raise bad_argument("--concept", concept, "--evaluate (the words the evaluation counts)", "Add --evaluate.")
     if judge is not None and not evaluate:
         raise bad_argument("--judge", judge, "--evaluate (the judge rates the evaluation's answers)", "Add --evaluate.")
+    if judge_model is not None and not evaluate:
+        raise bad_argument("--judge-model", judge_model, "--evaluate and a --judge URL (the judge server's model)",
+                           "Add --evaluate --judge URL.")
     if not evaluate:
         return None
-    return steering.make_judge(judge or "offline", model=judge_model, name="--judge")
+    # '' is not "unset": it is refused by make_judge, never read as the offline default
+    return steering.make_judge("offline" if judge is None else judge, model=judge_model, name="--judge",
+                               model_name="--judge-model")
 
 
 def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: SteerConfig) -> Optional[str]:
@@ -199,11 +209,13 @@ def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrast
     push(out, hub)
 
 
-def show_evaluation(m, rec, concept: Optional[str], judge=None) -> None:
-    """--evaluate: the held-out chat answers judged, a few shown before and after."""
+def show_evaluation(m, rec, concept: Optional[str], judge=None, say=None) -> None:
+    """--evaluate: the held-out chat answers judged (also at the dose curve's strengths, for the
+    report page's slider), a few shown before and after."""
     from steerformer.loading import load_tokenizer
 
-    ev = steering.evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None, judge=judge)
+    ev = steering.evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None,
+                                  judge=judge, dose=steering.DOSE_SCALES, progress=say)
     typer.echo(ev.summary())
     typer.echo("sample answers (base -> steered):")
     for b, s in list(zip(ev.base_answers, ev.points[0].answers))[:3]:
@@ -220,6 +232,10 @@ def save_and_push(m, rec, written: dict, hub: dict) -> None:
     path = steering.save_steered(m, out, overwrite=written["overwrite"])
     write_record(rec, written)
     typer.echo(f"saved to {path}")
+    if rec.evaluation:  # the page of the answers (after the folder: a failed page leaves the checkpoint whole)
+        from steerformer.report import write_report
+
+        typer.echo(f"report: {write_report(path, name='--out')}")
     push(path, hub)
 
 

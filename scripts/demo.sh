@@ -19,8 +19,9 @@ steerformer() { python3 -c 'import sys; from steerformer_cli.main import app; sy
 # the p-values are coarser: on MiniLM no layer then passes the Benjamini-Hochberg test across six
 # layers, where 100 draws find layer 1 beyond chance (README). Drop the flag for the full test.
 steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --null-draws 40 --out "$runs/minilm"
-echo "report, CSV and figures in $runs/minilm/"
+echo "report, CSV and figures in $runs/minilm/; open $runs/minilm/report.html in a browser"
+echo "(40 null draws: the smallest p-value is 1/41, too coarse for the 6-layer correction; README says why)"
 # --layer 19: the layer the default scan picks for this concept (docs/steering-chat.md), to keep
 # the demo short; without it steer scans layers 12, 16 and 19 first.
 steerformer steer smollm2 --token ocean --layer 19 --evaluate --out "$runs/smollm2-ocean"
-echo "steered checkpoint, its record and evaluation in $runs/smollm2-ocean/"
+echo "steered checkpoint, its record and evaluation in $runs/smollm2-ocean/; open $runs/smollm2-ocean/report.html"

@@ -23,7 +23,8 @@ OUT = ROOT / "docs" / "api.md"
 MATH = ROOT / "docs" / "math.md"
 #: The packages whose ``__all__`` is public API, in the order of the reference.
 PACKAGES = ("steerformer", "steerformer.adapters", "steerformer.stats", "steerformer.steering",
-            "steerformer.collapse", "steerformer.ode", "steerformer.results", "steerformer.formats")
+            "steerformer.collapse", "steerformer.ode", "steerformer.results", "steerformer.formats",
+            "steerformer.report")
 
 
 def public_names(package: str) -> list[str]:

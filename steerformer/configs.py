@@ -296,8 +296,13 @@ class CollapseConfig(Config):
 
 #: where the KL-calibrated addition acts: every position, or all but the first (the chat template's first token)
 POSITIONS = ("skip-first", "all")
-#: the KL budget of the addition method, nats per token on the probe continuations (docs/steering-chat.md)
+#: the KL budget of the addition method's KL-only choice (``choose="kl"``), nats per token on the probe
+#: continuations (docs/steering-chat.md)
 DEFAULT_MAX_KL = 0.3
+#: the KL ceiling of a strength chosen by the judge (steering/evaluation/strength.py; the addition's
+#: ``choose="judged"``): the blind comparison of issue 34 rated the addition best near a probe KL of
+#: 0.5 (0.46 aggregate, against 0.31 at the 0.3 budget)
+DEFAULT_JUDGED_MAX_KL = 0.6
 
 
 def check_positions(positions: Any) -> str:
@@ -324,9 +329,17 @@ class MethodConfig(Config):
 
     #: the call's own options (:class:`SteerConfig` fields) this method refuses at a non-default value
     refuses: ClassVar[tuple[str, ...]] = ()
+    #: the model head this method needs ("causal-lm": its budget is a KL of next-token
+    #: distributions), or None for any; an option of the method on another head is refused by name
+    needs_head: ClassVar[str | None] = None
 
     def check(self) -> None:
         """Refuse a bad value of this method's own fields (bad_argument naming the field)."""
+
+    @classmethod
+    def check_call(cls, call: Any, options: dict) -> None:
+        """Refuse a combination of the call's options (a :class:`SteerConfig`) and this method's
+        ``options`` (those given) that cannot apply — naming both — before any model loads."""
 
     def __post_init__(self) -> None:
         self.check_types()

@@ -314,26 +314,28 @@ def checkpoint_roots(path: Path) -> list[Path]:
     return _allowed_roots(Path(path))
 
 
-def confined_file(path: Path, fname: Any, *, what: str) -> Path:
+def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint") -> Path:
     """``path / fname`` resolved (after symlinks), checked to be a regular file inside the
-    checkpoint (or its cache snapshot's blobs) — before anything opens it."""
+    checkpoint (or its cache snapshot's blobs) — before anything opens it. ``kind``: what the folder
+    is, as messages name it ("checkpoint", "direction folder")."""
     shown = f"{what} names {fname!r}"
     if not isinstance(fname, str) or not fname or Path(fname).is_absolute() or "\\" in fname or "\0" in fname:
-        raise CheckpointError(f"{path}: {shown}, which is not a file name inside the checkpoint; refusing to read "
-                              "it (a checkpoint may only name its own files).")
+        raise CheckpointError(f"{path}: {shown}, which is not a file name inside the {kind}; refusing to read "
+                              f"it (a {kind} may only name its own files).")
     p = path / fname
     try:
         resolved = p.resolve(strict=True)
     except (OSError, RuntimeError):
-        raise CheckpointError(f"{path}: {shown}, which does not exist; the checkpoint is incomplete.") from None
+        raise CheckpointError(f"{path}: {shown}, which does not exist; the {kind} is incomplete.") from None
     if not any(resolved == r or r in resolved.parents for r in _allowed_roots(path)):
-        raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the checkpoint folder; "
-                              "refusing to read it (a checkpoint may only name its own files).")
+        raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the {kind}; "
+                              f"refusing to read it (a {kind} may only name its own files).")
     import stat
 
-    if not stat.S_ISREG(os.stat(resolved).st_mode):
-        raise CheckpointError(f"{path}: {shown}, which is not a regular file (a device, FIFO or folder); refusing "
-                              "to read it.")
+    mode = os.stat(resolved).st_mode
+    if not stat.S_ISREG(mode):
+        what_it_is = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+        raise CheckpointError(f"{path}: {shown}, which is {what_it_is}, not a regular file; refusing to read it.")
     return resolved
 
 

@@ -455,10 +455,24 @@ def _is_marked_figure(path: Path) -> bool:
     return FIGURE_MARK.encode() in head or FIGURE_MARK.encode() in tail
 
 
+#: The tag in the head of every HTML page steerformer writes (``steerformer.report``): its mark.
+REPORT_MARK = '<meta name=generator content="steerformer report">'
+
+
+def _is_report_page(path: Path) -> bool:
+    """A page ``steerformer report`` wrote: its head (the first 4 KiB) carries :data:`REPORT_MARK`."""
+    from .files import read_prefix
+
+    head = read_prefix(path, 4096)
+    return head is not None and REPORT_MARK.encode() in head
+
+
 #: ``steer --record``: a steering record (JSON whose ``format`` is a steerformer format).
 RECORD = OutputFile("steer --record", _is_steerformer_json)
 #: ``plot-collapse --out``: a figure carrying :data:`FIGURE_MARK` in its metadata.
 FIGURE = OutputFile("plot-collapse", _is_marked_figure)
+#: ``report.html`` in an output folder (``steerformer.report``): a page carrying the generator mark.
+REPORT_PAGE = OutputFile("report", _is_report_page)
 
 
 def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "steerformer"
 CLI = ROOT / "cli"
 #: the features (docs/architecture.md): nothing below them may import one
-FEATURES = ("analyze", "stats", "steering", "collapse", "ode", "sweep")
+FEATURES = ("analyze", "stats", "steering", "collapse", "ode", "sweep", "report")
 
 
 def _modules(package: Path = PACKAGE, name: str = "steerformer") -> dict[str, tuple[Path, bool]]:
@@ -269,7 +269,7 @@ def test_no_function_imports_a_module_the_file_imports_at_the_top() -> None:
 #: the source layer). Keys: top-level modules and subpackages of steerformer.
 LAYERS = {
     "base": ("version", "errors", "_lazy", "_text", "configs", "files", "results", "outputs", "plotting", "resources", "consistency",
-             "prompts", "discrete", "tokens", "consensus"),
+             "prompts", "discrete", "tokens", "consensus", "schemas"),
     "core": ("eig", "spectra", "attention", "adapters"),
     "source": ("gguf_source", "loading", "matrices", "dynamics", "formats"),
     "features": FEATURES,

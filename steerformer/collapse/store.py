@@ -150,8 +150,14 @@ class RunStore:
         except (OSError, FileFormatError) as exc:
             raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
                 from None
+        from ..schemas import CollapseRun, checked
+
         if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
             raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
+        try:
+            checked(info, CollapseRun, RUN_FILE)
+        except FileFormatError as exc:
+            raise self._corrupt(RUN_FILE, f"has a bad {exc.reason}") from None
         return info
 
     @_writes

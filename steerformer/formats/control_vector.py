@@ -69,7 +69,22 @@ def model_hint_of(model_type: str) -> str:
     the same name for most ("llama", "qwen2", "gemma2", "gpt2", "bert"), the converter's rename
     for the others ("mistral" -> "llama")."""
     return _LLAMA_CPP_ARCH.get(model_type, model_type)
-_NAME = re.compile(r"^direction\.(\d+)$")
+_NAME = re.compile(r"^direction\.([0-9]+)$")  # ASCII digits: "direction.²" is no layer
+
+
+#: llama.cpp compares the hint with the model's architecture name ("llama", "qwen2"): a short word.
+MAX_MODEL_HINT_CHARS = 64
+
+
+def check_model_hint(hint: Any, name: str = "model_hint") -> str:
+    """``hint`` as a control vector's model hint: a llama.cpp architecture name — 1 to
+    :data:`MAX_MODEL_HINT_CHARS` characters of letters, digits, '-', '_' or '.'."""
+    if not isinstance(hint, str) or re.fullmatch(r"[A-Za-z0-9._-]{1,%d}" % MAX_MODEL_HINT_CHARS, hint) is None:
+        raise bad_argument(name, hint if not isinstance(hint, str) or len(hint) < 80 else hint[:40] + "...",
+                           f"a llama.cpp architecture name such as 'llama' or 'qwen2' (letters, digits, '-', '_', "
+                           f"'.'; at most {MAX_MODEL_HINT_CHARS} characters)",
+                           "llama.cpp refuses a control vector whose hint is not the model's architecture.")
+    return hint
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # tensors have no truth value: compare .directions yourself
@@ -87,6 +102,8 @@ class ControlVector:
     def __post_init__(self) -> None:
         checked = _checked_directions(self.directions)
         object.__setattr__(self, "directions", checked)
+        if self.model_hint is not None:
+            check_model_hint(self.model_hint)
         object.__setattr__(self, "notes", {str(k): str(v) for k, v in dict(self.notes or {}).items()})
 
     @classmethod
@@ -233,7 +250,16 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
         directions[n] = np.array(tensor.data, dtype=np.float32)
     if not directions:
         raise bad_argument(name, str(path), "at least one direction.N tensor", None)
-    count = field_value(reader, LAYER_COUNT)
+    from ..schemas import ControlVectorMetadata, checked
+
+    def plain(key: str) -> Any:  # numpy scalars as Python values, for the strict schema
+        v = field_value(reader, key)
+        return v.item() if hasattr(v, "item") else v
+
+    meta = checked({LAYER_COUNT: plain(LAYER_COUNT), MODEL_HINT: plain(MODEL_HINT), NOTE_PREFIX.rstrip("."): {
+        key[len(NOTE_PREFIX):]: plain(key) for key in reader.fields if key.startswith(NOTE_PREFIX)}},
+        ControlVectorMetadata, path)
+    count = meta.layer_count
     if count is not None and int(count) != len(directions):
         layers = sorted(directions)
         raise bad_argument(name, str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
@@ -241,11 +267,7 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     widths = {v.shape[0] for v in directions.values()}
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
-    hint = field_value(reader, MODEL_HINT)
-    notes = {name[len(NOTE_PREFIX):]: str(field_value(reader, name)) for name in reader.fields
-             if name.startswith(NOTE_PREFIX)}
-    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, None if hint is None else str(hint),
-                         notes)
+    return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, meta.model_hint, dict(meta.notes))
 
 
-__all__ = ["ControlVector", "model_hint_of", "read_control_vector", "write_control_vector"]
+__all__ = ["ControlVector", "check_model_hint", "model_hint_of", "read_control_vector", "write_control_vector"]

@@ -20,9 +20,10 @@ Modules, each one noun (lower ones never import higher ones):
     verify      ``verify_checkpoint``
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
     chat        what calibration and evaluation share from a chat model: templating, generation
-    evaluation  the harness: the judge (``evaluation/judge.py``), held-out answers judged
+    evaluation  the harness: the judge (``evaluation/judge.py``, its HTTP in ``evaluation/judge_client.py``), held-out answers judged
                 (``evaluation/evaluate.py``: ``evaluate_steering``), the choices made on the selection
-                questions (``evaluation/selection.py``)
+                questions (``evaluation/selection.py``), the strength of any method chosen by
+                the judge within a KL ceiling (``evaluation/strength.py``: the dose curve)
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
     methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
                 ablation; trained), ``register_method``, ``get_method``, ``choose_method``
@@ -58,10 +59,12 @@ _EXPORTS: dict[str, str] = {
     "edits_applied": ".activation",
     "HELDOUT_QUESTIONS": ".evaluation.evaluate", "Baseline": ".evaluation.evaluate", "SteeringEvaluation": ".evaluation.evaluate",
     "evaluate_record": ".evaluation.evaluate", "evaluate_steering": ".evaluation.evaluate", "check_generates": ".evaluation.evaluate",
+    "DOSE_SCALES": ".evaluation.evaluate",
     "addition_vectors": ".methods.addition.calibrate",
     "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
     "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
     "kl_curve": ".methods.addition.method",
+    "StrengthSearch": ".evaluation.strength", "judged_strength": ".evaluation.strength",
     "verify_checkpoint": ".verify",
     "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
     "register_format": ".exports",
@@ -71,13 +74,13 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
-    "edits_applied", "check_generates", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
+    "edits_applied", "check_generates", "DOSE_SCALES", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
     "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks", "built_in_configs", "choose_method", "config_of",
-    "Conversation", "StrengthDial", "check_strength",
+    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
+    "judged_strength", "Conversation", "StrengthDial", "check_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -102,8 +105,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .methods.addition.weights import addition_as_weights
     from .evaluation.judge import ChatJudge, JudgeError, JudgeItem, OfflineJudge, Rating, judge_answers, make_judge
     from .methods.addition.method import kl_curve
-    from .evaluation.evaluate import check_generates, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
+    from .evaluation.evaluate import check_generates, DOSE_SCALES, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .methods.addition.calibrate import addition_vectors
+    from .evaluation.strength import StrengthSearch, judged_strength
     from .verify import verify_checkpoint
     from .exports import ExportFormat, export_steered, format_names, get_format, register_format
     from .evaluation.compare import steer_and_hooks

@@ -51,7 +51,7 @@ from typing import Any, Iterator
 import torch
 
 from ..configs import SteerConfig
-from ..errors import CheckpointError, SteerformerError, bad_argument
+from ..errors import CheckpointError, FileFormatError, SteerformerError, bad_argument
 from ..files import copy_side_file, side_files
 from ..loading import (
     SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
@@ -238,6 +238,8 @@ def read_records(path: str | os.PathLike) -> list:
     if p.is_file():
         try:
             return [SteeringRecord.from_json(p)]
+        except FileFormatError:  # names the file and the field already
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise bad_argument("record", str(path), f"a steering record JSON (steer --record), not readable as one "
                                f"({type(exc).__name__})") from None
@@ -254,7 +256,9 @@ def records_of(payload: dict, where: Path) -> list[SteeringRecord]:
         if missing:
             raise CheckpointError(f"{where}: broken provenance, records[{i}] is missing field {missing[0]!r}")
         try:
-            rec = SteeringRecord.from_dict(r)
+            rec = SteeringRecord.from_dict(r, f"{where} records[{i}]")
+        except FileFormatError as exc:  # the field named by the record's schema
+            raise CheckpointError(f"broken provenance: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where}: broken provenance, records[{i}] has a bad edit ({exc})") from None
         if not rec.edits:
@@ -482,6 +486,17 @@ def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) ->
 
 
 # ---- undo ----------------------------------------------------------------------------------------
+def check_as_saved(directory: str | os.PathLike, what: str) -> None:
+    """The whole steered checkpoint checked against its record's hashes (every tensor, config and
+    tokenizer file, the record itself) before ``what`` is written from it: a CheckpointError naming
+    the first mismatches (a changed tensor would be published as if steerformer had written it)."""
+    d = Path(directory)
+    problems = [c["detail"] for c in integrity_checks(d, read_payload(d), extra_files_ok=True) if not c["ok"]]
+    if problems:
+        raise CheckpointError(f"{d} is not as it was saved ({'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}); "
+                              f"refusing to write {what} from it. `steerformer verify {d}` shows every check.")
+
+
 def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False,
                        last: int | None = None) -> Path:
     """From a saved steered checkpoint alone, write the original model (bit-identical weights) to
@@ -490,11 +505,7 @@ def unsteer_checkpoint(directory: str | os.PathLike, out: str | os.PathLike, *, 
     hashes (every tensor, config and tokenizer file, the record itself) and the originals (exactly
     the tensors the records name, each hash); a mismatch is a CheckpointError naming it."""
     check_last(last, len(read_chain(directory).records))  # provenance + originals, before loading anything
-    d = Path(directory)
-    problems = [c["detail"] for c in integrity_checks(d, read_payload(d), extra_files_ok=True) if not c["ok"]]
-    if problems:  # a changed tensor or config would be copied into the "restored original"
-        raise CheckpointError(f"{d} is not as it was saved ({'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}); "
-                              f"refusing to write a restored original from it. `steerformer verify {d}` shows every check.")
+    check_as_saved(directory, "a restored original")
     model = load_for_steering(directory)
     unsteer(model, last=last)
     if steering_of(model) is not None:

@@ -23,6 +23,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,7 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, ModelNotFoundError, bad_argument
+from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, ModelNotFoundError, bad_argument
 from ..outputs import DIRECTION, write_atomically
 from .common import added_vector, vector_hash
 
@@ -177,6 +178,11 @@ class Direction:
         adds = [(r, e) for r in records for e in r.edits if e.kind == "add"]
         if not adds:
             kinds = sorted({e.kind for r in records for e in r.edits}) or ["none"]
+            if "lora" in kinds:  # a learned low-rank ΔW (the distilled method): its change is ΔW z, per token
+                raise bad_argument("record", "edits of kind lora", "a KL-calibrated steer (a fixed vector per "
+                                   "layer): a control vector cannot carry a token-dependent edit (its change ΔW·z "
+                                   "depends on each token's input)", "Export it as a model instead: steerformer "
+                                   "export DIR --format gguf (or peft).")
             raise bad_argument("record", f"edits of kind {', '.join(kinds)}", "a KL-calibrated steer (activation "
                                "addition as weights, the causal-LM default): the paper's rank-1 edit and an "
                                "ablation add no fixed vector", "Steer without --gain/--strength/--target-alignment.")
@@ -296,27 +302,42 @@ def read_direction(folder: str | os.PathLike) -> Direction:
     :class:`~steerformer.errors.CheckpointError` line."""
     from safetensors.torch import load_file
 
+    from ..files import check_regular
+    from ..loading import confined_file
+    from ..results import read_json
+    from ..schemas import DirectionFile, checked
+
     folder = Path(folder)
-    meta_path, vec_path = folder / META_FILE, folder / VECTORS_FILE
-    if not meta_path.is_file() or not vec_path.is_file():
+    if not (folder / META_FILE).exists() or not (folder / VECTORS_FILE).exists():
         raise CheckpointError(f"{folder} is not a direction folder: it needs {META_FILE} and {VECTORS_FILE} "
                               "(written by Direction.save)")
+    # read only as regular files inside the folder (or a Hub snapshot's blobs): never through a link out
+    meta_path = confined_file(folder, META_FILE, what="the direction", kind="direction folder")
+    vec_path = confined_file(folder, VECTORS_FILE, what="the direction", kind="direction folder")
     try:
-        meta = json.loads(meta_path.read_text())
-        tensors = load_file(str(vec_path))
-    except Exception as exc:  # JSON or safetensors errors on a corrupt file
+        meta = checked(read_json(meta_path), DirectionFile, folder / META_FILE)
+    except FileFormatError as exc:
+        raise CheckpointError(str(exc)) from None
+    try:
+        tensors = load_file(str(check_regular(vec_path)))
+    except Exception as exc:  # safetensors errors on a corrupt file
         raise CheckpointError(f"{folder}: unreadable direction ({type(exc).__name__}: {exc})") from None
     vectors = {}
     for key, t in tensors.items():
-        if not key.startswith("layer.") or not key[6:].isdigit():
-            raise CheckpointError(f"{vec_path}: tensor {key!r} is not named layer.N")
+        if re.fullmatch(r"layer\.[0-9]{1,6}", key) is None:  # ASCII digits: "layer.²" is no layer
+            raise CheckpointError(f"{folder / VECTORS_FILE}: tensor {key[:40]!r} is not named layer.N (N a layer "
+                                  "number)")
         vectors[int(key[6:])] = t
-    d = Direction(vectors, model_id=meta.get("model_id"), revision=meta.get("revision"), method=meta.get("method"),
-                  prompts_sha256=meta.get("prompts_sha256") or {}, metadata=meta.get("metadata") or {})
-    recorded = meta.get("sha256") or {}
+    try:
+        d = Direction(vectors, model_id=meta.model_id, revision=meta.revision, method=meta.method,
+                      prompts_sha256=meta.prompts_sha256 or {},
+                      metadata=meta.metadata.model_dump(exclude_none=True) if meta.metadata else {})
+    except InvalidArgumentError as exc:  # the vectors' shapes, dtypes, values
+        raise CheckpointError(f"{folder / VECTORS_FILE}: {exc}") from None
+    recorded = meta.sha256 or {}
     if recorded != d.sha256:
         bad = sorted(set(recorded) ^ set(d.sha256) | {k for k in recorded if recorded.get(k) != d.sha256.get(k)})
-        raise CheckpointError(f"{folder}: the vectors of {', '.join(bad)} do not match the sha256 recorded in "
+        raise CheckpointError(f"{folder}: the vectors of {', '.join(bad)[:200]} do not match the sha256 recorded in "
                               f"{META_FILE} (changed or corrupt)")
     return d
 

@@ -40,6 +40,7 @@ Stable API (other modules — LoRA export, ablation, activation addition — bui
     bias_change() -> Tensor | None  what is added to the bias (−bias_shift() when compensating)
     apply(model) / remove(model)    exact inverses: apply keeps the stored tensor it replaced
                                     and remove copies it back (bit for bit, hash-checked)
+    scaled(factor) -> Edit          an unapplied copy at factor × the strength (γ and δ scaled)
     release()                       forget the kept tensor (the weights were restored another way)
     check_finite(model)             the edited weight(s) hold no NaN/inf
     to_dict() / Edit.from_dict(d)   JSON-safe (floats round-trip exactly through JSON)
@@ -287,6 +288,17 @@ class Edit:
                 bp.copy_(self._bias_before.to(bp.device))
         self._before = self._bias_before = None
         return self
+
+    def scaled(self, factor: float) -> "Edit":
+        """A new, unapplied copy of this edit at ``factor`` times its strength: γ → factor·γ and
+        δ → factor·δ (the row and column scales of a norm-preserving ablation are no strength and
+        are refused); its ``after_sha256`` is cleared (other bytes), its ``before_sha256`` kept."""
+        if not self.is_low_rank:
+            raise SteerformerError(f"the edit of {self.module} scales rows or columns (a norm-preserving ablation): "
+                                   "it has no strength to scale")
+        return dataclasses.replace(self, gain=self.gain * float(factor),
+                                   bias_delta=None if self.bias_delta is None else self.bias_delta * float(factor),
+                                   after_sha256="", bias_after_sha256=None, _before=None, _bias_before=None)
 
     def release(self) -> "Edit":
         """Forget the stored tensor(s) :meth:`apply` kept, touching no model: the weights were put

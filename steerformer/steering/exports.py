@@ -43,6 +43,16 @@ class ExportFormat:
                 raise bad_argument(key, value, f"{key} only with format {' or '.join(map(repr, takes))}",
                                    f"Leave it out for format {self.name!r}.")
         given = {k: v for k, v in options.items() if k in self.options}
+        from .checkpoint import check_as_saved
+
+        inputs = [Path(steered)] + [Path(v) for k, v in given.items() if k == "source" and isinstance(v, (str, Path))]
+        target = Path(out).expanduser().resolve()
+        for src in inputs:  # never into (or over, or around) what it reads: it would publish a mix, or corrupt it
+            src = src.expanduser().resolve()
+            if target == src or src in target.parents or target in src.parents:
+                raise bad_argument("out", str(out), f"a path outside the export's input {src}",
+                                   "Write the export beside the steered checkpoint, not inside it.")
+        check_as_saved(steered, f"a {self.name} export")  # as unsteer does: publish only what steerformer wrote
         return self.writer(Path(steered), Path(out), overwrite=overwrite, say=say or (lambda line: None), **given)
 
 

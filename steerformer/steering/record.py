@@ -125,7 +125,14 @@ class SteeringRecord:
         return cls.from_json(Path(directory) / "record.json")
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SteeringRecord":
+    def from_dict(cls, data: dict, where: Any = "the steering record") -> "SteeringRecord":
+        """A record from its JSON, checked field by field first (``steerformer.schemas``: a wrong type,
+        size or range is one FileFormatError line naming ``where`` and the field)."""
+        from ..schemas import EditFile, Vector, checked, dataclass_schema
+
+        # a rank-k edit stores k vectors where a rank-1 edit stores one: the vectors' fields take both
+        checked(data, dataclass_schema(cls, {"edits": list[EditFile], "direction": Vector, "target": Vector,
+                                             "left": Vector}), where)
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in names}
         kw["edits"] = [Edit.from_dict(e) for e in data.get("edits") or []]
@@ -135,7 +142,7 @@ class SteeringRecord:
     def from_json(cls, path: str | Path) -> "SteeringRecord":
         from ..results import read_json
 
-        return cls.from_dict(read_json(path))
+        return cls.from_dict(read_json(path), path)
 
     def summary(self) -> str:
         """A few human-readable lines (the CLI prints them), in the words of the method that made

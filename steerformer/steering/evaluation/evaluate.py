@@ -440,7 +440,8 @@ def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], po
     if judge is not None:
         items = judge_items(baseline, baseline.texts, words if concept is None else concept, words,
                             baseline.nll_free_each)
-        base_judged = summarize(judge_answers(items, judge))
+        ratings = judge_answers(items, judge)
+        base_judged = {**summarize(ratings), "ratings": [[r.concept, r.relevance, r.fluency] for r in ratings]}
     return SteeringEvaluation(
         model_id=model_id, words=list(words), questions=baseline.questions, base_answers=baseline.texts,
         base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
@@ -455,14 +456,58 @@ def record_concept(record: Any) -> str | None:
     return src.get("phrase") or src.get("token") or src.get("text")
 
 
+#: The strengths of a dose curve, as multiples of the chosen edit's gain: from zero (the base model)
+#: through the steer (1) to twice its gain (the KL grows about as the square of the gain, so 1.5 and 2
+#: lie past the KL budget the gain was chosen within).
+DOSE_SCALES = (0.0, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def dose_point(point: AnswerScore, scale: float, gain: float | None) -> dict:
+    """One strength of a dose curve as the record stores it: the scale of the chosen gain, the gain,
+    the numbers, each answer and its three ratings."""
+    keep = ("kl", "concept_rate", "distinct2", "fluency", "fluency_free", "judge_concept", "judge_relevance",
+            "judge_fluency", "aggregate", "good", "answers", "ratings")
+    return {"scale": float(scale), "gain": None if gain is None else gain * float(scale),
+            **{k: getattr(point, k) for k in keep}}
+
+
+def base_point(baseline: Baseline, words: Sequence[str], base_judged: Mapping) -> AnswerScore:
+    """Strength zero of a dose curve: the base model's own answers (KL 0, fluency 1 by definition)."""
+    texts = baseline.texts
+    judged = dict(base_judged or {})
+    return AnswerScore(method="base", strength=0.0, concept_rate=sum(mentions(texts, words)) / len(texts), kl=0.0,
+                       distinct2=distinct2(texts), fluency=1.0, fluency_free=1.0, n_answers=len(texts),
+                       answers=list(texts), seconds=0.0, judge_concept=judged.get("concept"),
+                       judge_relevance=judged.get("relevance"), judge_fluency=judged.get("fluency"),
+                       aggregate=judged.get("aggregate"), good=judged.get("good"),
+                       ratings=list(judged.get("ratings") or []))
+
+
 def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | Sequence[str] | None = None,
                     questions: Sequence[str] | None = None, chat: bool | None = None, max_new_tokens: int = 40,
-                    sample: bool = False, seed: int = 0, judge: Any = "offline") -> SteeringEvaluation:
+                    sample: bool = False, seed: int = 0, judge: Any = "offline",
+                    dose: Sequence[float] | None = None, progress: Callable[[str], None] | None = None
+                    ) -> SteeringEvaluation:
     """Judge the last steering call of ``model`` (``record``, applied) on held-out answers, and store
     the result in ``record.evaluation`` (the record's JSON and the model card carry it). The base
     model's answers are taken with the record's edits removed (bit for bit) and put back.
-    ``judge``: who rates the answers (module docstring; None: nobody)."""
+    ``judge``: who rates the answers (module docstring; None: nobody).
+
+    ``dose``: also answer the same questions at these multiples of the record's strength (each edit's
+    gain and bias change scaled, e.g. :data:`DOSE_SCALES`; 0 is the base model, 1 the steer itself,
+    neither run again) and store the curve in ``record.evaluation["dose"]`` (:func:`dose_point`, sorted
+    by scale) and ``evaluation.info["dose"]``: what a report's strength slider shows. ``progress``:
+    called with one line before each extra strength."""
     check_generates(model)
+    if dose is not None:
+        bad = [s for s in dose if not isinstance(s, (int, float)) or isinstance(s, bool) or not math.isfinite(s)
+               or s < 0]
+        if bad or not dose:
+            raise bad_argument("dose", list(dose), "finite multiples >= 0 of the record's strength, e.g. "
+                               f"{list(DOSE_SCALES)}")
+        if not all(e.is_low_rank for e in record.edits):
+            raise bad_argument("dose", list(dose), "None for a norm-preserving ablation (its row and column "
+                               "scales have no strength to scale)")
     from ...errors import InvalidArgumentError
     from ...loading import open_source
     from ..chain import steering_of
@@ -501,4 +546,35 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
                          "words": words, "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
                          "questions": baseline.questions, "sample": sample, "seed": seed, "judge": ev.judge,
                          "base_judged": ev.base_judged}
+    if dose is not None:
+        curve = []
+        for scale in sorted(set(float(s) for s in dose) | {0.0, 1.0}):
+            if scale == 0.0:
+                at = base_point(baseline, words, ev.base_judged)
+            elif scale == 1.0:
+                at = point
+            else:
+                if progress is not None:
+                    progress(f"  answering at {scale:g} x the strength ...")
+                at = without(lambda: scaled_point(model, tokenizer, record, scale, baseline, words, concept, judge))
+            curve.append(dose_point(at, scale, record.gain))
+        record.evaluation["dose"] = ev.info["dose"] = curve
     return ev
+
+
+def scaled_point(model: Any, tokenizer: Any, record: Any, scale: float, baseline: Baseline, words: Sequence[str],
+                 concept: str | Sequence[str], judge: Any) -> AnswerScore:
+    """The unsteered ``model`` answering with ``record``'s edits at ``scale`` × their strength
+    (applied, measured, removed bit for bit), then scored under the base model and judged."""
+    edits = [e.scaled(scale) for e in record.edits]
+    for e in edits:
+        e.apply(model, check=False)  # the recorded hashes are those of the unscaled chain
+    try:
+        at, ids = score_answers(model, tokenizer, baseline, words, method=f"steer x {scale:g}", strength=scale)
+    finally:
+        for e in reversed(edits):
+            e.remove(model, check=False)
+    at.fluency, at.fluency_free = fluency_of(model, baseline, ids, point=at)
+    if judge is not None:
+        judge_point(at, baseline, concept, words, judge)
+    return at

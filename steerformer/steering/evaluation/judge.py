@@ -20,10 +20,12 @@ Public API (other modules build on exactly these names):
                                           repetition; rules and thresholds in OfflineRules (math.md)
     ChatJudge(url, model="default", timeout=60.0)
                                           an LLM over an OpenAI-compatible /v1/chat/completions server
-                                          (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted
+                                          (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted;
+                                          its HTTP (URL check, deadline, caps, reply schema): judge_client
     MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
     judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked
-    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge)
+    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge); model
+                                          (--judge-model) only beside a URL
     summarize(ratings) -> dict            mean concept/relevance/fluency/aggregate, good share, n
     harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
     JudgeError                            an LLM judge that did not answer (one line)
@@ -34,20 +36,15 @@ This module imports no other part of steering (evaluate builds on it, never the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
-import socket
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ...errors import SteerformerError, bad_argument
+from ...errors import bad_argument
 from ..chat import word_forms
+from .judge_client import JudgeError, check_completion, check_url, post_json
 
 
-class JudgeError(SteerformerError, RuntimeError):
-    """An LLM judge did not answer (refused, timed out, or replied with something not a chat completion)."""
 
 
 # ---- words ---------------------------------------------------------------------------------------
@@ -449,18 +446,22 @@ RUBRICS = {
         "[Text fragment]\n{answer}\n[End of text fragment]"),
 }
 
-_RATING = re.compile(r"Rating:\s*\**\s*\[\[\s*([0-2](?:\.\d+)?)\s*\]\]|Rating:\s*\**\s*([0-2](?:\.\d+)?)\b")
+#: "Rating: [[s]]" (or "Rating: s"): any number is captured, so that one outside [0, 2] is seen and refused.
+_RATING = re.compile(r"Rating:\s*\**\s*\[\[\s*(-?\d+(?:\.\d+)?)\s*\]\]|Rating:\s*\**\s*(-?\d+(?:\.\d+)?)\b")
 
 
 def parse_rating(text: str) -> tuple[float, int] | None:
     """(score, character offset of its first digit) of the last "Rating: [[s]]" (or "Rating: s") in
-    ``text``, or of a reply that is a bare digit; None when there is none or it is outside [0, 2]."""
+    ``text``, or of a reply that is a bare digit; None when there is none. A rating outside [0, 2] is
+    a :class:`JudgeError` (a judge that does not follow the rubric is not counted as a 0 in silence)."""
     found = list(_RATING.finditer(text or ""))
     if found:
         m = found[-1]
         g = 1 if m.group(1) is not None else 2
         value = float(m.group(g))
-        return (value, m.start(g)) if 0 <= value <= 2 else None
+        if not 0 <= value <= 2:
+            raise JudgeError(f"a rating of {m.group(g)} outside [0, 2] in the reply {text[-80:]!r}")
+        return value, m.start(g)
     bare = (text or "").strip()
     if bare in ("0", "1", "2"):
         return float(bare), (text or "").index(bare)
@@ -492,68 +493,47 @@ class ChatJudge:
     :data:`RUBRICS`, greedy, the rating parsed from "Rating: [[s]]". When the server returns
     ``logprobs`` (asked with ``top_logprobs``), the score is the probability-weighted mean over the
     digits 0, 1, 2 at the rating's token (a reading less coarse than the argmax). A reply without a
-    rating counts 0 on that axis (as AxBench does) and is counted in ``unparsed``. Errors of the
-    connection are one :class:`JudgeError` line. Standard library only."""
+    rating counts 0 on that axis (as AxBench does) and is counted in ``unparsed``; a rating outside
+    [0, 2] is an error. The HTTP rules (URL checked at construction, no redirects, one deadline of
+    ``timeout`` seconds per request, replies capped and checked) are steering/evaluation/judge_client.py's;
+    every failure is one :class:`JudgeError` line naming ``name`` (the CLI: ``--judge``)."""
 
     name = "llm"
 
     def __init__(self, url: str, *, model: str = "default", timeout: float = 60.0, max_tokens: int = 256,
-                 logprobs: bool = True, top_logprobs: int = 5, api_key: str | None = None) -> None:
-        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
-            raise bad_argument("judge", url, "an http(s):// URL of an OpenAI-compatible server "
-                               "(e.g. http://127.0.0.1:8080)",
-                               "Start llama.cpp's llama-server or vLLM and pass its URL.")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+                 logprobs: bool = True, top_logprobs: int = 5, api_key: str | None = None,
+                 flag: str = "judge") -> None:
+        self.url = check_url(url, flag)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
             raise bad_argument("timeout", timeout, "seconds > 0")
-        base = url.rstrip("/")
-        if base.endswith("/chat/completions"):
-            self.endpoint = base
-        elif base.endswith("/v1"):
-            self.endpoint = base + "/chat/completions"
-        else:
-            self.endpoint = base + "/v1/chat/completions"
-        self.model, self.timeout, self.max_tokens = str(model), float(timeout), int(max_tokens)
+        self.endpoint, self.flag = self.url.endpoint, flag
+        self.model, self.timeout, self.max_tokens = check_served_model(model), float(timeout), int(max_tokens)
         self.logprobs, self.top_logprobs, self.api_key = bool(logprobs), int(top_logprobs), api_key
         self.unparsed = 0
 
-    def request(self, prompt: str) -> dict:
-        """One chat completion (the parsed JSON reply)."""
+    def request(self, prompt: str):
+        """One chat completion, checked (a ``judge_client`` completion: ``.choices[0].message.content``)."""
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
                 "max_tokens": self.max_tokens}
         if self.logprobs:
             body.update(logprobs=True, top_logprobs=self.top_logprobs)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise JudgeError(f"the judge at {self.endpoint} refused the request: HTTP {exc.code} "
-                             f"{exc.reason}") from None
-        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
-            why = getattr(exc, "reason", exc)
-            raise JudgeError(f"the judge at {self.endpoint} did not answer within {self.timeout:g} s: {why} "
-                             "(is the server running? --judge offline needs none)") from None
-        try:
-            reply = json.loads(data)
-            reply["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise JudgeError(f"the judge at {self.endpoint} replied with something not a chat completion: "
-                             f"{data[:80]!r}") from None
-        return reply
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        reply = post_json(self.url, body, deadline=self.timeout, name=self.flag, headers=headers)
+        return check_completion(reply, self.url.shown, self.flag)
 
     def score(self, prompt: str) -> float:
         """The 0–2 score of one rubric prompt."""
-        choice = self.request(prompt)["choices"][0]
-        text = choice["message"]["content"] or ""
-        parsed = parse_rating(text)
+        choice = self.request(prompt).choices[0]
+        text = choice.message.content or ""
+        try:
+            parsed = parse_rating(text)
+        except JudgeError as exc:
+            raise JudgeError(f"{self.flag} {self.url.shown}: the server sent {exc}") from None
         if parsed is None:
             self.unparsed += 1
             return 0.0
         value, offset = parsed
-        content = ((choice.get("logprobs") or {}).get("content")) or []
+        content = [e.model_dump() for e in (choice.logprobs.content or [])] if choice.logprobs else []
         weighted = weighted_score(content, offset) if content else None
         return value if weighted is None else min(max(weighted, 0.0), 2.0)
 
@@ -565,12 +545,35 @@ class ChatJudge:
         return out
 
 
+#: A served model's name (vLLM's --served-model-name) is a short identifier, never a paragraph.
+MAX_MODEL_NAME_CHARS = 256
+
+
+def check_served_model(model: Any, name: str = "judge_model") -> str:
+    """``model`` as a served model's name: a non-empty string of printable characters, at most
+    :data:`MAX_MODEL_NAME_CHARS`."""
+    if (not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_NAME_CHARS
+            or not model.isprintable()):
+        raise bad_argument(name, model, f"the served model's name (printable, 1-{MAX_MODEL_NAME_CHARS} characters)",
+                           "Pass the name the server lists at /v1/models.")
+    return model
+
+
+def is_url_spec(spec: Any) -> bool:
+    """Whether a --judge value means a server (an http(s) scheme), whatever else is wrong with it."""
+    return isinstance(spec, str) and re.match(r"(?i)^\s*https?:", spec) is not None
+
+
 def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: float = 60.0,
-               name: str = "judge") -> Judge | None:
+               name: str = "judge", model_name: str = "judge_model") -> Judge | None:
     """A judge from a spec: "offline" → :class:`OfflineJudge` (checked: the bundled MiniLM is
-    there); an http(s) URL → :class:`ChatJudge` (``model``: the served model's name, vLLM needs it);
-    "none" or None → None (nothing judged); a callable is returned as it is. ``name``: the
-    argument named in errors (the CLI passes "--judge")."""
+    there); an http(s) URL → :class:`ChatJudge` (``model``: the served model's name, vLLM needs it;
+    the URL is checked here, before any model loads); "none" or None → None (nothing judged); a
+    callable is returned as it is. ``model`` with anything but a URL is refused (it would be ignored).
+    ``name`` / ``model_name``: the arguments named in errors (the CLI passes "--judge", "--judge-model")."""
+    if model is not None and not is_url_spec(spec):
+        raise bad_argument(model_name, model, f"a {name} URL beside it (the served model's name is sent to a judge "
+                           f"server; {name} is {spec!r})", f"Drop {model_name}, or pass {name} http://HOST:PORT.")
     if spec is None or spec == "none":
         return None
     if spec == "offline":
@@ -581,7 +584,8 @@ def make_judge(spec: Any = "offline", *, model: str | None = None, timeout: floa
         return OfflineJudge()
     if callable(spec):
         return spec
-    if isinstance(spec, str) and re.match(r"^https?://[^/\s]+", spec):
-        return ChatJudge(spec, model=model or "default", timeout=timeout)
+    if is_url_spec(spec):
+        return ChatJudge(spec, model=check_served_model(model, model_name) if model is not None else "default",
+                         timeout=timeout, flag=name)
     raise bad_argument(name, spec, "'offline', 'none' or the http(s):// URL of an OpenAI-compatible chat server",
                        f"e.g. {name} http://127.0.0.1:8080 (llama-server), or {name} offline.")

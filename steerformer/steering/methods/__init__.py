@@ -6,7 +6,8 @@ LM and ``paper`` for every other model).
     paper     the papers' rank-1 edit of an attention layer's output matrix, W_O' = W_O + γ u (wᵀV⁺)
     addition  activation addition written as weights, its gain the largest within a KL budget
     ablation  directional ablation of the residual-stream writers, W' = (I − s UUᵀ) W
-    trained   a low-rank edit of residual writers learned from judged answers (SFT + RePS + KL)
+    distilled a low-rank edit of residual writers trained so that the unprompted model imitates the
+              same model told the concept (Prompt Baking's KL / PSR's states)
 
 Contrastive prompts are not a method but a **direction source** (``steering/sources.py``:
 ``contrastive_direction``): they say *where u comes from* — the difference of the mean activations
@@ -59,7 +60,7 @@ from .registry import (
     Method, NoOptions, built_in_configs, call_options, choose_method, config_of, get_method, method_config, method_names,
     method_of, register_method,
 )
-# the built-in methods (paper, addition, ablation, trained) register on first use of their name
+# the built-in methods (paper, addition, ablation, distilled) register on first use of their name
 # (registry.BUILT_IN), so that a call imports the one method it runs; this package imports no torch
 
 __all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "get_method",

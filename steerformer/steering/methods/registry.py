@@ -78,7 +78,7 @@ BUILT_IN: dict[str, tuple[str, str | None]] = {
     "paper": (".paper.method", ".paper.config"),
     "addition": (".addition.method", ".addition.config"),
     "ablation": (".ablation.method", ".ablation.config"),
-    "trained": (".trained", None),
+    "distilled": (".distilled.method", ".distilled.config"),
 }
 
 
@@ -189,6 +189,14 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
             chosen = "addition" if head == "causal-lm" else "paper"
     if chosen is not None:
         cls = config_of(chosen)
+        need = getattr(cls, "needs_head", None)
+        if head is not None and need is not None and head != need and options:
+            key = next(iter(options))
+            raise bad_argument(key, options[key], f"a {need} model: {key} is an option of the {chosen} method, which "
+                               f"this {head} model cannot run", f"Drop {key}; this model gets another method.")
+        check_call = getattr(cls, "check_call", None)
+        if check_call is not None:
+            check_call(call_config, options)
         for key in getattr(cls, "refuses", ()):
             value, default = getattr(call_config, key), _default(SteerConfig, key)
             if value != default:

@@ -68,6 +68,11 @@ class PaperConfig(MethodConfig):
                 raise bad_argument(name, v, "a finite non-zero number (negative steers away from u)",
                                    "Milder steering is a value closer to 0.")
         m = self.min_state_cosine
+        if m is not None and (self.strength is not None or self.gain is not None):
+            given = "strength" if self.strength is not None else "gain"
+            raise bad_argument("min_state_cosine", m, f"no damage budget beside {given}= (the budget bounds the gain "
+                               f"search, and {given}= sets the gain: nothing is searched)",
+                               f"Drop min_state_cosine, or drop {given} to have the gain searched.")
         if m is not None and (isinstance(m, bool) or not finite(m) or not 0 <= float(m) < 1):
             raise bad_argument("min_state_cosine", m, "a number in [0, 1): the mean cosine of the final states with "
                                "the base model's that the gain search keeps (0 = no budget)")

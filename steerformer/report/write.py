@@ -1,0 +1,63 @@
+"""Which page an output folder gets, and writing it there under the output rules
+(``outputs.REPORT_PAGE``: only a page steerformer wrote is ever replaced, through a temporary file)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import bad_argument
+from .html import PAGE_NAME
+
+#: (kind, the file that marks a folder of that kind); the first one present decides.
+SOURCES = (("steer", "steerformer/record.json"), ("evaluate", "evaluation.json"), ("analyze", "report.json"))
+
+
+def report_page(folder: str | os.PathLike, *, name: str = "folder") -> tuple[str, str]:
+    """(kind, the page's HTML) of the output folder ``folder`` of `steer`, `evaluate` or `analyze`;
+    anything else is refused in one line naming ``name``."""
+    from ..results import read_json
+
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise bad_argument(name, str(folder), "an existing output folder of steer, evaluate or analyze (not found)",
+                           "Pass the --out folder of one of those commands.")
+    for kind, marker in SOURCES:
+        if (root / marker).is_file():
+            doc = read_json(root / marker)
+            if not isinstance(doc, dict):
+                raise bad_argument(name, str(folder), f"a folder whose {marker} is a JSON object")
+            if kind == "steer":
+                from .steering import record_page
+
+                records = doc.get("records") if "records" in doc else [doc]  # the chain; a lone record too
+                if not isinstance(records, list) or not records or not isinstance(records[-1], dict):
+                    raise bad_argument(name, str(folder), f"a folder whose {marker} holds a steering record")
+                return kind, record_page(records[-1], earlier=len(records) - 1)
+            if kind == "evaluate":
+                from .steering import evaluation_page
+
+                return kind, evaluation_page(doc)
+            from .analysis import analysis_page
+
+            return kind, analysis_page(root, doc)
+    raise bad_argument(name, str(folder), "an output folder of steer, evaluate or analyze (it holds none of "
+                       + ", ".join(m for _, m in SOURCES) + ")", "Pass the --out folder of one of those commands.")
+
+
+def write_report(folder: str | os.PathLike, *, name: str = "folder") -> Path:
+    """Render ``folder``'s page (:func:`report_page`) and write it to ``folder/report.html``
+    atomically; an existing ``report.html`` is replaced only when steerformer wrote it."""
+    from ..outputs import REPORT_PAGE, write_output_file
+
+    _, text = report_page(folder, name=name)
+    return write_output_file(Path(folder).expanduser() / PAGE_NAME, lambda tmp: Path(tmp).write_text(text, "utf-8"),
+                             REPORT_PAGE, overwrite=True, name=name)
+
+
+def add_page(folder: str | os.PathLike) -> Path:
+    """Write ``folder``'s page into it directly: for a folder being filled, the temporary folder of
+    ``outputs.write_atomically``, which moves it into place whole (page included) or not at all."""
+    path = Path(folder) / PAGE_NAME
+    path.write_text(report_page(folder)[1], "utf-8")
+    return path
