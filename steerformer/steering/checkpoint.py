@@ -61,9 +61,10 @@ from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
 from ..results import parse_json
 from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
-    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SAFETENSORS_DTYPES, SIDE_DIR, add_safetensors_metadata, as_sentence_transformer, chain_payload,
-    file_hashes, inner_model, model_files, payload_sha256, read_safetensors_metadata, rewrite_shard, safetensors_hashes,
-    safetensors_header, tensor_identities, tensor_sha256, tensor_specs, write_chain,
+    METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SAFETENSORS_DTYPES, SIDE_DIR, add_safetensors_metadata,
+    as_sentence_transformer, chain_payload, file_hashes, inner_model, model_files, payload_sha256,
+    read_safetensors_metadata, rewrite_shard, safetensors_hashes, safetensors_header, tensor_identities, tensor_sha256,
+    tensor_specs, write_chain,
 )
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
