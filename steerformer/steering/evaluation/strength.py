@@ -268,7 +268,7 @@ class StrengthSearch:
         return None if best is None else best.strength
 
     def to_dict(self) -> dict:
-        from ... import __version__
+        from ...version import __version__
         from ...results import VERSION_KEY
 
         return {"concept": self.concept, "max_kl": self.max_kl, "chosen": self.chosen, "strength": self.strength,
