@@ -75,9 +75,11 @@ log = logging.getLogger(__name__)
 
 # ---- write ---------------------------------------------------------------------------------------
 def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
-                 card: bool = True, format: str = "checkpoint", lora_rank: int | None = None) -> Path:
+                 card: bool = True, format: str = "checkpoint", lora_rank: int | None = None,
+                 name: str = "directory") -> Path:
     """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
-    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
+    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``; ``name``:
+    the argument an error about ``directory`` names (the CLI's ``out``).
     ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``lora.py``);
     ``lora_rank``: the rank of a truncated adapter for edits that are not low-rank (norm-preserving
     ablation), its error reported in the adapter's ``steerformer/record.json`` and card."""
@@ -85,7 +87,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     if st_model is not None:
         model = inner_model(st_model)
     if format == "peft":  # the edits alone, as a LoRA adapter (docs/math.md §5c)
-        return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank)
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank, name=name)
     if format != "checkpoint":
         raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
     if lora_rank is not None:
@@ -121,7 +123,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
             add_safetensors_metadata(st, {METADATA_KEY: compact})
 
     return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
-                            inputs=[getattr(model.config, "_name_or_path", None)])
+                            inputs=[getattr(model.config, "_name_or_path", None)], name=name)
 
 
 def quantization_of(model: Any) -> str | None:
