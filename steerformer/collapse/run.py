@@ -20,7 +20,7 @@ from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
 from .result import STATS, CollapseResult
-from .store import RunStore
+from .store import RUN_FILE, RunStore
 from .weights import ffn_modules, pass_seed, reinitialize
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,12 @@ def collapse(
         if store is not None and resume:
             verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
             old = store.read_run()
-            stored = CollapseConfig.from_dict(old["options"])  # runs before e_precision existed: its default
+            try:  # runs before e_precision existed: its default
+                stored = CollapseConfig.from_dict(old["options"])
+            except InvalidArgumentError as exc:  # a value of the file, not of the user's flags: named as such
+                why = str(exc).split(" is invalid: ", 1)[-1].rstrip(".")
+                raise store.corrupt(RUN_FILE, f"has a bad options.{getattr(exc, 'argument', None) or '?'} "
+                                    f"({why})") from None
             diff = stored.differences(run_cfg, resume_only=True)
             if old["options"].get("token_source") != source:
                 diff["token_source"] = (old["options"].get("token_source"), source)

@@ -189,6 +189,10 @@ class RunStore:
         return self._load(EMBED_FILE, _read_npz)
 
     # ---- checks -------------------------------------------------------------------------------
+    def corrupt(self, name: str, why: str) -> CheckpointError:
+        """The one-line error for a stored file ``name`` of this run that cannot be used (``why``)."""
+        return self._corrupt(name, why)
+
     def _corrupt(self, name: str, why: str) -> CheckpointError:
         return CheckpointError(f"out={str(self.path)!r}: {name} {why}; the stored run cannot be resumed or read "
                                "as it is. Start a new run in another folder (or delete this one).")

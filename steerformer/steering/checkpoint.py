@@ -433,12 +433,30 @@ def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) ->
         now = file_hashes(d)
         bad = sorted(k for k in set(rec_files) | set(now) if rec_files.get(k) != now.get(k))
         for k in bad:
-            what = "missing" if k not in now else "not in the record" if k not in rec_files else "changed"
+            what = _absent(d / k) if k not in now else "not in the record" if k not in rec_files else "changed"
             if what != "not in the record" or not extra_files_ok:
                 check("file hash", False, f"{k}: {what}")
         if not bad:
             check("file hashes", True, f"all {len(now)} other files match")
     return checks
+
+
+def _absent(path: Path) -> str:
+    """Why a recorded file is not among the regular files hashed: missing, or what is there instead
+    (a FIFO or a folder is named, never opened)."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not the regular file recorded"
+    if stat.S_ISDIR(mode):
+        return "a folder, not the regular file recorded"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link to no regular file, not the regular file recorded"
+    return "a special file, not the regular file recorded"
 
 
 # ---- undo ----------------------------------------------------------------------------------------
