@@ -49,6 +49,9 @@ CONTRAST_TEMPLATES = (
 )
 NEUTRAL_NOUNS = ("paper", "the weather", "tables", "numbers", "windows", "history", "shoes", "furniture")
 
+#: AxBench's prompt baseline (Wu et al. 2025): the instruction appended to the question in the user turn
+PROMPT_AXBENCH = ("{question} You must include content related to {concept} in your answer, while still "
+                  "answering the question.")
 PROMPT_USER = "{question} In your answer, mention {concept}."
 PROMPT_SYSTEM = "You are a helpful assistant. In every answer, mention {concept}."
 
@@ -122,6 +125,7 @@ class Bench:
         from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
+        self.default_states: dict = {}  # concept -> the default steer's state (KLSteer reads its KL rule)
         self.partial: Path | None = None  # where run() writes the selection sweep after each concept
         self.max_new_tokens = max_new_tokens
         self.source = sf.open_source(model)
@@ -196,6 +200,14 @@ class Method:
     name = ""
     grid: tuple = (None,)
     what = ""
+    #: True: the method chooses its own strength on the selection questions (``choice``); the bench
+    #: measures that choice on the report split and sweeps nothing
+    chooses_itself = False
+
+    def choice(self, bench: "Bench", state: Any, budget: float) -> tuple[Any, dict | None]:
+        """(strength, what the method saw on the selection questions) of its own choice within
+        ``budget``; (None, None) when it has none."""
+        raise NotImplementedError
 
     def available(self) -> str | None:
         """None when the method can run here, else the one line saying why it is skipped."""
@@ -208,32 +220,119 @@ class Method:
         raise NotImplementedError
 
 
-class DefaultSteer(Method):
-    name = "steer (default)"
-    what = "sf.steer(model, token=c, tokenizer=tok): KL-calibrated addition as weights (budget 0.3); strength = gain x"
-    grid = (0.75, 1.0, 1.2, 1.4)  # 1: the default as it is
+class SteerChosen(Method):
+    """A method run by ``sf.steer`` as a user calls it, choosing its own strength on the selection
+    questions: its record's dose curve (``calibration["strength_search"]``, steering/strength.py)
+    gives its choice within each budget (the record's edits scaled by that strength ÷ the chosen one:
+    the strength is a gain factor of the edits); a record without a dose curve is one setting."""
 
-    def prepare(self, bench, concept):
+    chooses_itself = True
+    method: str | None = None  # the registered name (None: the default of a causal LM)
+    options: dict = {}
+
+    def available(self):
+        if self.method is None:
+            return None
+        return None if _registered(self.method) is not None else \
+            f"{self.name}: no method registered as {self.method!r} on this branch; skipped"
+
+    def steer(self, bench, concept, **options):
         import steerformer as sf
         from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         # the smoke run scans no layers and probes with 2 prompts
-        kw = {"layer": bench.n_layers - 1, "prompts": PROBE_QUESTIONS[:2], "report": False} if bench.smoke else {}
+        kw = {"layer": bench.n_layers - 1, "prompts": PROBE_QUESTIONS[:2]} if bench.smoke else {}
+        if self.method is not None:
+            kw["method"] = self.method
         t0 = time.perf_counter()
-        rec = sf.steer(bench.model, token=concept, tokenizer=bench.tok, **kw)
+        rec = sf.steer(bench.model, token=concept, tokenizer=bench.tok, report=False, **kw, **options)
         seconds = time.perf_counter() - t0
         sf.unsteer(bench.model)
-        state = {"record": rec, "seconds": seconds, "layers": rec.calibration["layers"],
-                 "alpha": rec.calibration["alpha"]}
-        bench.last_steer = state  # the throughput check reuses the last concept's edit
+        return rec, seconds
+
+    def prepare(self, bench, concept):
+        return self.state(bench, concept, *self.steer(bench, concept, **self.options))
+
+    def state(self, bench, concept, rec, seconds) -> dict:
+        cal = rec.calibration or {}
+        state = {"record": rec, "seconds": seconds, "curve": cal.get("strength_search"),
+                 "layers": cal.get("layers"), "alpha": cal.get("alpha"), "choice": cal.get("strength_choice"),
+                 "kl_rule": cal.get("kl_rule")}
+        bench.log(f"  {self.name} on {concept}: {seconds:.0f} s; " + (rec.message or "").splitlines()[0][:160])
+        if self.method is None:
+            bench.last_steer = state  # the throughput check reuses the last concept's edit
+            bench.default_states[concept] = state
         return state
+
+    def choice(self, bench, state, budget):
+        from steerformer.steering.evaluation.strength import choose
+
+        curve, rec = state["curve"], state["record"]
+        if not curve:
+            kl = rec.kl if rec.kl is not None else 0.0
+            return (1.0, {"split": "selection", "kl_probe": kl, "source": "the method's own choice"}) \
+                if kl <= budget else (None, None)
+        chosen = curve["points"][curve["chosen"]] if curve.get("chosen") is not None else None
+        if state["choice"] != "judged" or chosen is None:  # the KL rule decided (the judge saw nothing)
+            return 1.0, {"split": "selection", "kl_probe": rec.kl, "source": state["choice"]}
+        from steerformer.steering.evaluation.strength import StrengthPoint
+
+        points = [StrengthPoint.from_dict(p) for p in curve["points"]]
+        i = choose(points, budget)
+        if i is None:
+            return None, None
+        p = points[i]
+        sel = {"split": "selection", "kl_probe": p.kl, "aggregate": p.aggregate, "good": p.good,
+               "concept_score": p.concept, "relevance": p.relevance, "fluency": p.fluency,
+               "source": "the method's own judged search", "strength": p.strength}
+        return p.strength / chosen["strength"], sel
 
     def setting(self, bench, state, strength):
         from steerformer.steering import edits_applied
 
         edits = [type(e).from_dict({**e.to_dict(), "gain": e.gain * strength}) for e in state["record"].edits]
-        return Setting(context=lambda: edits_applied(bench.model, edits), label=f"gain x{strength:g}",
-                       info={"layers": state["layers"], "alpha": state["alpha"] * strength})
+        info = {"layers": state["layers"], "alpha": None if state["alpha"] is None else state["alpha"] * strength,
+                "steer_seconds": state["seconds"], "strength_choice": state["choice"]}
+        return Setting(context=lambda: edits_applied(bench.model, edits), label=f"gain x{strength:.3g}", info=info)
+
+
+class DefaultSteer(SteerChosen):
+    name = "steer --choose judged (judged gain)"
+    options = {"choose": "judged"}
+    what = ("sf.steer(model, token=c, tokenizer=tok): addition as weights, the gain chosen by the judge on the "
+            "selection questions within KL 0.6 (within 0.3: the same dose curve's choice)")
+
+
+class KLSteer(SteerChosen):
+    """The KL rule: at 0.3, the default before the judged gain (``choose="kl"``); at 0.6, the largest
+    gain within 0.6 at the same layer. When the default ran on this concept both come from its one
+    call — the record keeps the KL rule's gain at 0.3 (``calibration["kl_rule"]``: the same probe,
+    directions, layer scan and gain search as ``sf.steer(..., choose="kl")``) and its dose curve has
+    the ladder's 0.6 point (the gain search at 0.6 at that layer) — else from ``sf.steer(choose="kl")``."""
+
+    name = "steer (default: the KL rule)"
+    what = ("the largest gain within the budget b (b = 0.3: sf.steer(..., choose='kl'), the default before the "
+            "judged gain; b = 0.6: at the same layer)")
+
+    def prepare(self, bench, concept):
+        state = bench.default_states.get(concept)
+        if state is None:
+            rec, seconds = self.steer(bench, concept, choose="kl")
+            state = self.state(bench, concept, rec, seconds)
+            state["kl_rule"] = {"max_kl": BUDGETS[0], "alpha": state["alpha"], "kl_probe": rec.kl}
+        return state
+
+    def choice(self, bench, state, budget):
+        rule, curve = state["kl_rule"], state["curve"]
+        if budget == rule["max_kl"]:
+            alpha, kl = rule["alpha"], rule["kl_probe"]
+        else:
+            top = [p for p in (curve or {}).get("points", []) if p["level"] == budget]
+            if not top:
+                return None, None
+            alpha, kl = top[0]["strength"], top[0]["kl"]
+        return alpha / state["alpha"], {"split": "selection", "kl_probe": kl, "alpha": alpha,
+                                        "source": f"the KL rule at {budget:g} (largest gain within it)"}
 
 
 class Distilled(Method):
@@ -375,17 +474,24 @@ class Repeng(Method):
 
 
 class Prompting(Method):
-    name = "prompt (user)"
+    name = "prompt (mention)"
+    template = PROMPT_USER
     what = f"the question followed by \"{PROMPT_USER.split('} ', 1)[1]}\""
 
     def setting(self, bench, state, strength):
         def prompts(split):
-            return bench.chat([[{"role": "user", "content": PROMPT_USER.format(question=q, concept=state)}]
+            return bench.chat([[{"role": "user", "content": self.template.format(question=q, concept=state)}]
                                for q in split.baseline.questions])
         return Setting(prompts=prompts, label="instruction in the question")
 
     def prepare(self, bench, concept):
         return concept
+
+
+class AxBenchPrompting(Prompting):
+    name = "prompt (AxBench)"
+    template = PROMPT_AXBENCH
+    what = f"AxBench's prompt baseline: the question followed by \"{PROMPT_AXBENCH.split('} ', 1)[1]}\""
 
 
 class SystemPrompting(Prompting):
@@ -401,9 +507,9 @@ class SystemPrompting(Prompting):
 
 # the distilled method runs last: it takes the longest
 METHODS: dict[str, type[Method]] = {
-    "steer": DefaultSteer, "paper": PaperEdit, "diffmean": DiffMean,
-    "steering-vectors": SteeringVectors, "repeng": Repeng, "prompt": Prompting, "prompt-system": SystemPrompting,
-    "distilled": Distilled,
+    "steer": DefaultSteer, "steer-kl": KLSteer, "prompt-axbench": AxBenchPrompting, "prompt": Prompting,
+    "distilled": Distilled, "diffmean": DiffMean, "steering-vectors": SteeringVectors, "paper": PaperEdit,
+    "repeng": Repeng, "prompt-system": SystemPrompting,
 }
 
 
@@ -463,12 +569,12 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
     prep_seconds: dict = {}
     reported: dict = {}
 
-    def on_report(m: Method, concept: str, p: Point) -> dict:
+    def on_report(m: Method, concept: str, strength: Any) -> dict:
         """The report-split measurement of a chosen setting (a setting chosen twice is measured once)."""
-        key = (m.name, concept, p.strength)
+        key = (m.name, concept, strength)
         if key not in reported:
-            reported[key] = bench.measure(rep, concept, m.name, p.strength,
-                                          m.setting(bench, states[m.name, concept], p.strength))
+            reported[key] = bench.measure(rep, concept, m.name, strength,
+                                          m.setting(bench, states[m.name, concept], strength))
         return reported[key].row()
 
     per_concept: list[dict] = []
@@ -484,17 +590,24 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
                 skipped[f"{m.name} / {concept}"] = line
                 continue
             prep_seconds[m.name, concept] = time.perf_counter() - t0
+            if m.chooses_itself:  # its own choice on the selection questions: nothing to sweep
+                continue
             sweep[m.name][concept] = [bench.measure(sel, concept, m.name, s, m.setting(bench, states[m.name, concept], s))
                                       for s in m.grid]
         # this concept's choices (they need no other concept), measured on the report split now
         bench.log(f"{concept}: the choices on the report split ({len(report)} questions)")
         for m in methods:
+            if (m.name, concept) not in states:
+                continue
             for b in BUDGETS:
-                p = choose(sweep[m.name].get(concept, []), b)
+                if m.chooses_itself:
+                    strength, seen = m.choice(bench, states[m.name, concept], b)
+                else:
+                    p = choose(sweep[m.name].get(concept, []), b)
+                    strength, seen = (None, None) if p is None else (p.strength, p.row())
                 per_concept.append({"method": m.name, "concept": concept, "choice": f"best at KL <= {b:g}",
-                                    "strength": None if p is None else p.strength,
-                                    "selection": None if p is None else p.row(),
-                                    "report": None if p is None else on_report(m, concept, p)})
+                                    "strength": strength, "selection": seen,
+                                    "report": None if seen is None else on_report(m, concept, strength)})
         if bench.partial is not None:  # a long run shows what it has measured so far
             bench.partial.parent.mkdir(parents=True, exist_ok=True)
             bench.partial.write_text(json.dumps({"choices": per_concept, "sweep": [
@@ -504,13 +617,16 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
     # the fixed setting of each method across concepts, then its report-split measurements
     choices: list[dict] = []
     for m in methods:
+        if m.chooses_itself:
+            choices += [c for c in per_concept if c["method"] == m.name]
+            continue
         fixed, has_fixed = choose_fixed(sweep[m.name], FIXED_BUDGET) if sweep[m.name] else (None, False)
         for concept, pts in sweep[m.name].items():
             choices += [c for c in per_concept if c["method"] == m.name and c["concept"] == concept]
             p = next((p for p in pts if p.strength == fixed), None) if has_fixed else None
             choices.append({"method": m.name, "concept": concept, "choice": f"fixed (KL <= {FIXED_BUDGET:g} on average)",
                             "strength": None if p is None else p.strength, "selection": None if p is None else p.row(),
-                            "report": None if p is None else on_report(m, concept, p)})
+                            "report": None if p is None else on_report(m, concept, p.strength)})
     return {
         "methods": {m.name: {"what": m.what, "grid": list(m.grid)} for m in methods},
         "skipped": skipped,
@@ -525,10 +641,83 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
         "prepare_seconds": {f"{k[0]} / {k[1]}": v for k, v in prep_seconds.items()},
         "steer_seconds": {c: states[DefaultSteer.name, c]["seconds"] for c in concepts
                           if (DefaultSteer.name, c) in states},
+        "seconds": seconds_per_concept(methods, concepts, prep_seconds, sweep, reported),
+        "dose_curves": {c: states[DefaultSteer.name, c]["curve"] for c in concepts
+                        if (DefaultSteer.name, c) in states},
         "kl": "mean over answer tokens of KL(p_base(.|question, a<t) || p_method(.|method's prompt, a<t)), "
               "teacher-forced on the base model's greedy answers of the same split, nats/token",
         "fluency_free": "steered answers' NLL under the base model after an empty user turn / base answers' NLL there",
     }
+
+
+def target_lines(record: dict) -> list[str]:
+    """The default's mean aggregate on the report split against the KL rule at 0.3 (the default
+    before the judged gain) and AxBench's prompt, as ratios (issue 34's targets: >= 1.4 and >= 1.2)."""
+    rows = {(r["method"], r["choice"]): r for r in summary_rows(record)}
+    new = rows.get((DefaultSteer.name, "best at KL <= 0.6"))
+    old = rows.get((KLSteer.name, "best at KL <= 0.3"))
+    prompt = rows.get((AxBenchPrompting.name, "best at KL <= 0.6"))
+    out = []
+    if new is None:
+        return out
+    for label, ref, target in (("the KL rule at 0.3 (the default before)", old, 1.4),
+                               ("AxBench's prompt", prompt, 1.2)):
+        if ref is not None and ref["aggregate"] > 0:
+            out.append(f"ratio of mean aggregates, default (judged, KL {new['kl']:.3f}) / {label} (KL {ref['kl']:.3f}): "
+                       f"{new['aggregate']:.3f} / {ref['aggregate']:.3f} = {new['aggregate'] / ref['aggregate']:.2f} "
+                       f"(target >= {target:g})")
+        elif ref is not None:
+            out.append(f"ratio of mean aggregates, default / {label}: {new['aggregate']:.3f} / 0 (target >= {target:g})")
+    return out
+
+
+def seconds_per_concept(methods: Sequence[Method], concepts: Sequence[str], prep: dict, sweep: dict,
+                        reported: dict) -> dict:
+    """{method: {concept: {"choose": seconds to prepare and choose on the selection split, "report":
+    seconds of its report-split measurements}}}."""
+    out: dict = {}
+    for m in methods:
+        for c in concepts:
+            if (m.name, c) not in prep:
+                continue
+            choose_s = prep[m.name, c] + sum(p.seconds for p in sweep[m.name].get(c, []))
+            report_s = sum(p.seconds for k, p in reported.items() if k[0] == m.name and k[1] == c)
+            out.setdefault(m.name, {})[c] = {"choose": choose_s, "report": report_s}
+    return out
+
+
+def seconds_table(record: dict) -> str:
+    """Seconds per concept: to choose (prepare + selection sweep) and to measure on the report split."""
+    concepts = record["concepts"]
+    lines = ["| method | " + " | ".join(concepts) + " |", "|" + "---|" * (len(concepts) + 1)]
+    for m, by in record.get("seconds", {}).items():
+        cells = [f"{by[c]['choose']:.0f} ({by[c]['report']:.0f})" if c in by else "n/a" for c in concepts]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def samples_markdown(record: dict, n: int = 2, choice: str = "best at KL <= 0.6", width: int = 220) -> str:
+    """The first ``n`` report questions of each concept: the base answer and each method's answer at
+    its choice ``choice`` (cut at ``width`` characters)."""
+    base = record["base"]["report"]
+    by = {(p["method"], p["concept"], p["strength"]): p for p in record["report_points"]}
+    out = []
+    for c in record["concepts"]:
+        out.append(f"**{c}**")
+        for i in range(min(n, len(base["questions"]))):
+            out.append(f"- *{base['questions'][i]}*")
+            out.append(f"  - base: {_cut(base['answers'][i], width)}")
+            for e in record["choices"]:
+                if e["concept"] == c and e["choice"] == choice and e["report"] is not None:
+                    p = by.get((e["method"], c, e["strength"]))
+                    if p is not None:
+                        out.append(f"  - {e['method']}: {_cut(p['answers'][i], width)}")
+    return "\n".join(out)
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _base_info(split: Split) -> dict:

@@ -1,25 +1,30 @@
 """Steering a chat model (SmolLM2-135M-Instruct): steerformer's methods and its peers, as real packages,
-on the same questions with the same judge (issue 27 item 4; docs/steering-chat.md, "Peers").
+on the same questions with the same judge (issues 27 and 34; docs/steering-chat.md, "Peers").
 
 Methods (``--methods``, run in this order): ``steer`` (the default ``sf.steer(model, token=c,
-tokenizer=tok)``: KL-calibrated addition written as weights; strength = its gain x), ``distilled`` (the
-method registered as "distilled", skipped with one line where it is not), ``paper`` (the paper's rank-1
-edit of the last layer, ``strength=``), ``diffmean`` (a plain mean-difference vector of contrastive
-texts at the middle layer, ``sf.activation_steering``), ``steering-vectors`` (the package, as its docs
-show; the ``bench`` extra, installed with --no-deps), ``repeng`` (skipped with one line where it does
-not import: 0.4 fails on NumPy 2), ``prompt`` / ``prompt-system`` (an instruction to mention the
-concept in the question, or in a system prompt).
+tokenizer=tok)``: addition as weights, its gain chosen by the judge on the selection questions within
+KL 0.6; within 0.3: the same dose curve's choice), ``steer-kl`` (``choose="kl"``: the largest gain
+within the budget, the default before issue 34), ``prompt-axbench`` (AxBench's prompt baseline: "You
+must include content related to {c} in your answer, while still answering the question."),
+``prompt`` ("In your answer, mention {c}."), ``distilled`` (the method registered as "distilled", its
+own judged strength; skipped with one line where it is not registered), ``diffmean`` (a plain
+mean-difference vector of contrastive texts at the middle layer, ``sf.activation_steering``),
+``steering-vectors`` (the package, as its docs show; the ``bench`` extra, installed with --no-deps),
+``paper`` (the paper's rank-1 edit of the last layer, ``strength=``), ``repeng`` (skipped with one
+line where it does not import: 0.4 fails on NumPy 2), ``prompt-system`` (the instruction in a system
+prompt), ``trained``.
 
-Per concept the held-out questions split into SELECTION (every strength measured; the only place
-choices are made) and REPORT (>= 10 questions, never used to choose): per method the best setting at
-selection KL <= 0.3 and <= 0.6, and one fixed setting across concepts, each measured on REPORT.
-Judged per answer (``steerformer.steering.evaluation.judge``, the offline judge by default): concept,
-relevance, fluency (0-2), aggregate, good steer; plus concept rate, KL (teacher-forced on the base
-answers) and fluency (free). Also: the default steer's time / one forward pass, and generate tokens/s
-steered / base (weight edit and hook). Outputs in --out: peers.json, peers.csv, peers.png; a markdown
-table on stdout.
+SELECTION (the 8 selection questions, ``prompts.SPLITS``) is where every choice is made: a swept
+method's strengths are measured there and the best at selection KL <= 0.3 and <= 0.6 is taken; the
+default and the distilled method choose on them by themselves (their judged search). REPORT (the 16
+report questions, never used to choose) is where the choices are measured. Judged per answer
+(``steerformer.steering.evaluation.judge``, the offline judge by default): concept, relevance, fluency (0-2),
+aggregate, good steer; plus concept rate, KL (teacher-forced on the base answers) and fluency (free).
+Also: the default steer's time / one forward pass, seconds per concept (to choose, to report), sample
+answers, and generate tokens/s steered / base. Outputs in --out: peers.json, peers.csv, peers.png; the
+markdown tables on stdout.
 
-Run:  python benchmarks/bench_chat_steering.py --out runs/peers [--concepts ocean,music] [--methods steer,diffmean]
+Run:  python benchmarks/bench_chat_steering.py --out runs/peers [--concepts ocean,music] [--methods steer,steer-kl,prompt-axbench]
       python benchmarks/bench_chat_steering.py --smoke     (seconds: tiny random Llama, stub judge)
       python benchmarks/bench_chat_steering.py --classic [--smoke]   (the issue-17 table: the default against
                                                                      the hook at its layer and the paper's edit)
@@ -287,8 +292,8 @@ def main() -> None:
     ap.add_argument("--concepts", default=",".join(CONCEPTS))
     ap.add_argument("--methods", default=",".join(peers.METHODS),
                     help=f"comma list of {', '.join(peers.METHODS)} (in the order run)")
-    ap.add_argument("--selection", type=int, default=6, help="questions of the selection split")
-    ap.add_argument("--report", type=int, default=10, help="questions of the report split (never used to choose)")
+    ap.add_argument("--selection", type=int, default=8, help="questions of the selection split")
+    ap.add_argument("--report", type=int, default=16, help="questions of the report split (never used to choose)")
     ap.add_argument("--tokens", type=int, default=40, help="greedy answer length")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--judge", default="offline", help="'offline' or the URL of an OpenAI-compatible chat server")
@@ -348,7 +353,16 @@ def main() -> None:
         log(f"wrote {', '.join(str(p) for p in files.values())}")
     print(peers.markdown_table(record))
     print()
-    print(peers.per_concept_table(record))
+    for b in peers.BUDGETS:
+        print(peers.per_concept_table(record, f"best at KL <= {b:g}"))
+        print()
+    print("seconds per concept: to choose (prepare + selection sweep), (to measure on the report split)")
+    print(peers.seconds_table(record))
+    print()
+    print(peers.samples_markdown(record))
+    print()
+    for line in peers.target_lines(record):
+        print(line)
     for c, r in record["steer_ratio"].items():
         print(f"{c}: default steer {record['steer_seconds'][c]:.1f} s, ratio to one forward pass over the probe "
               f"prompts {r:.1f}")

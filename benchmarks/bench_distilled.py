@@ -53,7 +53,8 @@ def run_concept(model, tok, concept, args, judge, log):
     from steerformer.steering.chat import chat_rows, generate_answers
     from steerformer.steering.evaluation.evaluate import Baseline, answer_logprobs, mean_kl
     from steerformer.steering.evaluation.judge import concept_words
-    from steerformer.steering.methods.distilled import AXBENCH_INSTRUCTION, DistilledConfig, distilled_steering
+    from steerformer.steering.methods.distilled.config import AXBENCH_INSTRUCTION, DistilledConfig
+    from steerformer.steering.methods.distilled.method import distilled_steering
 
     words = concept_words(concept)
     questions = list(REPORT_QUESTIONS[:args.report])

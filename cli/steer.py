@@ -65,10 +65,10 @@ def steer_cmd(
     dtype: Optional[RunDtype] = typer.Option(None, "--dtype", help="Load the model in this dtype (default: stored)."),
 ) -> None:
     """Edit the weights with a steering method (--method; default: a causal LM gets activation
-    addition as weights after a scanned layer, the gain within --max-kl; every other model, or
+    addition as weights after a scanned layer, the largest gain within --max-kl; every other model, or
     --target-alignment/--gain/--strength, the paper's rank-1 edit of the last attention layer;
     --method ablation (or --scale/--writers/...) removes directions from every writer's weights); print
-    the cost.
+    the cost. --choose judged: the gain the judge rates best on the selection questions.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """

@@ -22,7 +22,8 @@ Modules, each one noun (lower ones never import higher ones):
     chat        what calibration and evaluation share from a chat model: templating, generation
     evaluation  the harness: the judge (``evaluation/judge.py``, its HTTP in ``evaluation/judge_client.py``), held-out answers judged
                 (``evaluation/evaluate.py``: ``evaluate_steering``), the choices made on the selection
-                questions (``evaluation/selection.py``)
+                questions (``evaluation/selection.py``), the strength of any method chosen by
+                the judge within a KL ceiling (``evaluation/strength.py``: the dose curve)
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
     methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
                 ablation; trained), ``register_method``, ``get_method``, ``choose_method``
@@ -63,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
     "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
     "kl_curve": ".methods.addition.method",
+    "StrengthSearch": ".evaluation.strength", "judged_strength": ".evaluation.strength",
     "verify_checkpoint": ".verify",
     "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
     "register_format": ".exports",
@@ -77,8 +79,8 @@ __all__ = [
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks", "built_in_configs", "choose_method", "config_of",
-    "Conversation", "StrengthDial", "check_strength",
+    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
+    "judged_strength", "Conversation", "StrengthDial", "check_strength",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -105,6 +107,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .methods.addition.method import kl_curve
     from .evaluation.evaluate import check_generates, DOSE_SCALES, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .methods.addition.calibrate import addition_vectors
+    from .evaluation.strength import StrengthSearch, judged_strength
     from .verify import verify_checkpoint
     from .exports import ExportFormat, export_steered, format_names, get_format, register_format
     from .evaluation.compare import steer_and_hooks

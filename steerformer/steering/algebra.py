@@ -1,5 +1,7 @@
 """The steering math on plain tensors (no model objects): the row a = wᵀV⁺, the edit ΔW_O = γ u a,
-the top of a layer's spectrum, and the choice of the gain from a target alignment.
+the top of a layer's spectrum, the choice of the gain from a target alignment, and the largest gain
+within a KL budget (``search_gain``: secant steps on any gain -> KL function; the addition's
+calibration and the judged strength's KL ladder both use it).
 
 The rank-1 algebra (docs/math.md §5):
 
@@ -370,3 +372,70 @@ def choose_gain(curve: Callable[[float], float], target: float, *, scale: float 
                f"{best_gain:.6g}; stopped at gain {hi:.6g} (alignment {value:.4f}, within {PLATEAU_TOL} of the best)")
     return StrengthChoice(gain=hi, alignment=value, reached=reached, best_alignment=best_val, best_gain=best_gain,
                           curve=sorted(seen.items()), message=msg)
+
+
+# ---- the gain within a KL budget (the addition's calibration, the judged strength's ladder) -------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class GainSearch:
+    """The KL budget search of one candidate: the gain, its KL and the curve evaluated."""
+
+    gain: float
+    kl: float
+    scale: float  # s_ℓ: α = gain / scale
+    curve: list[tuple[float, float]]  # (gain, KL)
+    within_budget: bool
+    message: str
+    logprobs: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def reached(self) -> bool:
+        return self.within_budget
+
+
+def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: float, scale: float, *,
+                alpha0: float = 0.2, tol: float = 0.1, max_evals: int = 5, alpha_min: float = 1e-4,
+                alpha_max: float = 8.0) -> GainSearch:
+    """The largest gain γ = α·``scale`` with KL(γ) ≤ ``max_kl``: secant steps on log KL vs log α from
+    α0, stopping within ``tol`` below the budget. The gain returned was measured within budget;
+    when even α_min exceeds it, the budget is unreachable (an error naming max_kl)."""
+    pts: list[tuple[float, float, torch.Tensor]] = []
+    alpha, best = alpha0, None
+    for _ in range(max_evals):
+        kl, lp = kl_at(alpha * scale)
+        pts.append((alpha, kl, lp))
+        if kl <= max_kl and (best is None or alpha > best[0]):
+            best = (alpha, kl, lp)
+        if kl <= max_kl and (kl >= max_kl * (1 - tol) or alpha >= alpha_max):
+            break
+        below = [p for p in pts if p[1] <= max_kl]
+        above = [p for p in pts if p[1] > max_kl]
+        if below and above:  # bracketed: secant on log-log between the closest two
+            (a1, k1, _), (a2, k2, _) = max(below, key=lambda p: p[0]), min(above, key=lambda p: p[0])
+            power = math.log(max(k2, 1e-12) / max(k1, 1e-12)) / math.log(a2 / a1) if k1 > 0 and a2 != a1 else 2.0
+            power = min(max(power, 0.5), 4.0)
+            alpha = a1 * (max_kl * (1 - tol / 2) / max(k1, 1e-12)) ** (1 / power)
+            alpha = min(max(alpha, a1 * 1.01), a2 * 0.99)
+        else:
+            alpha = alpha * (max_kl * (1 - tol / 2) / max(kl, 1e-12)) ** 0.5
+        alpha = min(max(alpha, alpha_min), alpha_max)
+    if best is None:  # every trial exceeded the budget: shrink until one fits (KL → 0 as α → 0)
+        alpha = min(p[0] for p in pts)
+        while best is None and alpha > alpha_min:
+            alpha = max(alpha / 4, alpha_min)
+            kl, lp = kl_at(alpha * scale)
+            pts.append((alpha, kl, lp))
+            if kl <= max_kl:
+                best = (alpha, kl, lp)
+        if best is None:
+            from ..errors import bad_argument
+
+            raise bad_argument("max_kl", max_kl, f"a budget the smallest edit fits: at α = {alpha_min:g} of the "
+                               f"residual norm the KL is already {pts[-1][1]:.3g} nats/token",
+                               "Raise max_kl (--max-kl).")
+    alpha, kl, lp = best
+    full = alpha >= alpha_max and kl < max_kl * (1 - tol)
+    message = (f"KL {kl:.3g} <= budget {max_kl:g} at gain {alpha * scale:.4g} ({alpha:.3g} x residual norm)"
+               + (f"; the budget is not used up at the largest gain tried ({alpha_max:g} x residual norm)"
+                  if full else ""))
+    return GainSearch(gain=alpha * scale, kl=kl, scale=scale, curve=[(a * scale, k) for a, k, _ in pts],
+                      within_budget=True, message=message, logprobs=lp)

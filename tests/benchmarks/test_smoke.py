@@ -52,7 +52,8 @@ def test_chat_steering_smoke_writes_the_peer_table_its_files_and_keeps_the_repor
     assert (tmp_path / "peers.png").stat().st_size > 0 and (tmp_path / "peers.csv").read_text().count("\n") > 5
     assert not set(record["selection_questions"]) & set(record["report_questions"])
     ran = set(record["methods"])
-    assert {"steer (default)", "DiffMean hook", "prompt (user)", "prompt (system)"} <= ran
+    assert {"steer --choose judged (judged gain)", "steer (default: the KL rule)", "prompt (AxBench)", "prompt (mention)",
+            "DiffMean hook", "prompt (system)"} <= ran
     for name in ("distilled", "steering-vectors", "repeng", "paper edit (last layer)"):
         assert name in ran or name in record["skipped"] or any(k.startswith(name) for k in record["skipped"]), name
     for choice in record["choices"]:
@@ -62,6 +63,7 @@ def test_chat_steering_smoke_writes_the_peer_table_its_files_and_keeps_the_repor
     for p in record["report_points"]:
         assert len(p["answers"]) == len(record["report_questions"])
     assert "| method | choice" in run.stdout and "ratio to one forward pass" in run.stdout
+    assert "seconds per concept" in run.stdout and "ratio of mean aggregates" in run.stdout
 
 
 def test_chat_steering_refuses_an_unknown_method_in_one_line_before_loading() -> None:

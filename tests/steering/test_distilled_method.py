@@ -207,7 +207,7 @@ def test_the_method_never_runs_a_report_question() -> None:
     every generation passes): none holds a report question; the train questions are the teacher's
     (with the instruction) and the student's, the selection questions only the strength's."""
     from steerformer.steering.evaluation.judge import Rating
-    from steerformer.steering.methods.distilled import distilled_steering
+    from steerformer.steering.methods.distilled.method import distilled_steering
 
     tok = WordTokenizer()
     model = _model()

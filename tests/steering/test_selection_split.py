@@ -39,6 +39,17 @@ class CharTokenizer:
         return [chr(i - 3) for i in ids]
 
 
+class ChatCharTokenizer(CharTokenizer):
+    """The character tokenizer with a chat template (a user turn between role tags), so that the
+    default steer chooses its gain by the judge."""
+
+    chat_template = "<user>{content}<assistant>"
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True, return_dict=False):
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return self._ids(text + ("<assistant>" if add_generation_prompt else ""))
+
+
 def test_the_split_is_disjoint_and_the_report_has_at_least_ten_questions() -> None:
     assert not set(SELECTION_QUESTIONS) & set(REPORT_QUESTIONS)
     assert len(REPORT_QUESTIONS) >= 10 and SPLITS["selection"] == SELECTION_QUESTIONS \
@@ -64,6 +75,35 @@ def test_steer_never_runs_the_model_on_a_report_question() -> None:
     assert not leaked, leaked
     assert any(q in s for q in SELECTION_QUESTIONS for s in seen)  # the recorder sees the selection answers
     sf.unsteer(model)
+
+
+def test_the_judged_gain_never_runs_a_report_question() -> None:
+    if not MiniLM.available():
+        pytest.skip("the judged gain needs the bundled MiniLM")
+    model = make_model("gpt2", dtype=torch.float32, n_layer=4, n_positions=256, vocab_size=131)
+    tok = ChatCharTokenizer()
+    seen: list[str] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(
+        lambda m, args: seen.extend(tok.decode(r) for r in args[0].tolist()))
+    try:
+        rec = sf.steer(model, token="ocean", tokenizer=tok, max_kl=0.2, report=False, choose="judged")
+    finally:
+        hook.remove()
+    try:
+        cal = rec.calibration
+        assert cal["choose"] == "judged"
+        search = cal["strength_search"]
+        assert search["questions"] == list(SELECTION_QUESTIONS) and search["points"]
+        assert all(p["kl"] <= 0.2 for p in search["points"]) and len(search["points"][0]["answers"]) == 8
+        leaked = [q for q in REPORT_QUESTIONS if any(q in s for s in seen)]
+        assert not leaked, leaked
+        assert all(any(q in s for s in seen) for q in SELECTION_QUESTIONS)
+        if cal["strength_choice"] == "judged":  # the chosen gain is the dose curve's choice
+            assert cal["alpha"] == search["strength"] and rec.kl == search["points"][search["chosen"]]["kl"]
+        else:  # a random model's answers: the judge may rate every gain 0, and the KL rule decides
+            assert "rated every candidate gain 0" in cal["strength_choice"] and rec.kl <= cal["scan_max_kl"]
+    finally:
+        sf.unsteer(model)
 
 
 def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:

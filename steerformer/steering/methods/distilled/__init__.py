@@ -22,10 +22,6 @@
   the judged scores of every strength tried, the split and the seconds (``record.calibration``).
 
 Options: :class:`~.config.DistilledConfig` (``config.py``, torch-free). Measured on SmolLM2 in
-docs/steering-chat.md, "The distilled method".
+docs/steering-chat.md, "The distilled method". Registered by ``method.py``; this package imports
+nothing, so ``config.py`` loads without torch (the CLI's flags), as in every method folder.
 """
-
-from .config import AXBENCH_INSTRUCTION, DistilledConfig, default_layers
-from .method import Distilled, distilled_steering
-
-__all__ = ["AXBENCH_INSTRUCTION", "Distilled", "DistilledConfig", "default_layers", "distilled_steering"]
