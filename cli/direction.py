@@ -106,7 +106,7 @@ def export_gguf_cmd(
         else:
             d = Direction.load(direction)
         cv = d.to_control_vector(model_hint)
-        path = cv.save(out, overwrite=overwrite)
+        path = cv.save(out, overwrite=overwrite, name="out")
         typer.echo(f"saved to {path}: {cv.notes['scale']}")
         typer.echo(f"llama-cli -m MODEL.gguf --control-vector-scaled {path.name} 1.0")
 

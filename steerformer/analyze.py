@@ -197,6 +197,10 @@ def analyze(
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise bad_argument("workers", workers, "an integer ≥ 1")
     source = as_source(model, revision=revision)
+    if config is not None and source.adapter.d_model < 2:  # from the config: before any weight is read
+        raise bad_argument("model", f"d_model={source.adapter.d_model}", "a model with d_model >= 2 for the "
+                           "statistics (they measure a plane of the residual stream: two orthonormal directions)",
+                           "Run with --spectra-only (the eigenvalues alone) for this model.")
     # Spectra only: grouped-query layers keep their factors and F is never formed (r × r problems).
     mats = layer_matrices(source, layers, form=config is not None)
     d = mats.d_model

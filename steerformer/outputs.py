@@ -232,8 +232,14 @@ def clean_stale(target: str | os.PathLike) -> list[str]:
     notes = []
     for p, pid in _leftovers(target, _TMP):
         if pid is None or not _pid_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-            notes.append(f"removed {p}, the temporary folder of an interrupted write to {target}")
+            folder = p.is_dir() and not p.is_symlink()
+            if folder:
+                shutil.rmtree(p, ignore_errors=True)
+            else:  # a single-file output's temporary (an export's .gguf): a file, never followed
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            notes.append(f"removed {p}, the temporary {'folder' if folder else 'file'} of an interrupted write "
+                         f"to {target}")
     for p, pid in _leftovers(target, _OLD):
         if pid is not None and _pid_alive(pid):
             continue
@@ -257,6 +263,9 @@ def _sibling(target: Path, tag: str) -> Path:
 
 
 _LOCK = ".lock"
+#: The targets this process holds the writer lock of: an export holds it around its whole work, and
+#: the writer it calls takes it again (flock would refuse a second descriptor of the same process).
+_HELD: set[Path] = set()
 
 
 @contextlib.contextmanager
@@ -273,6 +282,9 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
     except ImportError:  # pragma: no cover - Windows
         yield
         return
+    if target in _HELD:  # already ours (an export around its writer): held until the outer one ends
+        yield
+        return
     import hashlib
 
     from .files import cache_root
@@ -283,6 +295,16 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
         lock = locks / (hashlib.sha256(str(target).encode("utf-8", "surrogateescape")).hexdigest() + _LOCK)
     except OSError:
         lock = target.parent / f".{target.name}{_LOCK}"
+    import stat
+
+    try:  # a link or a folder in its place is not ours to open or remove: refused before any work
+        mode = os.lstat(lock).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise bad_argument(name, shown, f"an output whose lock file {lock} is a regular file (it is {what})",
+                           f"Remove {lock} (rm -r) if no steerformer command is running, then rerun.")
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
@@ -304,9 +326,11 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
         if same:
             break
         os.close(fd)
+    _HELD.add(target)
     try:
         yield
     finally:
+        _HELD.discard(target)
         try:
             os.unlink(lock)  # while still held: a writer waiting on this file re-opens the path
         except OSError:
@@ -537,6 +561,7 @@ def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], 
     with writer_lock(target, name, str(path), wait=overwrite):
         # the rules again, under the lock: another writer may have finished since the check above
         check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
+        clean_stale(target)  # the temporary file of a writer killed mid-write
         try:
             return write_file_atomically(target, write)
         except Exception as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -19,7 +20,7 @@ from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
 from .result import STATS, CollapseResult
-from .store import RunStore
+from .store import RUN_FILE, RunStore
 from .weights import ffn_modules, pass_seed, reinitialize
 
 log = logging.getLogger(__name__)
@@ -89,136 +90,142 @@ def collapse(
         raise bad_argument("resume", resume, "resume=True together with out= (the folder of the run to continue)")
     run_precision = torch_dtype(dtype)
     inputs = [model_or_path] if isinstance(model_or_path, (str, os.PathLike)) else []
-    store = RunStore.open(out, resume=resume, inputs=inputs) if out is not None else None  # fail before loading
+    with contextlib.ExitStack() as held:  # the run folder's writer lock, held to the end of the run
+        store = RunStore.open(out, resume=resume, inputs=inputs, held=held) if out is not None else None  # before loading
 
-    model = _prepare_model(model_or_path, run_precision, device, own=weights != "pretrained")
-    looped = LoopedModel(model, ffn=ffn)
-    adapter = looped.adapter
-    param = next(model.parameters())
-    dev, run_dtype = param.device, param.dtype
+        model = _prepare_model(model_or_path, run_precision, device, own=weights != "pretrained")
+        looped = LoopedModel(model, ffn=ffn)
+        adapter = looped.adapter
+        param = next(model.parameters())
+        dev, run_dtype = param.device, param.dtype
 
-    def check_memory(P: int, T: int) -> None:
-        _check_memory(P, T, cfg, looped.n_blocks, adapter, run_dtype.itemsize, random=source_is_random)
+        def check_memory(P: int, T: int) -> None:
+            _check_memory(P, T, cfg, looped.n_blocks, adapter, run_dtype.itemsize, random=source_is_random)
 
-    source_is_random = token_ids is None and texts is None
-    if token_ids is not None:
-        ids, source = check_token_ids(token_ids, vocab_size=adapter.vocab_size, max_positions=adapter.max_positions), "token_ids"
-    elif texts is not None:
-        tok = load_tokenizer(model_or_path, tokenizer)
-        ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
-    else:
-        check_length(cfg.length, adapter.max_positions)
-        check_memory(int(cfg.n_prompts), int(cfg.length))  # before the prompts are drawn
-        ids, source = random_prompt_ids(int(cfg.n_prompts), int(cfg.length), adapter.vocab_size, seed=int(seed)), "random"
-    P, T = ids.shape
-    check_memory(P, T)
-    bs = P if batch_size is None else min(batch_size, P)
-    slices = [slice(i, min(i + bs, P)) for i in range(0, P, bs)]
+        source_is_random = token_ids is None and texts is None
+        if token_ids is not None:
+            ids, source = check_token_ids(token_ids, vocab_size=adapter.vocab_size, max_positions=adapter.max_positions), "token_ids"
+        elif texts is not None:
+            tok = load_tokenizer(model_or_path, tokenizer)
+            ids, source = tokenize_texts(texts, tok, max_positions=adapter.max_positions), "texts"
+        else:
+            check_length(cfg.length, adapter.max_positions)
+            check_memory(int(cfg.n_prompts), int(cfg.length))  # before the prompts are drawn
+            ids, source = random_prompt_ids(int(cfg.n_prompts), int(cfg.length), adapter.vocab_size, seed=int(seed)), "random"
+        P, T = ids.shape
+        check_memory(P, T)
+        bs = P if batch_size is None else min(batch_size, P)
+        slices = [slice(i, min(i + bs, P)) for i in range(0, P, bs)]
 
-    # The result stores its config as run: the prompts' actual count and length, the resolved
-    # precision and batch size, plus where the tokens came from.
-    run_cfg = dataclasses.replace(cfg, n_prompts=P, length=T, ffn=bool(ffn), seed=int(seed), batch_size=bs,
-                                  dtype=str(run_dtype).removeprefix("torch."))
-    options = {**run_cfg.to_dict(), "token_source": source}
-    meta = _model_meta(model_or_path, model, adapter, looped, dev)
+        # The result stores its config as run: the prompts' actual count and length, the resolved
+        # precision and batch size, plus where the tokens came from.
+        run_cfg = dataclasses.replace(cfg, n_prompts=P, length=T, ffn=bool(ffn), seed=int(seed), batch_size=bs,
+                                      dtype=str(run_dtype).removeprefix("torch."))
+        options = {**run_cfg.to_dict(), "token_source": source}
+        meta = _model_meta(model_or_path, model, adapter, looped, dev)
 
-    start, h, emb = 0, None, None
-    if store is not None and resume:
-        verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
-        old = store.read_run()
-        stored = CollapseConfig.from_dict(old["options"])  # runs before e_precision existed: its default
-        diff = stored.differences(run_cfg, resume_only=True)
-        if old["options"].get("token_source") != source:
-            diff["token_source"] = (old["options"].get("token_source"), source)
-        for k in ("model_type", "n_blocks", "d_model"):
-            if old["meta"].get(k) != meta[k]:
-                diff[k] = (old["meta"].get(k), meta[k])
-        if diff:
-            raise bad_argument("resume", True, "the same options and model as the run being resumed; these differ "
-                               "(stored, now): " + ", ".join(f"{k}={a!r}/{b!r}" for k, (a, b) in diff.items()),
-                               "Resume with the original options, or start a new run in another folder.")
-        if not np.array_equal(store.read_prompts(), ids):
-            raise bad_argument("resume", True, "the prompts of the run being resumed (the token ids differ)")
-        state = store.load_state() if verified > 0 else None
-        if state is not None:
-            start, h, emb = int(state["completed"]), state["hidden"].to(dev), store.read_embedding()
-            log.info("resuming %s after pass %d", store.path, start)
+        start, h, emb = 0, None, None
+        if store is not None and resume:
+            verified = store.verify(prompts=P, length=T, dtype=options["dtype"])  # every stored piece vs run.json
+            old = store.read_run()
+            try:  # runs before e_precision existed: its default
+                stored = CollapseConfig.from_dict(old["options"])
+            except InvalidArgumentError as exc:  # a value of the file, not of the user's flags: named as such
+                why = str(exc).split(" is invalid: ", 1)[-1].rstrip(".")
+                raise store.corrupt(RUN_FILE, f"has a bad options.{getattr(exc, 'argument', None) or '?'} "
+                                    f"({why})") from None
+            diff = stored.differences(run_cfg, resume_only=True)
+            if old["options"].get("token_source") != source:
+                diff["token_source"] = (old["options"].get("token_source"), source)
+            for k in ("model_type", "n_blocks", "d_model"):
+                if old["meta"].get(k) != meta[k]:
+                    diff[k] = (old["meta"].get(k), meta[k])
+            if diff:
+                raise bad_argument("resume", True, "the same options and model as the run being resumed; these differ "
+                                   "(stored, now): " + ", ".join(f"{k}={a!r}/{b!r}" for k, (a, b) in diff.items()),
+                                   "Resume with the original options, or start a new run in another folder.")
+            if not np.array_equal(store.read_prompts(), ids):
+                raise bad_argument("resume", True, "the prompts of the run being resumed (the token ids differ)")
+            state = store.load_state() if verified > 0 else None
+            if state is not None:
+                start, h, emb = int(state["completed"]), state["hidden"].to(dev), store.read_embedding()
+                log.info("resuming %s after pass %d", store.path, start)
 
-    # The first draw of random weights comes before the embedding, as in the reference code.
-    if weights != "pretrained" and not (weights == "random-per-pass" and start > 0):
-        reinitialize(model, pass_seed(seed, 0))
-    if h is None:
-        h = torch.cat([looped.embed(torch.as_tensor(ids[s], device=dev)) for s in slices])
-        if not bool(h.any()):  # E normalizes every state: 0/0 everywhere, a run of NaN and a figure that fails
-            raise bad_argument("model", meta["model_id"],
-                               "a model whose embedded prompts are not all zero (every embedded state is 0: "
-                               "E of eq. (9) normalizes each state, so nothing can be measured)",
-                               "Check that the checkpoint's weights are not all zero, or use --weights random.")
-        emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h, e_precision))}
-        if store is not None:
-            store.write_run({"options": options, "meta": meta})
-            store.write_prompts(ids)
-            store.write_embedding(emb)
-    elif store is not None:
-        store.write_run({"options": options, "meta": meta})
-
-    # Every buffer that lives through the run is allocated here, once: small long-lived arrays
-    # allocated between each pass's large temporaries fragment the CPU heap, and the resident
-    # memory then creeps up pass after pass.
-    L = looped.n_blocks
-    buf = {k: np.zeros((passes, L, P)) for k in STATS}
-    if store is not None and start > 0:
-        for k, v in store.read_passes(start).items():
-            if k in buf:
-                buf[k][:start] = v[:passes]
-    on_dev = torch.empty((len(STATS), L, P), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32,
-                         device=dev)
-    done = min(start, passes)
-    stopped_early = False
-    bar = progress_bar(progress, "collapse", total=(passes - start) * looped.n_blocks * len(slices), unit="block")
-    try:
-        for p in range(start, passes):
-            t0 = time.perf_counter()
-            if weights == "random-per-pass" and p > 0:
-                # Without FFN the reference re-draws a model whose MLPs are already swapped out.
-                reinitialize(model, pass_seed(seed, p), without=None if ffn else ffn_modules(looped))
-            for s in slices:
-                def on_block(k: int, hk: torch.Tensor, s: slice = s) -> None:
-                    on_dev[:, k, s] = torch.stack(consensus_stats(hk, e_precision))
-                    bar.update(1)
-
-                if len(slices) == 1:
-                    h = looped.run_pass(h, on_block)
-                else:
-                    h[s] = looped.run_pass(h[s], on_block)
-            for i, k in enumerate(STATS):
-                buf[k][p] = on_dev[i].cpu().numpy()
-            arrays = {k: buf[k][p] for k in STATS}
-            if not bool(torch.isfinite(h).all()):
-                raise NonFiniteStateError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
-                                          "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
-            seconds = time.perf_counter() - t0
+        # The first draw of random weights comes before the embedding, as in the reference code.
+        if weights != "pretrained" and not (weights == "random-per-pass" and start > 0):
+            reinitialize(model, pass_seed(seed, 0))
+        if h is None:
+            h = torch.cat([looped.embed(torch.as_tensor(ids[s], device=dev)) for s in slices])
+            if not bool(h.any()):  # E normalizes every state: 0/0 everywhere, a run of NaN and a figure that fails
+                raise bad_argument("model", meta["model_id"],
+                                   "a model whose embedded prompts are not all zero (every embedded state is 0: "
+                                   "E of eq. (9) normalizes each state, so nothing can be measured)",
+                                   "Check that the checkpoint's weights are not all zero, or use --weights random.")
+            emb = {k: v.cpu().numpy() for k, v in zip(STATS, consensus_stats(h, e_precision))}
             if store is not None:
-                store.append_pass(p, {**arrays, "seconds": np.float64(seconds)})
-                store.save_state(p + 1, h)
-            done = p + 1
-            if on_pass is not None:
-                on_pass(p, arrays)
-            if early_stop_tol is not None and float(arrays["e"].max()) < early_stop_tol:
-                stopped_early = True
-                log.info("E < %g at every block of pass %d for every prompt: stopping", early_stop_tol, p + 1)
-                break
-    except KeyboardInterrupt:
-        if store is not None and done > 0:
-            store.save_result(_finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True))
-            log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", done, store.path)
-        raise
-    finally:
-        bar.close()
-    result = _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
-    if store is not None:
-        store.save_result(result)
-    return result
+                store.write_run({"options": options, "meta": meta})
+                store.write_prompts(ids)
+                store.write_embedding(emb)
+        elif store is not None:
+            store.write_run({"options": options, "meta": meta})
+
+        # Every buffer that lives through the run is allocated here, once: small long-lived arrays
+        # allocated between each pass's large temporaries fragment the CPU heap, and the resident
+        # memory then creeps up pass after pass.
+        L = looped.n_blocks
+        buf = {k: np.zeros((passes, L, P)) for k in STATS}
+        if store is not None and start > 0:
+            for k, v in store.read_passes(start).items():
+                if k in buf:
+                    buf[k][:start] = v[:passes]
+        on_dev = torch.empty((len(STATS), L, P), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32,
+                             device=dev)
+        done = min(start, passes)
+        stopped_early = False
+        bar = progress_bar(progress, "collapse", total=(passes - start) * looped.n_blocks * len(slices), unit="block")
+        try:
+            for p in range(start, passes):
+                t0 = time.perf_counter()
+                if weights == "random-per-pass" and p > 0:
+                    # Without FFN the reference re-draws a model whose MLPs are already swapped out.
+                    reinitialize(model, pass_seed(seed, p), without=None if ffn else ffn_modules(looped))
+                for s in slices:
+                    def on_block(k: int, hk: torch.Tensor, s: slice = s) -> None:
+                        on_dev[:, k, s] = torch.stack(consensus_stats(hk, e_precision))
+                        bar.update(1)
+
+                    if len(slices) == 1:
+                        h = looped.run_pass(h, on_block)
+                    else:
+                        h[s] = looped.run_pass(h[s], on_block)
+                for i, k in enumerate(STATS):
+                    buf[k][p] = on_dev[i].cpu().numpy()
+                arrays = {k: buf[k][p] for k in STATS}
+                if not bool(torch.isfinite(h).all()):
+                    raise NonFiniteStateError(f"hidden states became NaN/inf during pass {p + 1} in {options['dtype']}: "
+                                              "rerun with dtype='fp32' (--dtype fp32) or 'bf16'.")
+                seconds = time.perf_counter() - t0
+                if store is not None:
+                    store.append_pass(p, {**arrays, "seconds": np.float64(seconds)})
+                    store.save_state(p + 1, h)
+                done = p + 1
+                if on_pass is not None:
+                    on_pass(p, arrays)
+                if early_stop_tol is not None and float(arrays["e"].max()) < early_stop_tol:
+                    stopped_early = True
+                    log.info("E < %g at every block of pass %d for every prompt: stopping", early_stop_tol, p + 1)
+                    break
+        except KeyboardInterrupt:
+            if store is not None and done > 0:
+                store.save_result(_finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=True))
+                log.warning("interrupted: %d completed passes kept in %s (resume=True continues)", done, store.path)
+            raise
+        finally:
+            bar.close()
+        result = _finish(buf, done, emb, ids, options, meta, weights, seed, stopped_early, partial=False)
+        if store is not None:
+            store.save_result(result)
+        return result
 
 
 def _check_memory(P: int, T: int, cfg: CollapseConfig, L: int, adapter: Any, itemsize: int, *, random: bool) -> None:

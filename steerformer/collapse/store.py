@@ -18,6 +18,7 @@ cannot be verified and is refused too (start a new run: there is no trust-me swi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, bad_argument
-from ..outputs import COLLAPSE, check_output_folder, is_write_failure, write_failed, write_file_atomically
+from ..outputs import COLLAPSE, check_output_folder, is_write_failure, write_failed, write_file_atomically, writer_lock
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
 #: What a finished (or interrupted) run adds: the result's files.
@@ -67,13 +68,19 @@ class RunStore:
         self.new = False
 
     @classmethod
-    def open(cls, out: str | os.PathLike, *, resume: bool, inputs=()) -> "RunStore":
+    def open(cls, out: str | os.PathLike, *, resume: bool, inputs=(),
+             held: contextlib.ExitStack | None = None) -> "RunStore":
         """Check (and with ``resume`` reopen) the folder ``out``: it must follow the output rules
         (steerformer.outputs; ``inputs``: the checkpoint folders read) and be new, empty or a
         collapse run. Nothing is created before the run writes its description
-        (:meth:`write_run`), so a run refused before that leaves nothing behind."""
+        (:meth:`write_run`), so a run refused before that leaves nothing behind. ``held``: the
+        folder's writer lock is entered into it (held until the caller closes it, the whole run)
+        and the rules checked again under it: a second run writing the same folder is one line."""
         path = Path(out).expanduser()
-        check_output_folder(out, COLLAPSE, inputs=inputs, name="out", incremental=True)
+        target = check_output_folder(out, COLLAPSE, inputs=inputs, name="out", incremental=True)
+        if held is not None:
+            held.enter_context(writer_lock(target, "out", str(out), wait=False))
+            check_output_folder(out, COLLAPSE, inputs=inputs, name="out", incremental=True)
         store = cls(path)
         store.new = not resume and not (path.is_dir() and any(path.iterdir()))
         if not resume and store.completed_passes() > 0:
@@ -182,6 +189,10 @@ class RunStore:
         return self._load(EMBED_FILE, _read_npz)
 
     # ---- checks -------------------------------------------------------------------------------
+    def corrupt(self, name: str, why: str) -> CheckpointError:
+        """The one-line error for a stored file ``name`` of this run that cannot be used (``why``)."""
+        return self._corrupt(name, why)
+
     def _corrupt(self, name: str, why: str) -> CheckpointError:
         return CheckpointError(f"out={str(self.path)!r}: {name} {why}; the stored run cannot be resumed or read "
                                "as it is. Start a new run in another folder (or delete this one).")

@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 from ..errors import bad_argument
-from ..outputs import write_file_atomically
-from .gguf_file import WRITTEN_BY, check_target_file, field_value, open_gguf
+from ..outputs import write_output_file
+from .gguf_file import GGUF_OUTPUT, WRITTEN_BY, check_target_file, check_written, field_value, open_gguf
 
 ARCH = "controlvector"
 MODEL_HINT = f"{ARCH}.model_hint"
@@ -142,9 +142,10 @@ class ControlVector:
                                f"{adapter.n_layers} blocks (0..{adapter.n_layers - 1}) and llama.cpp ignores the rest",
                                "Drop those layers or use the control vector of a deeper model.")
 
-    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-        """Write llama.cpp's control-vector GGUF (module doc) atomically; returns the path."""
-        return write_control_vector(path, self, overwrite=overwrite)
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False, name: str = "path") -> Path:
+        """Write llama.cpp's control-vector GGUF (module doc) atomically; returns the path. ``name``:
+        the argument errors about ``path`` name."""
+        return write_control_vector(path, self, overwrite=overwrite, name=name)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, name: str = "path") -> "ControlVector":
@@ -184,7 +185,7 @@ def _checked_directions(directions: Mapping[int, Any]) -> dict[int, torch.Tensor
 
 
 def write_control_vector(path: str | os.PathLike, control: ControlVector | Mapping[int, Any], *,
-                         model_hint: str | None = None, overwrite: bool = False) -> Path:
+                         model_hint: str | None = None, overwrite: bool = False, name: str = "path") -> Path:
     """Write ``control`` (a :class:`ControlVector`, or ``{layer: vector}`` with ``model_hint``) as
     llama.cpp's control-vector GGUF. ``direction.N`` is added after block N (module doc)."""
     import gguf
@@ -195,7 +196,7 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
     if not hint:
         raise bad_argument("model_hint", hint, "the model's architecture name (llama.cpp's general.architecture, "
                            "e.g. 'llama')", "Pass model_hint=...; llama.cpp does not check it, repeng needs it.")
-    target = check_target_file(path, overwrite)
+    target = check_target_file(path, overwrite, name=name)
 
     def write(tmp: Path) -> None:
         from ..version import __version__
@@ -213,8 +214,10 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+        check_written(tmp)  # a short write the gguf writer lost (ulimit -f, a full disk)
 
-    return write_file_atomically(target, write)
+    # the writer lock, the rules again under it, a killed writer's temporary removed, a full disk one line
+    return write_output_file(target, write, GGUF_OUTPUT, overwrite=overwrite, name=name)
 
 
 #: No model has more blocks: a larger N in direction.N is a corrupt or hostile file.

@@ -51,6 +51,34 @@ def is_steerformer_file(path: Path) -> bool:
         return False
 
 
+def check_written(path: Path) -> None:
+    """Read back the GGUF just written to ``path`` (headers only; tensors are memory-mapped): gguf's
+    writer loses the error of a short write (numpy's ``tofile`` past ``ulimit -f`` or a full disk
+    leaves a file cut short, in silence), so a file whose tensors do not fit is an OSError here —
+    EFBIG at the size limit, ENOSPC on a full file system, else EIO."""
+    import errno
+    import resource
+
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        cut = end > path.stat().st_size
+    except (ValueError, IndexError, OSError, EOFError):  # the reader's own errors for a file cut short
+        cut = True
+    if not cut:
+        return
+    size = path.stat().st_size
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and size >= limit:
+        raise OSError(errno.EFBIG, "File too large", str(path))
+    st = os.statvfs(path.parent)
+    if st.f_bavail * st.f_frsize < (1 << 20):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    raise OSError(errno.EIO, "the GGUF file was cut short while writing", str(path))
+
+
 #: A GGUF file steerformer wrote (it carries :data:`WRITTEN_BY`).
 GGUF_OUTPUT = OutputFile("steerformer GGUF", is_steerformer_file)
 
@@ -65,4 +93,4 @@ def check_target_file(path: str | os.PathLike, overwrite: bool, name: str = "pat
     return check_output_file(path, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
 
 
-__all__ = ["GGUF_OUTPUT", "WRITTEN_BY", "check_target_file", "field_value", "is_steerformer_file", "open_gguf"]
+__all__ = ["GGUF_OUTPUT", "WRITTEN_BY", "check_target_file", "check_written", "field_value", "is_steerformer_file", "open_gguf"]

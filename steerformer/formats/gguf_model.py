@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from ..errors import bad_argument
-from ..outputs import write_file_atomically
-from .gguf_file import WRITTEN_BY, check_target_file, field_value, open_gguf
+from ..outputs import write_output_file
+from .gguf_file import GGUF_OUTPUT, WRITTEN_BY, check_target_file, check_written, field_value, open_gguf
 
 #: dtype name -> (GGML tensor type name, llama.cpp file type name)
 DTYPES = {"f16": ("F16", "MOSTLY_F16"), "bf16": ("BF16", "MOSTLY_BF16")}
@@ -130,9 +130,10 @@ def _copy_metadata(writer: Any, reader: Any, file_type: int) -> None:
 
 
 def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.PathLike | None = None,
-                     dtype: str = "f16", overwrite: bool = False) -> Path:
+                     dtype: str = "f16", overwrite: bool = False, name: str = "path") -> Path:
     """Write ``model``'s weights as a GGUF for llama.cpp / Ollama with ``source``'s metadata
-    (module doc); returns the path. ``dtype``: "f16" or "bf16"."""
+    (module doc); returns the path. ``dtype``: "f16" or "bf16"; ``name``: the argument errors about
+    ``path`` name (a full disk, another writer holding it)."""
     import gguf
 
     from ..adapters.runtimes import GGUF_LAYOUTS
@@ -151,8 +152,9 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
                            "comes only from llama.cpp's converter)", "Pass source=<the GGUF the model came from>, or "
                            "save the checkpoint and run llama.cpp's convert_hf_to_gguf.py --outtype f16 on it.")
     if Path(source).expanduser().resolve() == Path(path).expanduser().resolve():
-        raise bad_argument("path", str(path), "a file other than the source GGUF", "Pass a new file name.")
-    target = check_target_file(path, overwrite, inputs=[source, getattr(config, "_name_or_path", None)])
+        raise bad_argument(name, str(path), "a file other than the source GGUF", "Pass a new file name.")
+    inputs = [source, getattr(config, "_name_or_path", None)]
+    target = check_target_file(path, overwrite, name=name, inputs=inputs)
     reader = open_gguf(source, name="source", what="a model GGUF")
     _check_source(reader, config, layout.arch, str(source))
 
@@ -177,13 +179,13 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
         planned.append((t.name, *_tensor_bytes(w, dtype)))
     written = {t.name for t in reader.tensors}
     embed = names.get("token_embd.weight")
-    for name, key in names.items():
-        if name in written:
+    for gname, key in names.items():
+        if gname in written:
             continue
-        tied = name == "output.weight" and embed is not None and torch.equal(state[key], state[embed])
+        tied = gname == "output.weight" and embed is not None and torch.equal(state[key], state[embed])
         if not tied:
             raise bad_argument("source", str(source), f"a GGUF with a place for every weight of the model; it has no "
-                               f"{name} for {key}", "Pass the GGUF the model was converted from, or keep that "
+                               f"{gname} for {key}", "Pass the GGUF the model was converted from, or keep that "
                                "weight tied / unedited.")
 
     def write(tmp: Path) -> None:
@@ -196,14 +198,16 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
             writer.add_custom_alignment(int(alignment))
         _copy_metadata(writer, reader, int(gguf.LlamaFileType[file_type]))
         writer.add_string(WRITTEN_BY, f"steerformer {__version__}")
-        for name, array, ggml_type in planned:
-            writer.add_tensor(name, array, raw_dtype=ggml_type)
+        for tname, array, ggml_type in planned:
+            writer.add_tensor(tname, array, raw_dtype=ggml_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+        check_written(tmp)  # a short write the gguf writer lost (ulimit -f, a full disk)
 
-    return write_file_atomically(target, write)
+    # the writer lock, the rules again under it, a killed writer's temporary removed, a full disk one line
+    return write_output_file(target, write, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
 
 
 __all__ = ["DTYPES", "gguf_names", "permute_qk", "write_gguf_model"]

@@ -77,9 +77,11 @@ log = logging.getLogger(__name__)
 
 # ---- write ---------------------------------------------------------------------------------------
 def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, tokenizer: Any = None,
-                 card: bool = True, format: str = "checkpoint", lora_rank: int | None = None) -> Path:
+                 card: bool = True, format: str = "checkpoint", lora_rank: int | None = None,
+                 name: str = "directory") -> Path:
     """Write the steered ``model`` to ``directory`` as a plain transformers checkpoint with its
-    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``.
+    provenance (see module doc). Refuses a non-empty ``directory`` unless ``overwrite``; ``name``:
+    the argument an error about ``directory`` names (the CLI's ``out``).
     ``format="peft"``: write only the edits, as a PEFT LoRA adapter folder (``lora.py``);
     ``lora_rank``: the rank of a truncated adapter for edits that are not low-rank (norm-preserving
     ablation), its error reported in the adapter's ``steerformer/record.json`` and card."""
@@ -87,7 +89,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
     if st_model is not None:
         model = inner_model(st_model)
     if format == "peft":  # the edits alone, as a LoRA adapter (docs/math.md §5c)
-        return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank)
+        return save_peft_adapter(model, directory, overwrite=overwrite, card=card, lora_rank=lora_rank, name=name)
     if format != "checkpoint":
         raise bad_argument("format", format, "'checkpoint' (the whole steered model) or 'peft' (a LoRA adapter)")
     if lora_rank is not None:
@@ -138,7 +140,7 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
                 add_safetensors_metadata(st, {METADATA_KEY: compact})
 
         return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
-                                inputs=[getattr(model.config, "_name_or_path", None)])
+                                inputs=[getattr(model.config, "_name_or_path", None)], name=name)
 
 
 #: The one weights file save_pretrained writes below its shard size (50 GB).
@@ -478,12 +480,30 @@ def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) ->
         now = file_hashes(d)
         bad = sorted(k for k in set(rec_files) | set(now) if rec_files.get(k) != now.get(k))
         for k in bad:
-            what = "missing" if k not in now else "not in the record" if k not in rec_files else "changed"
+            what = _absent(d / k) if k not in now else "not in the record" if k not in rec_files else "changed"
             if what != "not in the record" or not extra_files_ok:
                 check("file hash", False, f"{k}: {what}")
         if not bad:
             check("file hashes", True, f"all {len(now)} other files match")
     return checks
+
+
+def _absent(path: Path) -> str:
+    """Why a recorded file is not among the regular files hashed: missing, or what is there instead
+    (a FIFO or a folder is named, never opened)."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not the regular file recorded"
+    if stat.S_ISDIR(mode):
+        return "a folder, not the regular file recorded"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link to no regular file, not the regular file recorded"
+    return "a special file, not the regular file recorded"
 
 
 # ---- undo ----------------------------------------------------------------------------------------

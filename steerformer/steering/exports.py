@@ -52,8 +52,14 @@ class ExportFormat:
             if target == src or src in target.parents or target in src.parents:
                 raise bad_argument("out", str(out), f"a path outside the export's input {src}",
                                    "Write the export beside the steered checkpoint, not inside it.")
-        check_as_saved(steered, f"a {self.name} export")  # as unsteer does: publish only what steerformer wrote
-        return self.writer(Path(steered), Path(out), overwrite=overwrite, say=say or (lambda line: None), **given)
+        from ..outputs import writer_lock
+
+        # the output's writer lock around the whole export (its writer takes it again, as its own): a second
+        # writer, or a lock file that is a link or a folder, is refused before the checkpoint is read
+        with writer_lock(target, "out", str(out), wait=overwrite):
+            if not Path(steered).is_file():  # a record JSON (control-vector) holds no weights to verify
+                check_as_saved(steered, f"a {self.name} export")  # as unsteer does: publish only what we wrote
+            return self.writer(Path(steered), Path(out), overwrite=overwrite, say=say or (lambda line: None), **given)
 
 
 _FORMATS: dict[str, ExportFormat] = {}
@@ -94,7 +100,7 @@ def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable
 
     read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
-    path = save_steered(load_for_steering(steered), out, overwrite=overwrite)
+    path = save_steered(load_for_steering(steered), out, overwrite=overwrite, name="out")
     return path, f"saved to {path}"
 
 
@@ -110,7 +116,7 @@ def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str]
     say(f"loading {steered}")
     model = load_for_steering(steered)
     say(f"writing {out} (the edits as a LoRA adapter)")
-    path = save_steered(model, out, overwrite=overwrite, format="peft", lora_rank=lora_rank)
+    path = save_steered(model, out, overwrite=overwrite, format="peft", lora_rank=lora_rank, name="out")
     lora = read_json(path / SIDE_DIR / RECORD_FILE).get("lora", {})
     worst = max((v["relative_error"] for v in lora.values()), default=0.0)
     return path, (f"LoRA: {len(lora)} module(s), rank {'/'.join(sorted({str(v['rank']) for v in lora.values()}))}"
@@ -138,7 +144,7 @@ def write_gguf(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str]
     model = load_for_steering(steered)
     dtype = dtype or "f16"
     say(f"writing {out} ({dtype}, metadata from {source})")
-    path = write_gguf_model(model, out, source=source, dtype=dtype, overwrite=overwrite)
+    path = write_gguf_model(model, out, source=source, dtype=dtype, overwrite=overwrite, name="out")
     return path, f"saved to {path} (llama-cli -m {path.name}; ollama create NAME with FROM ./{path.name})"
 
 
@@ -148,7 +154,7 @@ def write_control_vector(steered: Path, out: Path, *, overwrite: bool, say: Call
     from .direction import Direction
 
     cv = Direction.from_record(read_records(steered)).to_control_vector(model_hint)
-    path = cv.save(out, overwrite=overwrite)
+    path = cv.save(out, overwrite=overwrite, name="out")
     return path, (f"saved to {path}: {cv.notes['scale']}\n"
                   f"llama-cli -m MODEL.gguf --control-vector-scaled {path.name} 1.0")
 

@@ -198,9 +198,9 @@ The steering records (directions, gains, how each was chosen) are in `steerforme
 
 
 def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bool = False, card: bool = True,
-                      lora_rank: int | None = None) -> Path:
+                      lora_rank: int | None = None, name: str = "directory") -> Path:
     """Write the edits of the steered ``model`` as a PEFT LoRA adapter folder (module doc);
-    ``lora_rank``: see :func:`lora_factors`."""
+    ``lora_rank``: see :func:`lora_factors`; ``name``: the argument errors about ``directory`` name."""
     from huggingface_hub import ModelCardData
     from safetensors.torch import save_file
 
@@ -230,7 +230,7 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
 
     # the adapter folder carries steerformer/record.json (a steer output); never the model's own folder
     return write_atomically(directory, fill, overwrite=overwrite, kind=STEERED,
-                            inputs=[getattr(model.config, "_name_or_path", None)])
+                            inputs=[getattr(model.config, "_name_or_path", None)], name=name)
 
 
 @dataclasses.dataclass

@@ -186,9 +186,10 @@ def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
 
 
 @torch.no_grad()
-def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, layers: Sequence[int]
-                       ) -> tuple[dict[int, torch.Tensor], dict]:
-    """{layer: unit direction} of the templated contrast (module docstring) and what was used."""
+def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, layers: Sequence[int],
+                       name: str = "token") -> tuple[dict[int, torch.Tensor], dict]:
+    """{layer: unit direction} of the templated contrast (module docstring) and what was used;
+    ``name``: the argument the phrase came from (``token`` or ``text``), for its errors."""
     if tokenizer is None:
         raise bad_argument("token", phrase, "a model whose tokenizer is known", "Pass tokenizer=... .")
     word = " ".join(str(phrase).split())
@@ -197,6 +198,11 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
     others = [o for o in OTHER_NOUNS if o != word.lower()]
     texts = [f"{c} {w}" for c in CARRIERS for w in [word, *others]]
     batch = PromptBatch.from_texts(texts, tokenizer)
+    limit = adapter.max_positions
+    if limit is not None and batch.input_ids.shape[1] > limit:  # the embedding would index past its table
+        raise bad_argument(name, f"{len(word.split())} words", f"a phrase that fits the model's {limit} positions "
+                           f"inside its carrier sentences (they tokenize to {batch.input_ids.shape[1]})",
+                           "Shorten it to a few words: the direction is read at its last token.")
     dev = model_device(model)
     batch = batch.to(dev)
     calls = block_outputs(model, adapter, batch, max(layers))

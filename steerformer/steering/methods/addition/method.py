@@ -124,7 +124,8 @@ def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | Non
     if phrase is not None and (call.direction is not None or call.eigvec is not None or (token and text)):
         raise bad_argument("direction", "several sources", "exactly one of direction=, token=, eigvec=, text=")
     if phrase is not None:
-        dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates)
+        dirs, info = concept_directions(model, adapter, tokenizer, phrase, candidates,
+                                        name="token" if token is not None else "text")
         dsource = DirectionSource("token" if token is not None else "text", info)
         mass_ids = concept_token_ids(tokenizer, phrase)
     else:
