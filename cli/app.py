@@ -126,7 +126,7 @@ app = _App(
 
 def _show_version(value: bool) -> None:
     if value:
-        from steerformer.version import __version__
+        from steerformer import __version__
 
         typer.echo(f"steerformer {__version__}")
         raise typer.Exit()

@@ -263,9 +263,10 @@ def _sibling(target: Path, tag: str) -> Path:
 
 
 _LOCK = ".lock"
-#: The targets this process holds the writer lock of: an export holds it around its whole work, and
-#: the writer it calls takes it again (flock would refuse a second descriptor of the same process).
-_HELD: set[Path] = set()
+#: The (thread, target) pairs whose writer lock is held: an export holds it around its whole work, and
+#: the writer it calls, in the same thread, takes it again (flock would refuse a second descriptor of
+#: the same process); another thread of the process is a second writer, refused or waiting as any.
+_HELD: set[tuple[int, Path]] = set()
 
 
 @contextlib.contextmanager
@@ -282,7 +283,10 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    if target in _HELD:  # already ours (an export around its writer): held until the outer one ends
+    import threading
+
+    held = (threading.get_ident(), target)
+    if held in _HELD:  # already this thread's (an export around its writer): held until the outer one ends
         yield
         return
     import hashlib
@@ -326,11 +330,11 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
         if same:
             break
         os.close(fd)
-    _HELD.add(target)
+    _HELD.add(held)
     try:
         yield
     finally:
-        _HELD.discard(target)
+        _HELD.discard(held)
         try:
             os.unlink(lock)  # while still held: a writer waiting on this file re-opens the path
         except OSError:

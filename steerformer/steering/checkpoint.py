@@ -167,7 +167,8 @@ def saved_state_dict(model: Any) -> dict[str, torch.Tensor] | None:
     for key in getattr(model, "_keys_to_ignore_on_save", None) or ():
         state.pop(key, None)
     state = revert_weight_conversion(model, remove_tied_weights_from_state_dict(state, model))
-    if any(not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dtype not in SAFETENSORS_DTYPES
+    # a tensor off the CPU goes through save_pretrained's own path (it moves tensors itself)
+    if any(not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dtype not in SAFETENSORS_DTYPES
            for t in state.values()) or sum(t.numel() * t.element_size() for t in state.values()) > SHARD_BYTES:
         return None
     return {k: t.detach().contiguous() for k, t in state.items()}
@@ -502,7 +503,14 @@ def _absent(path: Path) -> str:
     if stat.S_ISDIR(mode):
         return "a folder, not the regular file recorded"
     if stat.S_ISLNK(mode):
-        return "a symbolic link to no regular file, not the regular file recorded"
+        try:
+            target = os.stat(path).st_mode
+        except OSError:
+            return "a dangling symbolic link, not the regular file recorded"
+        what = "a FIFO" if stat.S_ISFIFO(target) else "a folder" if stat.S_ISDIR(target) else \
+            "a device" if stat.S_ISCHR(target) or stat.S_ISBLK(target) else \
+            "a file elsewhere" if stat.S_ISREG(target) else "a special file"
+        return f"a symbolic link to {what}, not the regular file recorded"
     return "a special file, not the regular file recorded"
 
 
