@@ -54,7 +54,23 @@ class Method:
                  f"{f(record.alignment_model_after)}",
                  f"weight change |dW|/|W| = {record.weight_change:.4g}; KL ({record.kl_kind}) = {f(record.kl)}; "
                  f"state cosine = {f(record.state_cosine)}"]
-        return lines + ([record.message] if record.message else [])
+        return lines + ([record.message] if record.message else []) + self.evaluation_lines(record)
+
+    @staticmethod
+    def evaluation_lines(record: Any) -> list[str]:
+        """The lines of the record's judged evaluation (``evaluate_record``), whatever the method: none
+        before one ran."""
+        ev = record.evaluation
+        if not ev:
+            return []
+        lines = [f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
+                 f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}"
+                 + (f", fluency {ev['fluency']:.2f}" if ev.get("fluency") is not None else "")]
+        if ev.get("aggregate") is not None:
+            lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
+                         f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
+                         f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
+        return lines
 
     def card_formula(self, record: Any) -> str:
         """The formula of what ``record`` changed, for the model card."""

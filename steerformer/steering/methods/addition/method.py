@@ -299,16 +299,7 @@ class Addition(Method):
             lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
                          "questions' answers: " + (f"{held:.3g}" if held is not None else
                                                    "not measured (evaluate_record / --evaluate)"))
-        if record.evaluation:
-            ev = record.evaluation
-            lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                         f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, "
-                         f"fluency {ev['fluency']:.2f}")
-            if ev.get("aggregate") is not None:
-                lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
-                             f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
-                             f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
-        return lines
+        return lines + self.evaluation_lines(record)
 
     def card_formula(self, record: Any) -> str:
         e = record.edits[0]

@@ -147,15 +147,7 @@ class Distilled(Method):
     def summary_lines(self, record: Any) -> list[str]:
         """What was trained, on what, the strength chosen and its judged scores, the evaluation when one ran."""
         lines = summary_of(record.calibration or {})
-        ev = record.evaluation
-        if ev:
-            lines.append(f"evaluation: concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), "
-                         f"KL on the held-out answers {ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}")
-            if ev.get("aggregate") is not None:
-                lines.append(f"judged ({ev.get('judge')}): concept {ev['judge_concept']:.2f}, relevance "
-                             f"{ev['judge_relevance']:.2f}, fluency {ev['judge_fluency']:.2f} (0-2), aggregate "
-                             f"{ev['aggregate']:.2f}, good steers {ev['good']:.2f}")
-        return lines
+        return lines + self.evaluation_lines(record)
 
     def card_formula(self, record: Any) -> str:
         return str(record.edits[0].solve.get("formula")) if record.edits else Method.card_formula(self, record)
