@@ -146,6 +146,19 @@ def version_of(meta: Mapping) -> str | None:
     return None
 
 
+def save_table(result: Any, out_dir: str | os.PathLike, stem: str, *, plots: bool = True) -> dict[str, Path]:
+    """``STEM.json`` (``result.to_json``), ``STEM.csv`` (``result.csv_text()``) and, with ``plots``,
+    ``result.plot``'s figures in ``out_dir``: the ``save`` of a result that is one table."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
+    result.to_json(written["json"])
+    written["csv"].write_text(result.csv_text())
+    if plots:
+        written.update({p.stem: p for p in result.plot(out)})
+    return written
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, tight: bool = True) -> Path:
     """The one figure saver: PNG at :data:`FIGURE_DPI` (parent folder created); returns the path.
 

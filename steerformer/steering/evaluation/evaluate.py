@@ -285,14 +285,9 @@ class SteeringEvaluation:
 
     def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
         """``evaluation.json``, ``evaluation.csv`` and (``plots``) ``evaluation_curve.png``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        written = {"json": out / "evaluation.json", "csv": out / "evaluation.csv"}
-        self.to_json(written["json"])
-        written["csv"].write_text(self.csv_text())
-        if plots:
-            written.update({p.stem: p for p in self.plot(out)})
-        return written
+        from ...results import save_table
+
+        return save_table(self, out_dir, "evaluation", plots=plots)
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "SteeringEvaluation":

@@ -298,14 +298,9 @@ class StrengthSearch:
 
     def save(self, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
         """``strength.json``, ``strength.csv`` and (``plots``) ``strength_curve.png``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        written = {"json": out / "strength.json", "csv": out / "strength.csv"}
-        self.to_json(written["json"])
-        written["csv"].write_text(self.csv_text())
-        if plots:
-            written.update({p.stem: p for p in self.plot(out)})
-        return written
+        from ...results import save_table
+
+        return save_table(self, out_dir, "strength", plots=plots)
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "StrengthSearch":
