@@ -10,6 +10,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One BLAS/OpenMP thread per process, the test processes' children included: the suite runs one worker
+# per core (pytest-xdist), and a worker's BLAS threads then only fight each other — on this project's
+# 2-core CI a 384x384 eig took 0.06 s on one thread and 0.5-1.5 s on two.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -19,10 +24,14 @@ import torch  # noqa: E402
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
     """The test models are tiny: an intra-op thread pool costs more than the arithmetic, and on a
-    shared, busy host each OpenMP hand-off can wait a whole scheduler slice (100x slower)."""
+    shared, busy host each OpenMP hand-off can wait a whole scheduler slice (100x slower). The BLAS
+    pools numpy and scipy loaded before this file set the variables above are limited here too."""
+    from threadpoolctl import threadpool_limits
+
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):
+        yield
     torch.set_num_threads(n)
 
 
