@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering import save_steered, steer, steer_checkpoint
 
-from tests.cli_process import ROOT
+from tests.cli_process import ROOT, run_cli_here
 from tests.models import make_model
 
 N = 3
@@ -134,8 +134,6 @@ def test_four_steer_processes_on_one_out(checkpoint, tmp_path, overwrite) -> Non
             if r.returncode == 2:
                 errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
                 assert len(errors) == 1 and "--out" in errors[0] and "Traceback" not in r.stderr, r.stderr[-1500:]
-    v = subprocess.run([sys.executable, "-c", "from steerformer_cli.main import app; app()", "verify", str(out)],
-                       capture_output=True, text=True, timeout=600,
-                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    v = run_cli_here(["verify", out])
     assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]  # one writer's complete output: nothing mixed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "r.json"]

@@ -16,7 +16,7 @@ import pytest
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering.evaluation.judge import ChatJudge, JudgeItem, make_judge, parse_rating
 from steerformer.steering.evaluation.judge_client import JudgeError, check_url, post_json
-from tests.cli_process import one_error_line, run_cli
+from tests.cli_process import one_error_line, run_cli_here
 
 ITEM = JudgeItem(question="How can I improve my sleep?", answer="The ocean, the ocean.", concept="ocean")
 
@@ -242,5 +242,5 @@ def test_a_rating_outside_the_scale_is_an_error_not_a_silent_zero() -> None:
 ])
 def test_the_cli_refuses_a_bad_judge_before_the_model(args, words, tmp_path) -> None:
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
-    line = one_error_line(run_cli(args, cwd=tmp_path, timeout=120))
+    line = one_error_line(run_cli_here(args, cwd=tmp_path))
     assert words in line and "no-such-model-dir" not in line, line  # the judge was refused first, not the model
