@@ -15,4 +15,6 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     || echo "chromium could not be installed: the browser tests will be skipped" >&2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
-python3 -m pytest -q "$@"
+# One worker per core (pytest-xdist); worksteal hands a finished worker the queue of a busy one, so a few
+# long tests at the end do not leave a core idle. The 15 slowest tests are listed at the end.
+python3 -m pytest -q -n auto --dist worksteal --durations=15 "$@"
