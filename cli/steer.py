@@ -103,15 +103,19 @@ def steer_cmd(
         stack.enter_context(library_bars(cfg.progress))
         m = steering.load_for_steering(model, dtype=torch_dtype(dtype.value if dtype is not None else None), device=device)
         say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
+        from steerformer import load_tokenizer
+
+        tok = load_tokenizer(m)  # once: the steer, the evaluation and the saved folder share it
         the_direction = direction_of(m, direction, src, cfg)
         say_phases(say, m, cfg, given, layers, concept=token is not None or text is not None)
-        rec = steering.steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers, **given)
+        rec = steering.steer(m, the_direction, cfg, token=token, eigvec=eigvec, text=text, layers=layers,
+                             tokenizer=tok, **given)
         if evaluate:
             say("evaluating: base and steered answers to the held-out questions ...")
-            show_evaluation(m, rec, concept, the_judge, say=say)
+            show_evaluation(m, tok, rec, concept, the_judge, say=say)
         typer.echo(rec.summary())
         say(f"saving to {o.out} ...") if o.out is not None else None
-        save_and_push(m, rec, written, hub)
+        save_and_push(m, rec, written, hub, tokenizer=tok)
 
 
 def check_direction_file(direction: Optional[Path]) -> None:
@@ -209,12 +213,10 @@ def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrast
     push(out, hub)
 
 
-def show_evaluation(m, rec, concept: Optional[str], judge=None, say=None) -> None:
+def show_evaluation(m, tok, rec, concept: Optional[str], judge=None, say=None) -> None:
     """--evaluate: the held-out chat answers judged (also at the dose curve's strengths, for the
     report page's slider), a few shown before and after."""
-    from steerformer.loading import load_tokenizer
-
-    ev = steering.evaluate_record(m, load_tokenizer(m), rec, concept=concept.split(",") if concept else None,
+    ev = steering.evaluate_record(m, tok, rec, concept=concept.split(",") if concept else None,
                                   judge=judge, dose=steering.DOSE_SCALES, progress=say)
     typer.echo(ev.summary())
     typer.echo("sample answers (base -> steered):")
@@ -222,14 +224,14 @@ def show_evaluation(m, rec, concept: Optional[str], judge=None, say=None) -> Non
         typer.echo(f"  - {b[:100]!r}\n    -> {s[:100]!r}")
 
 
-def save_and_push(m, rec, written: dict, hub: dict) -> None:
-    """--out (the steered checkpoint), --record, --push-to-hub."""
+def save_and_push(m, rec, written: dict, hub: dict, tokenizer=None) -> None:
+    """--out (the steered checkpoint, with ``tokenizer``: the one the steer used), --record, --push-to-hub."""
 
     out = written["out"]
     if out is None:
         write_record(rec, written)
         return
-    path = steering.save_steered(m, out, overwrite=written["overwrite"])
+    path = steering.save_steered(m, out, overwrite=written["overwrite"], tokenizer=tokenizer)
     write_record(rec, written)
     typer.echo(f"saved to {path}")
     if rec.evaluation:  # the page of the answers (after the folder: a failed page leaves the checkpoint whole)
