@@ -402,10 +402,10 @@ class PaperEdit(Method):
 def _residual_mean(bench: Bench, texts: Sequence[str], layer: int) -> torch.Tensor:
     """The mean residual state after ``layer`` over the texts' real tokens but the first."""
     from steerformer.prompts import PromptBatch
-    from steerformer.steering.methods.addition.calibrate import block_outputs
+    from steerformer.steering.probe import capture
 
     batch = PromptBatch.from_texts(list(texts), bench.tok)
-    h = block_outputs(bench.model, bench.source.adapter, batch, layer)[layer].to(torch.float64)
+    h = capture(bench.model, bench.source.adapter, batch, outputs=[layer]).outputs[layer].to("cpu", torch.float64)
     keep = batch.attention_mask.bool().clone()
     keep[:, 0] = False
     return h[keep].mean(0)

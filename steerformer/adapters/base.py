@@ -439,6 +439,30 @@ class Adapter(abc.ABC):
             out += [w for w in self.block_writers(slot) if w.kind in kinds]
         return out
 
+    def last_writer(self, layer: int, model_id: str) -> Writer:
+        """The writer whose output is the last write into the residual stream after execution layer
+        ``layer``: the MLP's output projection of a pre-norm block, with no norm of its own after it
+        (where a constant added after the block can be written into weights; docs/math.md §5d). A
+        model without one is refused in one line saying why."""
+        from ..errors import InvalidArgumentError
+
+        mlp = [w for w in self.block_writers(self.layer_sequence()[layer]) if w.kind == "mlp"]
+        why = None
+        if self.residual == "post":
+            why = "its blocks normalize after the residual addition (post-LN)"
+        elif self.shares_weights:
+            why = "it runs one block at several layers (shared weights)"
+        elif not mlp:
+            why = "it declares no MLP output writer"
+        elif mlp[0].norm is not None:
+            why = f"its MLP output goes through a norm ({mlp[0].norm}) before the residual"
+        elif mlp[0].layout not in ("out_in", "in_out"):
+            why = f"its MLP output is a {mlp[0].layout} weight"
+        if why is not None:
+            raise InvalidArgumentError(f"{model_id}: an addition after layer {layer} has no weight-space equal "
+                                       f"because {why}. Use activation_steering (a run-time hook) instead.")
+        return mlp[0]
+
     # ---- running the model block by block (looped-model collapse, docs/math.md §6) -----------------
     # ``base`` below is always the base model (``model.base_model``: GPT2Model, BertModel...).
 

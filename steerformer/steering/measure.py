@@ -51,20 +51,10 @@ from ..errors import bad_argument
 from ..loading import ModelSource
 from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch
 from .common import non_finite
+from .probe import BlockCache, capture, kl_per_token, model_device
 
 
 # ---- prompts -------------------------------------------------------------------------------------
-
-
-
-def model_device(model: Any) -> torch.device | None:
-    """Where the model's inputs go: the device of its first materialized parameter (None: CPU)."""
-    for p in model.parameters():
-        if p.device.type != "meta":
-            return p.device
-    return None
-
-
 def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool = False,
            n_random: int = 8, n_tokens: int = 12, name: str = "prompts") -> PromptBatch:
     """Prompts as model inputs, on the model's device: strings through the tokenizer, a (P, n) id
@@ -183,11 +173,11 @@ def _with_delta(w: AttentionWeights, delta: torch.Tensor) -> AttentionWeights:
 # ---- real model --------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ModelProbe:
-    """Cached inputs of the blocks from the edited one on, for one prompt batch."""
+    """The real model on one prompt batch: the blocks' inputs from the edited layer on (re-run as the
+    model is now, ``probe.BlockCache``), the states entering the edited layer's attention and the
+    final states before the edit."""
 
-    model: Any
-    adapter: Adapter
-    calls: list[tuple[str, tuple, dict]]  # (block path, args, kwargs) per execution layer, from `start`
+    cache: BlockCache
     mask: torch.Tensor  # (P, n) real tokens
     attn_inputs: torch.Tensor  # (P, n, d) float64: states entering the edited layer's attention
     final_before: torch.Tensor  # (P, n, d) float64
@@ -195,22 +185,7 @@ class ModelProbe:
     def final_states(self, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Final hidden states re-run from the cache; ``params`` optionally replaces parameters of the
         blocks (keys relative to the base model) without touching the model (differentiable)."""
-        base = self.model.base_model
-        h = None
-        for name, args, kwargs in self.calls:
-            block = base.get_submodule(name)
-            if h is not None:
-                args, kwargs = _replace_hidden(args, kwargs, h)
-            if params:
-                local = {k[len(name) + 1:]: v for k, v in params.items() if k.startswith(name + ".")}
-                out = torch.func.functional_call(block, local, args, kwargs)
-            else:
-                out = block(*args, **kwargs)
-            h = out[0] if isinstance(out, (tuple, list)) else out
-        norm = self.adapter.final_norm(base)
-        if norm is not None:
-            h = norm(h)
-        return h
+        return self.cache.states(params=params)[0]
 
     def alignment(self, u: torch.Tensor, params: dict[str, torch.Tensor] | None = None) -> float:
         with torch.no_grad():
@@ -226,51 +201,21 @@ class ModelProbe:
         return fit, held
 
 
-def _replace_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (h, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": h}
-
-
-def run_hooked(model: Any, batch: Any, handles: list, *, expected_calls: int, calls: list) -> None:
-    """One no-grad forward of the base model on ``batch`` (inputs on the model's device, no KV cache),
-    then remove the hooks in ``handles``; the hooks must have seen one call per execution layer."""
-    base = model.base_model
-    try:
-        with torch.no_grad():
-            kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-            dev = next(base.parameters()).device
-            base(**{k: v.to(dev) for k, v in batch.inputs().items()}, **kw)
-    finally:
-        for h in handles:
-            h.remove()
-    if len(calls) != expected_calls:
-        raise RuntimeError(f"expected {expected_calls} block calls, saw {len(calls)}: adapter.layer_block is wrong "
-                           f"for {type(model).__name__}")
-
-
 def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) -> ModelProbe:
-    """One forward pass of ``model`` on ``batch`` recording every block's inputs and the edited
-    layer's attention input."""
-    base = model.base_model
+    """One forward pass of ``model`` on ``batch`` recording the blocks' inputs from the first layer
+    that runs the edited weights on, and the edited layer's attention input (``layer`` < 0: an edit
+    of the embeddings, every block re-run, no attention input)."""
     seq = adapter.layer_sequence()
-    slot = seq[layer]
-    start = seq.index(slot)  # first layer running the edited weights
-    blocks = sorted({adapter.layer_block(s) for s in set(seq)})
-    calls: list[tuple[str, tuple, dict]] = []
-    attn_calls: list[torch.Tensor] = []
-    handles = []
-    for name in blocks:
-        handles.append(base.get_submodule(name).register_forward_pre_hook(
-            lambda m, a, kw, n=name: calls.append((n, a, dict(kw))), with_kwargs=True))
-    handles.append(base.get_submodule(adapter.slots()[slot]).register_forward_pre_hook(
-        lambda m, a, kw: attn_calls.append((a[0] if a else kw["hidden_states"]).detach()), with_kwargs=True))
-    run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
-    # The attention input of execution layer `layer` is the (layer - start)-th call of that slot.
-    X = attn_calls[seq[:layer].count(slot)]
-    mask = batch.attention_mask.to(torch.bool)
-    probe = ModelProbe(model=model, adapter=adapter, calls=calls[start:], mask=mask,
-                       attn_inputs=X.to(torch.float64).cpu(), final_before=torch.empty(0))
+    if layer < 0:
+        got = capture(model, adapter, batch, inputs=range(len(seq)))
+        start, attn = 0, torch.empty(0, dtype=torch.float64)
+    else:
+        start = seq.index(seq[layer])  # first layer running the edited weights (ALBERT: an earlier one)
+        attention = adapter.slots()[seq[layer]]
+        got = capture(model, adapter, batch, inputs=range(start, len(seq)), modules={layer: [attention]})
+        attn = got.modules[(layer, attention)].to(torch.float64).cpu()
+    probe = ModelProbe(cache=got.cache(model, adapter, start, batch), mask=batch.attention_mask.to(torch.bool),
+                       attn_inputs=attn, final_before=torch.empty(0))
     with torch.no_grad():
         probe.final_before = probe.final_states().to(torch.float64)
     return probe
@@ -333,12 +278,6 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | N
         out = model(**batch.inputs(), output_hidden_states=True, use_cache=False)
         return Outputs(torch.log_softmax(out.logits[real].to(torch.float64), -1),
                        out.hidden_states[-1][real].to(torch.float64), "next-token")
-
-
-def kl_per_token(base: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-    """KL(p_base ‖ p) in nats at each position, from log-probabilities (..., vocab) — the one KL of
-    steering (the held-out price, the calibration probe, the evaluation)."""
-    return (base.exp() * (base - logp)).sum(-1)
 
 
 def price(before: Outputs, after: Outputs) -> dict:

@@ -46,7 +46,8 @@ from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
 from . import algebra
 from .common import is_path_like, vector_hash
-from .measure import encode, model_device, run_hooked
+from .measure import encode
+from .probe import capture, model_device
 
 if TYPE_CHECKING:  # imported where a shared direction is read or made (a call from a token never is)
     from .direction import Direction
@@ -429,18 +430,11 @@ def token_reduction(adapter, layer: int) -> str:
 def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, reduction: str,
                  batch_size: int = 16, name: str = "prompts", bar: Any = None) -> torch.Tensor:
     """(P, d) float64: the output of execution layer ``layer`` for each prompt, reduced over its real
-    tokens (``reduction`` = "last" or "mean"). Read with forward hooks on the model's own blocks."""
-    base = model.base_model
-    seq = adapter.layer_sequence()
-    names = sorted({adapter.layer_block(s) for s in set(seq)})
+    tokens (``reduction`` = "last" or "mean"). Read by the probe room's capture."""
     out: list[torch.Tensor] = []
     for start in range(0, len(prompts), batch_size):
         batch = encode(model, list(prompts[start:start + batch_size]), tokenizer, name=name)
-        calls: list[torch.Tensor] = []
-        handles = [base.get_submodule(n).register_forward_hook(
-            lambda m, a, o: calls.append((o[0] if isinstance(o, (tuple, list)) else o).detach())) for n in names]
-        run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
-        h = calls[layer].to("cpu", torch.float64)  # (B, n, d)
+        h = capture(model, adapter, batch, outputs=[layer]).outputs[layer].to("cpu", torch.float64)  # (B, n, d)
         mask = batch.attention_mask.to("cpu", torch.float64)  # beside h, on the host
         if reduction == "mean":
             out.append((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))

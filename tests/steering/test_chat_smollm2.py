@@ -50,7 +50,7 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
         # float32 throughout: the LM head runs on the selected rows here and on every row in the full
         # forward, and the GEMM's blocking differs with the row count and the CPU's vector width
         # (3e-6 relative on an AVX-512 host); a wrong cache (a stale block input) is off by far more
-        assert full > 0.01 and probe.kl(probe.logprobs(19)) == pytest.approx(full, rel=1e-5)
+        assert full > 0.01 and probe.kl(probe.rerun(19)) == pytest.approx(full, rel=1e-5)
         ev = evaluate_record(model, tok, rec, questions=[
             "How can I improve my sleep?", "What should I pack for a weekend trip?",
             "How do I choose a good laptop?"], max_new_tokens=16)

@@ -13,7 +13,6 @@ import torch
 import steerformer as sf
 from steerformer.errors import SteerformerError
 from steerformer.prompts import REPORT_QUESTIONS, SELECTION_QUESTIONS, TRAIN_QUESTIONS
-from steerformer.steering.methods.distilled.capture import block_inputs
 from steerformer.steering.methods.distilled.config import DistilledConfig, default_layers
 from steerformer.steering.methods.distilled.teacher import Example
 from steerformer.steering.methods.distilled.training import edit_writers, train_edit
@@ -160,46 +159,19 @@ def test_bad_layers_are_refused_before_any_hook_and_a_failed_call_leaves_none() 
 
     import steerformer.steering.methods.distilled.training as training
 
-    original = training.kl_mean
+    original = training.kl_per_token
 
     def broken(*a):
         raise RuntimeError("boom in the middle of training")
 
-    training.kl_mean = broken
+    training.kl_per_token = broken
     try:
         with pytest.raises(RuntimeError, match="boom"):
             _steer(model)
     finally:
-        training.kl_mean = original
+        training.kl_per_token = original
     assert _hook_count(model) == hooks and _hashes(model) == before
     assert all(p.requires_grad for p in model.parameters())
-
-
-def test_capturing_block_inputs_removes_its_hooks_on_stop_and_on_error() -> None:
-    from steerformer.loading import open_source
-    from steerformer.prompts import PromptBatch
-    from steerformer.steering.methods.addition.calibrate import block_outputs
-
-    model = _model()
-    adapter = open_source(model).adapter
-    hooks = _hook_count(model)
-    batch = PromptBatch.from_rows([[1, 5, 9, 13]], pad_id=0)
-    calls = block_inputs(model, adapter, batch, 1)
-    assert len(calls) == 1 and _hook_count(model) == hooks
-    # the captured input of block 1 is the output of block 0 (a hook of our own reads it)
-    seen = []
-    h = model.model.layers[0].register_forward_hook(lambda m, a, o: seen.append(o[0] if isinstance(o, tuple) else o))
-    with torch.no_grad():
-        model(**batch.inputs())
-    h.remove()
-    assert torch.equal(calls[0][1][0] if calls[0][1] else calls[0][2]["hidden_states"], seen[0])
-    bad = PromptBatch.from_rows([[1, 5, 9, 999]], pad_id=0)  # past the vocabulary: the forward raises
-    with pytest.raises(IndexError):
-        block_inputs(model, adapter, bad, 0)
-    assert _hook_count(model) == hooks
-    with pytest.raises(SteerformerError, match="layer"):
-        block_outputs(model, adapter, batch, 19)  # calibrate's capture: refused before any hook
-    assert _hook_count(model) == hooks
 
 
 def test_the_method_never_runs_a_report_question() -> None:

@@ -44,7 +44,7 @@ from ...prompts import (  # noqa: F401  (the prompt sets and the split: public h
 )
 from ..chat import chat_rows, generate_answers, has_chat_template, pad_id, stop_ids, word_forms  # noqa: F401
 from .judge import JudgeItem, Rating, concept_words, judge_answers, make_judge, mentions, summarize  # noqa: F401
-from ..measure import kl_per_token, model_device
+from ..probe import AnswerBatch, kl_per_token, model_device
 
 
 # ---- words (word_forms: chat.py; concept_words, mentions, concept_words, mentions: judge.py) ---------------------------------------
@@ -61,20 +61,15 @@ def distinct2(texts: Sequence[str]) -> float:
 
 
 # ---- prompts and answers ------------------------------------------------------------------------
-@torch.no_grad()
 def answer_logprobs(model: Any, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], *,
                     batch_size: int = 8) -> list[torch.Tensor]:
     """log p(· | prompt, answer[:t]) at each answer position t, teacher-forced: one (len(answer),
-    vocab) float64 tensor per answer (right-padded batches, so positions are those of the text)."""
+    vocab) float64 tensor per answer (the probe room's answer batches, ``batch_size`` rows a pass)."""
     out: list[torch.Tensor] = []
     dev = model_device(model)
     for start in range(0, len(prompts), batch_size):
-        ps, as_ = prompts[start:start + batch_size], answers[start:start + batch_size]
-        batch = PromptBatch.from_rows([list(p) + list(a) for p, a in zip(ps, as_)]).to(dev)
-        logits = model(**batch.inputs()).logits
-        for i, (p, a) in enumerate(zip(ps, as_)):
-            rows = logits[i, len(p) - 1:len(p) - 1 + len(a)]
-            out.append(torch.log_softmax(rows.to(torch.float64), -1).cpu())
+        rows = AnswerBatch.of(prompts[start:start + batch_size], answers[start:start + batch_size], device=dev)
+        out += rows.per_answer(rows.logprobs(model))
     return out
 
 

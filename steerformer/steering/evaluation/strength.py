@@ -19,7 +19,7 @@ context manager that steers the model inside its ``with`` (weights applied and r
 What is shared across the candidates, computed once: **the base generation** (``evaluate.Baseline``
 of the selection questions: the base answers the judge compares relevance with, and their NLL after
 an empty user turn that fluency is measured against) and **the probe** a candidate's KL is measured
-on — by default the base generation itself (:class:`AnswerProbe`: KL(p_base ‖ p_steered) per token,
+on — by default the base generation itself (:func:`answer_probe`: KL(p_base ‖ p_steered) per token,
 teacher-forced on the base answers, as the evaluation measures KL), or the method's own (the
 addition passes its ``calibrate.ContinuationProbe``: the KL its budget bounds). One full forward of
 the model as steered per candidate, so any edit counts (a hook, a weight, the embedding). Each
@@ -35,8 +35,8 @@ Public API:
     DEFAULT_CEILING                 0.6 nats/token: the default ceiling ``max_kl`` of a judged choice
     KL_LEVELS                       (0.15, 0.3, 0.45, 0.6): the default ladder of KL levels
     SELECTION_TOKENS                40: greedy answer length of the selection answers (as the report's)
-    AnswerProbe.of(baseline)        the default probe: the base answers, teacher-forced
-    probe_kl(model, probe)          KL of the model as it is now on the probe (one full forward)
+    answer_probe(baseline)          the default probe (a ``probe.KLProbe``): the base answers, teacher-forced;
+                                    ``probe.kl_of(model)`` is the KL of the model as it is now (one full forward)
     kl_ladder(model, at, probe, levels, *, start=1.0, smallest=1e-3, largest=64.0, memo=None)
                                     [(strength, kl, level), ...] reaching each level (levels that no
                                     strength in [smallest, largest] reaches within 10 % are left out)
@@ -93,8 +93,8 @@ import torch
 
 from ...configs import DEFAULT_JUDGED_MAX_KL, check_max_kl, progress_bar
 from ...errors import SteerformerError, bad_argument
-from ...prompts import SPLITS, PromptBatch
-from ..measure import kl_per_token, model_device
+from ...prompts import SPLITS
+from ..probe import AnswerBatch, KLProbe, model_device
 from .judge import concept_words, judge_answers, make_judge, summarize
 
 log = logging.getLogger(__name__)
@@ -115,45 +115,19 @@ KL_KIND = ("mean over the probe's continuation tokens of KL(p_base || p_steered)
 
 
 # ---- KL on the probe ------------------------------------------------------------------------------
-@torch.no_grad()
-def probe_kl(model: Any, probe: Any) -> float:
-    """KL(p_base ‖ p_model) per token on ``probe`` (an :class:`AnswerProbe`, a ``ContinuationProbe``), the model as it
-    is now: one full forward of the probe's prompts and continuations (so any edit counts — a hook,
-    a weight, the embedding), compared with the probe's base log-probabilities."""
-    logits = model(**probe.batch.inputs()).logits
-    lp = torch.log_softmax(logits[probe.select.to(logits.device)].to(torch.float64), -1).cpu()
-    return float(kl_per_token(probe.base_logprobs, lp).mean())
-
-
 ANSWER_KL_KIND = ("mean over the base answers' tokens of KL(p_base || p_steered), teacher-forced on the base "
                   "model's greedy answers to the selection questions, nats/token")
 
 
-@dataclasses.dataclass
-class AnswerProbe:
-    """A KL probe made of the base generation itself: the selection prompts followed by the base
-    model's answers (an ``evaluate.Baseline``), right-padded, and the base log-probabilities at the
-    answer positions — the evaluation's KL, on the selection questions. The default probe of
-    :func:`judged_strength` (a method with its own probe, e.g. the addition's
-    ``calibrate.ContinuationProbe``, passes that instead: anything with ``batch``, ``select``,
-    ``base_logprobs`` and ``texts``)."""
-
-    batch: PromptBatch
-    select: torch.Tensor  # (P, n) bool: the positions that predict an answer token
-    base_logprobs: torch.Tensor  # (N, vocab) float64, the answers' tokens in order
-    texts: list[str]
-    kl_kind: str = ANSWER_KL_KIND
-
-    @classmethod
-    def of(cls, baseline: Any, device: Any = None) -> "AnswerProbe":
-        rows = [list(p) + list(a) for p, a in zip(baseline.prompts, baseline.answers)]
-        batch = PromptBatch.from_rows(rows).to(device)
-        select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
-        for i, (p, a) in enumerate(zip(baseline.prompts, baseline.answers)):
-            select[i, len(p) - 1:len(p) - 1 + len(a)] = True
-        base = torch.cat([lp.to(torch.float64) for lp in baseline.logprobs]) if baseline.logprobs else \
-            torch.empty(0, 0, dtype=torch.float64)
-        return cls(batch=batch, select=select, base_logprobs=base, texts=list(baseline.questions))
+def answer_probe(baseline: Any, device: Any = None) -> KLProbe:
+    """The KL probe made of the base generation itself: the selection prompts followed by the base
+    model's answers (an ``evaluate.Baseline``) and the base log-probabilities it already holds — the
+    evaluation's KL, on the selection questions. The default probe of :func:`judged_strength` (the
+    addition passes its ``calibrate.ContinuationProbe``)."""
+    base = torch.cat([lp.to(torch.float64) for lp in baseline.logprobs]) if baseline.logprobs else \
+        torch.empty(0, 0, dtype=torch.float64)
+    return KLProbe(AnswerBatch.of(baseline.prompts, baseline.answers, device=device), base,
+                   texts=list(baseline.questions), kind=ANSWER_KL_KIND)
 
 
 class _KLMemo:
@@ -168,7 +142,7 @@ class _KLMemo:
         s = float(strength)
         if s not in self.values:
             with self.at(s):
-                self.values[s] = probe_kl(self.model, self.probe)
+                self.values[s] = self.probe.kl_of(self.model)
         return self.values[s]
 
 
@@ -383,7 +357,7 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     bound its search in the method's unit). ``judge``: a judge or its spec (``make_judge``; default
     "offline"). ``questions``: default ``prompts.SPLITS["selection"]``; a report question is refused.
     ``baseline``: the base model's ``evaluate.Baseline`` of ``questions`` (default: generated here,
-    ``max_new_tokens`` greedy tokens); ``probe``: where KL is measured (default: :class:`AnswerProbe`
+    ``max_new_tokens`` greedy tokens); ``probe``: where KL is measured (default: :func:`answer_probe`
     of the baseline; the addition passes its ``ContinuationProbe``). ``kl_memo``: {strength: probe KL} already measured (filled).
     ``progress``: one line per candidate on stderr. The model is left as it was."""
     from ..chat import generate_answers
@@ -407,7 +381,7 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     base = baseline if baseline is not None else Baseline.of(model, tokenizer, questions,
                                                              max_new_tokens=max_new_tokens)
     if probe is None:
-        probe = AnswerProbe.of(base, model_device(model))
+        probe = answer_probe(base, model_device(model))
     if probe.texts:
         check_selection_questions(probe.texts)
     kl_of = _KLMemo(model, at, probe, kl_memo)
@@ -470,9 +444,9 @@ def judged_strength(model: Any, tokenizer: Any, at: Callable[[float], ContextMan
     return StrengthSearch(concept=description, max_kl=max_kl, chosen=chosen, choice=how, points=points,
                           questions=list(questions), base_answers=list(base.texts), base=base_judged,
                           max_new_tokens=int(base.max_new_tokens), judge=judge_name(judge),
-                          kl_kind=getattr(probe, "kl_kind", KL_KIND), probe_prompts=list(probe.texts or []),
+                          kl_kind=probe.kind or KL_KIND, probe_prompts=list(probe.texts or []),
                           seconds=time.perf_counter() - t_start)
 
 
-__all__ = ["AnswerProbe", "DEFAULT_CEILING", "KL_LEVELS", "SELECTION_TOKENS", "StrengthPoint", "StrengthSearch", "choose",
-           "check_selection_questions", "judged_strength", "kl_ladder", "probe_kl"]
+__all__ = ["DEFAULT_CEILING", "KL_LEVELS", "SELECTION_TOKENS", "StrengthPoint", "StrengthSearch", "answer_probe",
+           "check_selection_questions", "choose", "judged_strength", "kl_ladder"]

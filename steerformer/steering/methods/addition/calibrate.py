@@ -23,30 +23,24 @@ along what (a concept's direction at each layer), how strong (the largest gain w
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from ....errors import bad_argument
 from ....prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch
 from ...chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
-from ...measure import ModelProbe, kl_per_token, model_device, model_probe
+from ...probe import AnswerBatch, KLProbe, capture, model_device, no_cache
 
 
 
 # ---- the probe -----------------------------------------------------------------------------------
 @dataclasses.dataclass
-class ContinuationProbe:
-    """Calibration prompts + the base model's continuations, every block's inputs cached."""
+class ContinuationProbe(KLProbe):
+    """Calibration prompts + the base model's continuations, every block's inputs cached: a
+    :class:`~steerformer.steering.probe.KLProbe` re-run from the edited layer."""
 
-    model: Any
-    adapter: Any
-    cache: ModelProbe  # calls from layer 0 on
-    batch: PromptBatch  # prompt + continuation, right-padded
-    select: torch.Tensor  # (P, n) bool: positions that predict a continuation token
-    first: torch.Tensor  # (P, n) bool: each row's first token
-    base_logprobs: torch.Tensor  # (N, vocab) float64
+    first: torch.Tensor | None = None  # (P, n) bool: each row's first token
     texts: list[str] | None = None  # the prompts' texts (None: random ids)
     rows: list[list[int]] | None = None  # the prompts' ids
     continuations: list[list[int]] | None = None  # the base model's greedy continuations
@@ -69,30 +63,11 @@ class ContinuationProbe:
             rows = torch.randint(min(5, adapter.vocab_size - 1), adapter.vocab_size, (6, 12), generator=g).tolist()
             pad = 0
         cont = _greedy(model, rows, n_new, pad, tokenizer)
-        batch = PromptBatch.from_rows([r + c for r, c in zip(rows, cont)], pad_id=pad)
-        dev = model_device(model)
-        batch = batch.to(dev)
-        select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
-        for i, (r, c) in enumerate(zip(rows, cont)):
-            select[i, len(r) - 1:len(r) - 1 + len(c)] = True
-        first = torch.zeros_like(select)
+        base = KLProbe.of(model, adapter, AnswerBatch.of(rows, cont, pad=pad, device=model_device(model)), cached=True)
+        first = torch.zeros_like(base.select)
         first[:, 0] = True
-        cache = model_probe(model, adapter, 0, batch)
-        probe = cls(model=model, adapter=adapter, cache=cache, batch=batch, select=select, first=first,
-                    base_logprobs=torch.empty(0), texts=texts, rows=rows, continuations=cont)
-        probe.base_logprobs = probe.logprobs(0)
-        return probe
-
-    @torch.no_grad()
-    def logprobs(self, start: int = 0) -> torch.Tensor:
-        """log p at the continuation positions, the model as it is now, blocks ``start``… re-run."""
-        h = dataclasses.replace(self.cache, calls=self.cache.calls[start:]).final_states()
-        head = self.model.get_output_embeddings()
-        return torch.log_softmax(head(h[self.select.to(h.device)]).to(torch.float64), -1).cpu()
-
-    def kl(self, logprobs: torch.Tensor) -> float:
-        """Mean over the continuation tokens of KL(p_base ‖ p), nats."""
-        return float(kl_per_token(self.base_logprobs, logprobs).mean())
+        return cls(base.answers, base.base_logprobs, base.cache, first=first, texts=texts, rows=rows,
+                   continuations=cont)
 
     @staticmethod
     def mass(logprobs: torch.Tensor, token_ids: Sequence[int]) -> float:
@@ -102,30 +77,15 @@ class ContinuationProbe:
     @torch.no_grad()
     def residual_scale(self, layer: int) -> float:
         """Median norm of the residual state after ``layer`` at real, non-first tokens (base model)."""
-        calls = self.cache.calls
-        if layer + 1 < len(calls):  # the next block's input
-            _, args, kwargs = calls[layer + 1]
-            states = args[0] if args else kwargs["hidden_states"]
-        else:
-            name, args, kwargs = calls[layer]
-            out = self.model.base_model.get_submodule(name)(*args, **kwargs)
-            states = out[0] if isinstance(out, (tuple, list)) else out
+        states = self.cache.block_output(layer)
         keep = (self.batch.attention_mask.bool() & ~self.first).to(states.device)
         return float(states.to(torch.float64)[keep].norm(dim=-1).median())
 
-    @torch.no_grad()
     def writer_inputs(self, layer: int, module: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(z, first): the inputs of ``module`` in block ``layer`` at the real tokens (base model)."""
-        base = self.model.base_model
-        seen = []
-        handle = base.get_submodule(module).register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
-        try:
-            name, args, kwargs = self.cache.calls[layer]
-            base.get_submodule(name)(*args, **kwargs)
-        finally:
-            handle.remove()
+        z = self.cache.module_input(layer, module)
         mask = self.batch.attention_mask.bool()
-        return seen[0].to(torch.float64)[mask.to(seen[0].device)].cpu(), self.first[mask].cpu()
+        return z.to(torch.float64)[mask.to(z.device)].cpu(), self.first[mask].cpu()
 
 
 def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: Any) -> list[list[int]]:
@@ -136,49 +96,13 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
     with torch.no_grad():
         for _ in range(n_new):
             batch = PromptBatch.from_rows(out, pad_id=pad, left=True)
-            dev = model_device(model)
-            kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-            logits = model(**batch.to(dev).inputs(), **kw).logits[:, -1]
+            logits = model(**batch.to(model_device(model)).inputs(), **no_cache(model)).logits[:, -1]
             for r, t in zip(out, logits.argmax(-1).tolist()):
                 r.append(int(t))
     return [o[len(r):] for o, r in zip(out, rows)]
 
 
 # ---- directions ----------------------------------------------------------------------------------
-class _Enough(Exception):
-    """Raised by a hook once the last block needed has run (the rest of the forward is skipped)."""
-
-
-@torch.no_grad()
-def block_outputs(model: Any, adapter: Any, batch: PromptBatch, last: int) -> list[torch.Tensor]:
-    """The outputs of execution layers 0…``last`` on ``batch`` (one forward pass, stopped after ``last``)."""
-    if adapter.shares_weights:
-        raise bad_argument("layer", last, "a model whose blocks each run once (shared weights: ALBERT)")
-    base = model.base_model
-    seq = adapter.layer_sequence()
-    outs: list[torch.Tensor] = []
-
-    def keep(m, a, o):
-        outs.append((o[0] if isinstance(o, (tuple, list)) else o).detach())
-        if len(outs) > last:
-            raise _Enough
-
-    if not 0 <= last < len(seq):  # checked before any hook is placed
-        raise bad_argument("layer", last, f"an execution layer in [0, {len(seq) - 1}] (the model has {len(seq)})")
-    handles = []
-    kw = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
-    try:  # the hooks are placed inside the try: one that fails to place leaves none behind
-        for k in range(last + 1):
-            handles.append(base.get_submodule(adapter.layer_block(seq[k])).register_forward_hook(keep))
-        base(**batch.inputs(), **kw)
-    except _Enough:
-        pass
-    finally:
-        for h in handles:
-            h.remove()
-    return outs
-
-
 def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
     """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
     ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
@@ -203,9 +127,10 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
         raise bad_argument(name, f"{len(word.split())} words", f"a phrase that fits the model's {limit} positions "
                            f"inside its carrier sentences (they tokenize to {batch.input_ids.shape[1]})",
                            "Shorten it to a few words: the direction is read at its last token.")
-    dev = model_device(model)
-    batch = batch.to(dev)
-    calls = block_outputs(model, adapter, batch, max(layers))
+    if adapter.shares_weights:
+        raise bad_argument("layer", max(layers), "a model whose blocks each run once (shared weights: ALBERT)")
+    batch = batch.to(model_device(model))
+    calls = capture(model, adapter, batch, outputs=layers).outputs
     mask = batch.attention_mask.to(torch.float64).cpu()
     last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
     is_word = torch.tensor([i % (1 + len(others)) == 0 for i in range(len(texts))])

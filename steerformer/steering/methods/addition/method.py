@@ -36,7 +36,7 @@ from ...measure import HeldOut, head_kind
 from ...sources import DirectionSource, resolve_direction
 from ..registry import Method, register_method
 from .config import AdditionConfig
-from .weights import addition_edits, output_writer
+from .weights import addition_edits
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class KLPlanner:
             for e in trial:
                 e.apply(self.model, check=False)
             try:
-                lp = self.probe.logprobs(min(group))
+                lp = self.probe.rerun(min(group))
             finally:
                 for e in reversed(trial):
                     e.remove(self.model, check=False)
@@ -118,7 +118,7 @@ def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | Non
     phrase = token if token is not None else text
     if not fixed and phrase is None:  # a raw direction has no concept tokens to scan by: one default layer
         candidates = [candidates[len(candidates) // 2]]
-    writers = {k: output_writer(adapter, k, source.model_id) for k in candidates}  # refuses before any work
+    writers = {k: adapter.last_writer(k, source.model_id) for k in candidates}  # refuses before any work
     for k in candidates:
         check_layer_materialized(model, adapter, k, adapter.layer_sequence()[k])
     if phrase is not None and (call.direction is not None or call.eigvec is not None or (token and text)):

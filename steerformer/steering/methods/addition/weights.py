@@ -20,57 +20,25 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 
 from ....configs import check_positions
-from ....errors import InvalidArgumentError, bad_argument
+from ....errors import bad_argument
 from ....loading import open_source
 from ....prompts import PromptBatch
 from ...activation import check_coeff, edits_applied, layer_vectors
 from ...common import model_object
 from ...edit import Edit
-from ...measure import encode, model_device, run_hooked
+from ...measure import encode
+from ...probe import capture, model_device
 
 
-def output_writer(adapter: Any, layer: int, model_id: str) -> Any:
-    """The writer whose output is the last write into the residual stream after ``layer``: the MLP's
-    output projection of a pre-norm block, with no norm of its own after it."""
-    slot = adapter.layer_sequence()[layer]
-    mlp = [w for w in adapter.block_writers(slot) if w.kind == "mlp"]
-    why = None
-    if adapter.residual == "post":
-        why = "its blocks normalize after the residual addition (post-LN)"
-    elif adapter.shares_weights:
-        why = "it runs one block at several layers (shared weights)"
-    elif not mlp:
-        why = "it declares no MLP output writer"
-    elif mlp[0].norm is not None:
-        why = f"its MLP output goes through a norm ({mlp[0].norm}) before the residual"
-    elif mlp[0].layout not in ("out_in", "in_out"):
-        why = f"its MLP output is a {mlp[0].layout} weight"
-    if why is not None:
-        raise InvalidArgumentError(f"{model_id}: an addition after layer {layer} has no weight-space equal because "
-                                   f"{why}. Use activation_steering (a run-time hook) instead.")
-    return mlp[0]
-
-
-@torch.no_grad()
 def writer_inputs(model: Any, adapter: Any, layers: Sequence[int], batch: Any) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """{layer: (z, first)}: the inputs of each layer's output writer at the real tokens of ``batch``
     (float64, CPU) and whether each is a sequence's first real token (one forward pass)."""
-    base = model.base_model
-    seq = adapter.layer_sequence()
-    seen: dict[int, torch.Tensor] = {}
-    handles = []
-    for k in layers:
-        w = output_writer(adapter, k, "the model")
-        handles.append(base.get_submodule(w.module).register_forward_pre_hook(
-            lambda m, a, k=k: seen.__setitem__(k, a[0].detach())))
-    calls: list = []
-    names = sorted({adapter.layer_block(s) for s in set(seq)})
-    handles += [base.get_submodule(n).register_forward_hook(lambda m, a, o: calls.append(None)) for n in names]
-    run_hooked(model, batch, handles, expected_calls=len(seq), calls=calls)
+    paths = {k: adapter.last_writer(k, "the model").module for k in layers}
+    seen = capture(model, adapter, batch, modules={k: [p] for k, p in paths.items()}).modules
     mask = batch.attention_mask.bool().cpu()
     first = torch.zeros_like(mask)
     first[torch.arange(mask.shape[0]), mask.long().argmax(1)] = True
-    return {k: (seen[k].cpu().to(torch.float64)[mask], first[mask]) for k in layers}
+    return {k: (seen[(k, p)].cpu().to(torch.float64)[mask], first[mask]) for k, p in paths.items()}
 
 
 def fit_constant_row(z: torch.Tensor, first: torch.Tensor, *, positions: str = "skip-first", ridge: float = 0.1,
@@ -109,7 +77,7 @@ def addition_edits(model: Any, vectors: Mapping[int, torch.Tensor], coeff: float
     coeff = check_coeff(coeff)
     base = model.base_model
     seq = adapter.layer_sequence()
-    writers = {k: output_writer(adapter, k, source.model_id) for k in vectors}
+    writers = {k: adapter.last_writer(k, source.model_id) for k in vectors}
     need_fit = [k for k, w in writers.items() if not (exact_bias and w.bias and positions == "all")]
     if need_fit and inputs is None:
         batch = prompts.to(model_device(model)) if isinstance(prompts, PromptBatch) else \
@@ -156,4 +124,4 @@ def addition_as_weights(model: Any, vector: Any, layers: Sequence[int] | int | N
         yield applied
 
 
-__all__ = ["addition_as_weights", "addition_edits", "fit_constant_row", "output_writer", "writer_inputs"]
+__all__ = ["addition_as_weights", "addition_edits", "fit_constant_row", "writer_inputs"]

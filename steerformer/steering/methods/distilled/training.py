@@ -1,6 +1,7 @@
 """Training the distilled edit: ΔW = U A (U: out × k, A: k × in) of the writer of each edited layer,
-added to the writer's output as a LoRA forward (a hook adding (z Aᵀ) Uᵀ, z the writer's input), so
-that the model *without* the instruction reproduces the instructed teacher on the teacher's answers.
+the writer's weight replaced by W + U A in the probe room's re-run (``probe.BlockCache.states`` with
+``params``: differentiable in U and A, the model itself untouched), so that the model *without* the
+instruction reproduces the instructed teacher on the teacher's answers.
 
 Per step, on one batch of examples (the student sees the question alone, then the teacher's answer):
 
@@ -10,9 +11,8 @@ Per step, on one batch of examples (the student sees the question alone, then th
   the same answer positions (the state after layer ℓ);
 * plus ``kl_weight`` × KL(p_base ‖ p_student) over the base model's own answers (neutral text).
 
-Gradients flow only from the first edited layer on: the blocks below run once per batch
-(``capture.block_inputs``). Every hook is placed inside ``try`` and removed in ``finally``, and the
-model's parameters get their ``requires_grad`` back on every exit.
+Gradients flow only from the first edited layer on: the blocks below run once per batch (the probe
+room's cached block inputs). The model's parameters get their ``requires_grad`` back on every exit.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from ....configs import progress_bar
 from ....errors import bad_argument
 from ...edit import Edit
-from .capture import BlockCalls, cached, rerun
+from ...probe import AnswerBatch, BlockCache, kl_per_token
 from .teacher import Example
 
 #: at most this many later layers carry the ``states`` objective (evenly spaced, the last included)
@@ -35,15 +35,13 @@ STATE_LAYERS = 4
 
 
 def edit_writers(adapter: Any, layers: Sequence[int], writer: str, model_id: str) -> dict[int, Any]:
-    """{layer: Writer}: the MLP's output projection (``output_writer``: refused with one line on a
+    """{layer: Writer}: the MLP's output projection (``Adapter.last_writer``: refused with one line on a
     post-LN or weight-sharing model) or the attention's output, of each layer."""
-    from ..addition.weights import output_writer
-
     seq = adapter.layer_sequence()
     out = {}
     for k in layers:
         if writer == "mlp":
-            out[k] = output_writer(adapter, k, model_id)
+            out[k] = adapter.last_writer(k, model_id)
         else:
             att = [w for w in adapter.block_writers(seq[k]) if w.kind == "attention"]
             if not att or att[0].norm is not None:
@@ -63,32 +61,37 @@ def state_layers(layers: Sequence[int], n_layers: int) -> list[int]:
     return sorted({span[round(i * step)] for i in range(STATE_LAYERS)})
 
 
-class LoRAHooks:
-    """``with LoRAHooks(model, writers, U, A):`` adds ``scale`` · (z Aᵀ) Uᵀ to each edited writer's
-    output (the LoRA forward); the hooks are removed on exit, also when placing one fails."""
+@dataclasses.dataclass
+class Answers:
+    """One batch of prompt + answer rows, the blocks' inputs cached from the first edited layer."""
 
-    def __init__(self, model: Any, writers: Mapping[int, Any], U: Mapping[int, torch.Tensor],
-                 A: Mapping[int, torch.Tensor], scale: float = 1.0) -> None:
-        self.model, self.writers, self.U, self.A, self.scale = model, dict(writers), dict(U), dict(A), scale
-        self.handles: list = []
+    cache: BlockCache
+    rows: AnswerBatch
 
-    def __enter__(self) -> "LoRAHooks":
-        base = self.model.base_model
-        try:
-            for k, w in self.writers.items():
-                def hook(m, args, out, k=k):
-                    add = (args[0].to(self.A[k].dtype) @ self.A[k].T) @ self.U[k].T
-                    return out + self.scale * add.to(out.dtype)
-                self.handles.append(base.get_submodule(w.module).register_forward_hook(hook))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+    @classmethod
+    def of(cls, model: Any, adapter: Any, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]],
+           start: int, pad: int, device: Any) -> "Answers":
+        rows = AnswerBatch.of(prompts, answers, pad=pad, device=device)
+        return cls(BlockCache.of(model, adapter, rows.batch, start), rows)
 
-    def __exit__(self, *exc: Any) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
+    def run(self, keep: Sequence[int] = (), params: Mapping[str, torch.Tensor] | None = None
+            ) -> tuple[torch.Tensor, dict]:
+        """(log p at the answer positions (N, vocab) float32, {layer: the state after it there} for
+        ``keep``): the cached blocks re-run with ``params`` in place of the model's."""
+        h, kept = self.cache.states(params=params, keep=keep)
+        select = self.rows.select
+        return self.cache.head_logprobs(h, select, torch.float32), {k: v[select] for k, v in kept.items()}
+
+
+def lora_params(model: Any, writers: Mapping[int, Any], U: Mapping[int, torch.Tensor],
+                A: Mapping[int, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{stored weight: W + U A} of each edited writer (in its stored layout): the LoRA forward as weights."""
+    base = model.base_model
+    out = {}
+    for k, w in writers.items():
+        delta = U[k] @ A[k]
+        out[w.weight] = base.get_parameter(w.weight) + (delta.T if w.transposed else delta)
+    return out
 
 
 @dataclasses.dataclass
@@ -96,30 +99,26 @@ class TrainBatch:
     """One fixed batch: the student's rows cached from the first edited layer, the teacher's targets
     at the same answer positions, and the neutral rows with the base model's distributions."""
 
-    student: BlockCalls
+    student: Answers
     teacher_logprobs: torch.Tensor  # (N, vocab)
     teacher_states: dict  # {layer: (N, d)}
-    neutral: BlockCalls | None = None
+    neutral: Answers | None = None
     base_logprobs: torch.Tensor | None = None
 
 
 @torch.no_grad()
 def make_batch(model: Any, adapter: Any, examples: Sequence[Example], start: int, keep: Sequence[int], pad: int,
                device: Any, neutral: bool) -> TrainBatch:
-    teacher = cached(model, adapter, [e.teacher for e in examples], [e.answer for e in examples], start, pad, device)
-    t_lp, t_states = rerun(model, adapter, teacher, keep)
-    student = cached(model, adapter, [e.student for e in examples], [e.answer for e in examples], start, pad, device)
+    answers = [e.answer for e in examples]
+    t_lp, t_states = Answers.of(model, adapter, [e.teacher for e in examples], answers, start, pad, device).run(keep)
+    student = Answers.of(model, adapter, [e.student for e in examples], answers, start, pad, device)
     out = TrainBatch(student=student, teacher_logprobs=t_lp, teacher_states=t_states)
     rows = [e for e in examples if e.neutral]
     if neutral and rows:
-        out.neutral = cached(model, adapter, [e.student for e in rows], [e.neutral for e in rows], start, pad, device)
-        out.base_logprobs, _ = rerun(model, adapter, out.neutral)
+        out.neutral = Answers.of(model, adapter, [e.student for e in rows], [e.neutral for e in rows], start, pad,
+                                 device)
+        out.base_logprobs, _ = out.neutral.run()
     return out
-
-
-def kl_mean(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
-    """Mean over rows of KL(p ‖ q) from log-probabilities."""
-    return (p_log.exp() * (p_log - q_log)).sum(-1).mean()
 
 
 def train_edit(model: Any, adapter: Any, examples: Sequence[Example], *, layers: Sequence[int], writers: Mapping[int, Any],
@@ -156,30 +155,30 @@ def train_edit(model: Any, adapter: Any, examples: Sequence[Example], *, layers:
         t_cache = time.perf_counter() - t0
         opt = torch.optim.Adam([*U.values(), *A.values()], lr=lr)
         bar = progress_bar(progress, "distilled: training the edit", total=steps)
-        with LoRAHooks(model, writers, U, A):
-            for step in range(steps):
-                b = batches[step % len(batches)]
-                lp, states = rerun(model, adapter, b.student, keep)
-                parts: dict[str, torch.Tensor] = {}
-                if "kl" in objective.split("+"):
-                    parts["kl"] = kl_mean(b.teacher_logprobs, lp)
-                if "states" in objective:
-                    parts["states"] = sum(((states[k] - t).pow(2).sum(-1).mean() / t.pow(2).sum(-1).mean())
-                                          for k, t in b.teacher_states.items()) / max(len(keep), 1)
-                if b.neutral is not None:
-                    lp_n, _ = rerun(model, adapter, b.neutral)
-                    parts["neutral_kl"] = kl_mean(b.base_logprobs, lp_n)
-                loss = sum(kl_weight * v if n == "neutral_kl" else v for n, v in parts.items())
-                if not torch.isfinite(loss):
-                    raise bad_argument("lr", lr, "a learning rate at which training stays finite (the loss became "
-                                       f"{float(loss)} at step {step})", "Lower lr.")
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                rec = {"step": step, "loss": float(loss.detach()), **{n: float(v.detach()) for n, v in parts.items()}}
-                history.append(rec)
-                bar.set_postfix({n: f"{v:.3f}" for n, v in rec.items() if n != "step"})
-                bar.update(1)
+        for step in range(steps):
+            b = batches[step % len(batches)]
+            params = lora_params(model, writers, U, A)
+            lp, states = b.student.run(keep, params)
+            parts: dict[str, torch.Tensor] = {}
+            if "kl" in objective.split("+"):
+                parts["kl"] = kl_per_token(b.teacher_logprobs, lp).mean()
+            if "states" in objective:
+                parts["states"] = sum(((states[k] - t).pow(2).sum(-1).mean() / t.pow(2).sum(-1).mean())
+                                      for k, t in b.teacher_states.items()) / max(len(keep), 1)
+            if b.neutral is not None:
+                lp_n, _ = b.neutral.run((), params)
+                parts["neutral_kl"] = kl_per_token(b.base_logprobs, lp_n).mean()
+            loss = sum(kl_weight * v if n == "neutral_kl" else v for n, v in parts.items())
+            if not torch.isfinite(loss):
+                raise bad_argument("lr", lr, "a learning rate at which training stays finite (the loss became "
+                                   f"{float(loss)} at step {step})", "Lower lr.")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            rec = {"step": step, "loss": float(loss.detach()), **{n: float(v.detach()) for n, v in parts.items()}}
+            history.append(rec)
+            bar.set_postfix({n: f"{v:.3f}" for n, v in rec.items() if n != "step"})
+            bar.update(1)
         bar.close()
     finally:
         for p in frozen:
@@ -223,5 +222,5 @@ def scaled(edits: Sequence[Edit], gain: float) -> list[Edit]:
     return [Edit.from_dict({**e.to_dict(), "gain": e.gain * float(gain)}) for e in edits]
 
 
-__all__ = ["LoRAHooks", "STATE_LAYERS", "TrainBatch", "as_edits", "edit_writers", "kl_mean", "make_batch", "scaled",
+__all__ = ["Answers", "STATE_LAYERS", "TrainBatch", "as_edits", "edit_writers", "lora_params", "make_batch", "scaled",
            "state_layers", "train_edit"]

@@ -1,0 +1,304 @@
+"""The one room that runs the model for steering: every method, the calibration and the evaluation
+read the model's states and distributions through these functions, and no other steering module
+places a hook on the model to read it (``activation.py`` adds vectors at run time: that is the
+product, not a reading).
+
+* :func:`capture` — one forward pass of the base model (no gradients, no KV cache) recording, per
+  execution layer, what a caller asks for: a block's inputs (its positional and keyword arguments,
+  for a re-run), a block's output (the residual state after it), the first input of a module inside
+  it (a residual writer, an attention module); the forward stops right after the last thing asked
+  for. Blocks that run at several layers (ALBERT) are counted in call order.
+* :class:`BlockCache` — the inputs of the blocks from one layer on, captured once; :meth:`BlockCache.states`
+  re-runs them as the model is now (or with some parameters replaced, differentiably), then the
+  final norm: an edit at layer ℓ leaves every block below ℓ unchanged, so a trial re-runs blocks
+  ℓ… only.
+* :class:`AnswerBatch` — prompts followed by answers, right-padded, and the selection mask: the
+  positions whose next-token distribution predicts an answer token.
+* :class:`KLProbe` — an answer batch with the base model's log-probabilities at its selected
+  positions: the mean per-token KL(p_base ‖ p) of the model as it is now, from a full forward pass
+  (any edit counts: a hook, a weight, the embedding) or re-run from a cached layer.
+* :func:`kl_per_token` — the one KL formula of steering.
+
+Hooks are placed inside ``try`` and removed in ``finally``: whatever a forward raises, none is left
+on the user's model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+
+from ..errors import bad_argument
+from ..prompts import PromptBatch
+
+
+def model_device(model: Any) -> torch.device | None:
+    """Where the model's inputs go: the device of its first materialized parameter (None: CPU)."""
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return None
+
+
+def kl_per_token(base: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """KL(p_base ‖ p) in nats at each position, from log-probabilities (..., vocab) — the one KL of
+    steering (the held-out price, the calibration probe, the evaluation, a method's training)."""
+    return (base.exp() * (base - logp)).sum(-1)
+
+
+def no_cache(model: Any) -> dict:
+    """The keyword that turns the KV cache off, for a model whose config has one."""
+    return {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+
+
+# ---- capture -------------------------------------------------------------------------------------
+class _Stop(Exception):
+    """Raised by a hook once everything asked for is recorded (the rest of the forward is skipped)."""
+
+
+@dataclasses.dataclass
+class Capture:
+    """What :func:`capture` recorded: ``inputs[k]`` = (block path, args, kwargs) of execution layer k,
+    ``outputs[k]`` = the hidden state after it, ``modules[(k, path)]`` = the first input of module
+    ``path`` while layer k ran (all detached, on the model's device)."""
+
+    inputs: dict
+    outputs: dict
+    modules: dict
+
+    def cache(self, model: Any, adapter: Any, start: int, batch: PromptBatch) -> "BlockCache":
+        """The :class:`BlockCache` of layers ``start``… (their inputs must have been captured)."""
+        n = len(adapter.layer_sequence())
+        return BlockCache(model, adapter, [self.inputs[k] for k in range(start, n)], start, batch)
+
+
+@torch.no_grad()
+def capture(model: Any, adapter: Any, batch: PromptBatch, *, inputs: Iterable[int] = (),
+            outputs: Iterable[int] = (), modules: Mapping[int, Sequence[str]] | None = None) -> Capture:
+    """One forward pass of ``model``'s base model on ``batch`` recording the block inputs of the
+    execution layers ``inputs``, the block outputs of ``outputs`` and, per layer of ``modules``, the
+    first input of each module path given (relative to the base model); stopped once all is recorded.
+    Layers are checked before any hook is placed."""
+    seq = adapter.layer_sequence()
+    want_in, want_out = set(inputs), set(outputs)
+    want_mod = {(k, p) for k, paths in (modules or {}).items() for p in paths}
+    asked = want_in | want_out | {k for k, _ in want_mod}
+    bad = sorted(k for k in asked if not (isinstance(k, int) and 0 <= k < len(seq)))
+    if bad:
+        raise bad_argument("layers", bad[0], f"execution layers in [0, {len(seq) - 1}] (the model has {len(seq)})")
+    base = model.base_model
+    names = sorted({adapter.layer_block(s) for s in set(seq)})
+    blocks = {n: base.get_submodule(n) for n in names}  # resolved before any hook: a bad path places none
+    paths = sorted({p for _, p in want_mod})
+    inner = {p: base.get_submodule(p) for p in paths}
+    got = Capture({}, {}, {})
+    layer = [-1]  # the execution layer running now (blocks run in execution order)
+    total = len(want_in) + len(want_out) + len(want_mod)
+
+    def done() -> None:
+        if len(got.inputs) + len(got.outputs) + len(got.modules) == total:
+            raise _Stop
+
+    def before(name: str):
+        def hook(m, args, kwargs):
+            layer[0] += 1
+            if layer[0] in want_in:
+                got.inputs[layer[0]] = (name, args, dict(kwargs))
+                done()
+        return hook
+
+    def after(m, args, out):
+        if layer[0] in want_out:
+            got.outputs[layer[0]] = (out[0] if isinstance(out, (tuple, list)) else out).detach()
+            done()
+
+    def reading(path: str):
+        def hook(m, args, kwargs):
+            if (layer[0], path) in want_mod:
+                got.modules[(layer[0], path)] = (args[0] if args else kwargs["hidden_states"]).detach()
+                done()
+        return hook
+
+    handles = []
+    try:
+        for n, block in blocks.items():
+            handles.append(block.register_forward_pre_hook(before(n), with_kwargs=True))
+            handles.append(block.register_forward_hook(after))
+        for p, m in inner.items():
+            handles.append(m.register_forward_pre_hook(reading(p), with_kwargs=True))
+        base(**batch.to(model_device(model)).inputs(), **no_cache(model))
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    if len(got.inputs) + len(got.outputs) + len(got.modules) < total:
+        raise RuntimeError(f"expected {max(asked) + 1} block calls, saw {layer[0] + 1}: adapter.layer_block is "
+                           f"wrong for {type(model).__name__}")
+    return got
+
+
+# ---- re-runs from cached block inputs ---------------------------------------------------------------
+def _with_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (h, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": h}
+
+
+@dataclasses.dataclass
+class BlockCache:
+    """The inputs (path, args, kwargs) of execution layers ``start``… on one ``batch``, captured once."""
+
+    model: Any
+    adapter: Any
+    calls: list
+    start: int
+    batch: PromptBatch
+
+    @classmethod
+    def of(cls, model: Any, adapter: Any, batch: PromptBatch, start: int = 0) -> "BlockCache":
+        """The cache of layers ``start``… of ``batch`` (one forward pass, stopped at the last block)."""
+        n = len(adapter.layer_sequence())
+        return capture(model, adapter, batch, inputs=range(start, n)).cache(model, adapter, start, batch)
+
+    def states(self, start: int | None = None, params: Mapping[str, torch.Tensor] | None = None,
+               keep: Iterable[int] = ()) -> tuple[torch.Tensor, dict]:
+        """(the final hidden states after the final norm, {layer: the state after it} for ``keep``):
+        blocks ``start``… (default: the cache's first) re-run as the model is now; ``params`` replaces
+        parameters of the blocks (paths relative to the base model) without touching the model,
+        differentiably (``torch.func.functional_call``)."""
+        start = self.start if start is None else start
+        base = self.model.base_model
+        keep = set(keep)
+        h, kept = None, {}
+        for k, (name, args, kwargs) in enumerate(self.calls[start - self.start:], start=start):
+            if h is not None:
+                args, kwargs = _with_hidden(args, kwargs, h)
+            block = base.get_submodule(name)
+            if params:
+                local = {p[len(name) + 1:]: v for p, v in params.items() if p.startswith(name + ".")}
+                out = torch.func.functional_call(block, local, args, kwargs)
+            else:
+                out = block(*args, **kwargs)
+            h = out[0] if isinstance(out, (tuple, list)) else out
+            if k in keep:
+                kept[k] = h
+        norm = self.adapter.final_norm(base)
+        return (norm(h) if norm is not None else h), kept
+
+    def logprobs(self, select: torch.Tensor, start: int | None = None, params: Mapping[str, torch.Tensor] | None = None,
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """log p at the ``select``ed positions (N, vocab), the model as it is now, blocks ``start``… re-run."""
+        return self.head_logprobs(self.states(start, params)[0], select, dtype)
+
+    def head_logprobs(self, h: torch.Tensor, select: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """log p of the model's output head on the final states ``h`` at the ``select``ed positions."""
+        head = self.model.get_output_embeddings()
+        return torch.log_softmax(head(h[select.to(h.device)]).to(dtype), -1)
+
+    @torch.no_grad()
+    def module_input(self, layer: int, path: str) -> torch.Tensor:
+        """The first input of module ``path`` while block ``layer`` re-runs from its cached inputs."""
+        name, args, kwargs = self.calls[layer - self.start]
+        base = self.model.base_model
+        seen: list = []
+        module = base.get_submodule(path)
+        handle = None
+        try:
+            handle = module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
+            base.get_submodule(name)(*args, **kwargs)
+        finally:
+            if handle is not None:
+                handle.remove()
+        return seen[0]
+
+    def block_output(self, layer: int) -> torch.Tensor:
+        """The state after execution layer ``layer``: the next block's cached input, else the block re-run."""
+        if layer + 1 - self.start < len(self.calls):
+            _, args, kwargs = self.calls[layer + 1 - self.start]
+            return args[0] if args else kwargs["hidden_states"]
+        name, args, kwargs = self.calls[layer - self.start]
+        out = self.model.base_model.get_submodule(name)(*args, **kwargs)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+# ---- answers after prompts ---------------------------------------------------------------------------
+@dataclasses.dataclass
+class AnswerBatch:
+    """Prompt + answer rows right-padded, and ``select`` (B, n): the positions whose next-token
+    distribution predicts an answer token (the last prompt token … the answer's second-to-last);
+    ``row`` (N,): the row of each selected position, in the order ``tensor[select]`` gives them."""
+
+    batch: PromptBatch
+    select: torch.Tensor
+    row: torch.Tensor
+    lengths: list
+
+    @classmethod
+    def of(cls, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], *, pad: int = 0,
+           device: Any = None) -> "AnswerBatch":
+        batch = PromptBatch.from_rows([list(p) + list(a) for p, a in zip(prompts, answers)], pad_id=pad).to(device)
+        select = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
+        row = []
+        for i, (p, a) in enumerate(zip(prompts, answers)):
+            select[i, len(p) - 1:len(p) - 1 + len(a)] = True
+            row += [i] * len(a)
+        return cls(batch, select, torch.tensor(row, dtype=torch.long, device=device), [len(a) for a in answers])
+
+    @torch.no_grad()
+    def logprobs(self, model: Any) -> torch.Tensor:
+        """log p at the selected positions (N, vocab) float64 on the CPU: one full forward pass."""
+        logits = model(**self.batch.inputs(), **no_cache(model)).logits
+        return torch.log_softmax(logits[self.select.to(logits.device)].to(torch.float64), -1).cpu()
+
+    def per_answer(self, logprobs: torch.Tensor) -> list[torch.Tensor]:
+        """``logprobs`` of the selected positions split into one (len(answer), vocab) tensor per answer."""
+        return list(torch.split(logprobs, self.lengths))
+
+
+@dataclasses.dataclass
+class KLProbe:
+    """An :class:`AnswerBatch` with the base model's log-probabilities at its selected positions
+    (float64, CPU) and, for re-runs from a layer, the blocks' inputs (``cache``)."""
+
+    answers: AnswerBatch
+    base_logprobs: torch.Tensor
+    cache: BlockCache | None = None
+    texts: list[str] | None = None  # the prompts' texts (None: token ids only)
+    kind: str = ""  # what the KL is taken on, in words (for the record)
+
+    @classmethod
+    def of(cls, model: Any, adapter: Any, answers: AnswerBatch, *, cached: bool = False) -> "KLProbe":
+        """The base model measured now; ``cached``: every block's inputs kept, and the base
+        log-probabilities re-run from them (what every later re-run is compared with)."""
+        if not cached:
+            return cls(answers, answers.logprobs(model))
+        probe = cls(answers, torch.empty(0), BlockCache.of(model, adapter, answers.batch, 0))
+        probe.base_logprobs = probe.rerun(0)
+        return probe
+
+    @property
+    def select(self) -> torch.Tensor:
+        return self.answers.select
+
+    @property
+    def batch(self) -> PromptBatch:
+        return self.answers.batch
+
+    @torch.no_grad()
+    def rerun(self, start: int) -> torch.Tensor:
+        """log p at the selected positions, the model as it is now, blocks ``start``… re-run from the cache."""
+        return self.cache.logprobs(self.select, start).cpu()
+
+    def kl(self, logprobs: torch.Tensor) -> float:
+        """Mean over the selected tokens of KL(p_base ‖ p), nats."""
+        return float(kl_per_token(self.base_logprobs, logprobs).mean())
+
+    def kl_of(self, model: Any) -> float:
+        """The mean KL of ``model`` as it is now, from one full forward pass (any edit counts)."""
+        return self.kl(self.answers.logprobs(model))
+
+
+__all__ = ["AnswerBatch", "BlockCache", "Capture", "KLProbe", "capture", "kl_per_token", "model_device", "no_cache"]
