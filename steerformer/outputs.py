@@ -21,6 +21,10 @@ the same kind (:class:`OutputFile` says how to recognize one) — and, for ``ste
 
 A write that fails (disk full, permission, I/O error — also from safetensors' Rust writer) is one
 error naming the output and what was left (:func:`write_failed`): nothing, for the atomic writes.
+Every writer's failure is judged by what it left, not only by its words: a temporary that has grown
+to the process's file-size limit (:func:`past_size_limit`) was cut there, whatever the writer said
+(numpy's "4096 requested and 1888 written", torch.save's "unexpected pos 768 vs 662"), and a write
+that failed with its file system (nearly) full failed for want of room.
 """
 
 from __future__ import annotations
@@ -373,6 +377,7 @@ def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Pa
         try:
             fill(tmp)
         except Exception as exc:  # a full disk, also from safetensors' writer: one line, nothing left
+            exc = in_plain_words(exc, tmp)
             if is_write_failure(exc, tmp):
                 raise write_failed(name, directory, exc, "Nothing was written (its temporary folder is removed).") \
                     from None
@@ -416,8 +421,9 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], objec
         apply_umask(tmp, directory=False)
         os.replace(tmp, path)
     except Exception as exc:
-        if not _disk_full(exc) and _filesystem_full(path.parent):  # e.g. torch.save's "unexpected pos"
-            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from exc
+        plain = in_plain_words(exc, tmp)  # judged before the temporary is removed
+        if plain is not exc:
+            raise plain from exc
         raise
     finally:
         if tmp.exists():
@@ -579,6 +585,40 @@ def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], 
 FULL_BELOW = 1 << 20
 
 
+def past_size_limit(written: Path) -> bool:
+    """Whether ``written`` (a file, or any file in a folder) has grown to the process's file-size
+    limit (``ulimit -f``): the kernel writes up to the limit and then refuses, so a file cut by it is
+    exactly that long — whatever its writer said, or if it said nothing at all."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows has no such limit
+        return False
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return False
+    try:
+        if written.is_symlink() or not written.exists():
+            return False
+        files = [written] if written.is_file() else (p for p in written.rglob("*") if p.is_file() and not p.is_symlink())
+        return any(f.stat().st_size >= soft for f in files)
+    except OSError:
+        return False
+
+
+def in_plain_words(exc: BaseException, written: Path) -> BaseException:
+    """``exc`` of a writer that was writing ``written`` (its temporary file or folder), said as the
+    OSError it stands for when the writer used its own words: EFBIG when ``written`` reached the
+    file-size limit (:func:`past_size_limit`), ENOSPC when the file system is (nearly) full; else
+    ``exc`` itself."""
+    if _disk_full(exc) or _too_large(exc):
+        return exc
+    if past_size_limit(written):
+        return OSError(errno.EFBIG, "File too large", str(written))
+    if _filesystem_full(written.parent):  # e.g. torch.save's "unexpected pos"
+        return OSError(errno.ENOSPC, "No space left on device", str(written))
+    return exc
+
+
 def _filesystem_full(where: Path) -> bool:
     try:
         st = os.statvfs(where)
@@ -633,4 +673,5 @@ def safe_folder_name(name: str, default: str = "model") -> str:
 __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE", "COLLAPSE", "check_output_folder",
            "write_atomically", "write_file_atomically", "writer_lock", "clean_stale", "is_own_output", "safe_folder_name",
            "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
-           "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed"]
+           "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed",
+           "past_size_limit", "in_plain_words"]
