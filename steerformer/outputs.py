@@ -2,7 +2,9 @@
 
 Rules (checked before any model is loaded, and again just before writing):
 
-- an output folder is never the input checkpoint, never inside it and never contains it;
+- an output folder is never an input (the checkpoint, a direction folder, a prompts file...), never
+  inside one and never contains one — the inputs a writer is given and, while a command runs, every
+  file and folder named on its command line (:func:`command_inputs`), so no writer can miss one;
 - it is never the current directory or one of its ancestors;
 - a non-empty folder is replaced only when it is an earlier output of the same kind of command
   (see :data:`KINDS` for what marks each kind) — ``overwrite`` never deletes anything else;
@@ -30,6 +32,7 @@ that failed with its file system (nearly) full failed for want of room.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import logging
@@ -134,7 +137,7 @@ def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite:
     for inp in _existing(inputs):
         if _is_within(target, inp) or _is_within(inp, target):
             rel = "is" if target == inp else ("is inside" if _is_within(target, inp) else "contains")
-            what = "the input checkpoint" if inp.is_dir() else "an input file"
+            what = _input_word(inp).removesuffix(" of this command")
             raise bad_argument(name, shown, f"a folder apart from {what} (it {rel} {inp})",
                                f"Pass a folder outside {what}.")
     if target.is_dir() and any(target.iterdir()):
@@ -154,13 +157,40 @@ def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite:
     return target
 
 
+#: The files and folders the running command reads (:func:`command_inputs`).
+_COMMAND_INPUTS: contextvars.ContextVar[tuple] = contextvars.ContextVar("steerformer_command_inputs", default=())
+
+
+@contextlib.contextmanager
+def command_inputs(paths: Iterable[str | os.PathLike | None]) -> Iterator[None]:
+    """Inside the ``with``, every output check (:func:`check_output_folder`, :func:`check_output_file`,
+    so every writer) also keeps apart from ``paths``: what the running command reads (the CLI enters
+    it for each command with every path on its command line). Strings that are no existing path
+    (Hub ids, words) are ignored."""
+    token = _COMMAND_INPUTS.set((*_COMMAND_INPUTS.get(), *paths))
+    try:
+        yield
+    finally:
+        _COMMAND_INPUTS.reset(token)
+
+
 def _existing(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
-    """The paths that exist, resolved (a Hub id or a name that is no path is skipped)."""
+    """The paths that exist, resolved (a Hub id or a name that is no path is skipped), with the
+    running command's inputs (:func:`command_inputs`)."""
     out = []
-    for p in paths:
+    for p in (*paths, *_COMMAND_INPUTS.get()):
         if p is not None and str(p) != "" and Path(p).expanduser().exists():
-            out.append(_resolve(p))
+            r = _resolve(p)
+            if r not in out:
+                out.append(r)
     return out
+
+
+def _input_word(inp: Path) -> str:
+    """How an input is named in a refusal: a checkpoint, another folder, or a file."""
+    if not inp.is_dir():
+        return "an input file of this command"
+    return "the input checkpoint" if (inp / "config.json").exists() else "the input folder"
 
 
 def _check_writable(target: Path) -> None:
@@ -530,9 +560,9 @@ def _check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: 
         raise bad_argument(name, shown, "a file path (this is a folder)", f"Pass e.g. {Path(path) / 'record.json'}.")
     for inp in _existing(inputs):
         if _is_within(target, inp):
-            what = f"inside the input checkpoint {inp}" if inp.is_dir() else "an input file of this command"
+            what = f"inside {_input_word(inp)} {inp}" if inp.is_dir() else _input_word(inp)
             raise bad_argument(name, shown, f"a file apart from the inputs (it is {what})",
-                               "Write it outside the input checkpoint.")
+                               f"Write it outside {'the inputs' if not inp.is_dir() else _input_word(inp)}.")
     for out in outputs:
         if out is not None and _is_within(target, _resolve(out)):
             raise bad_argument(name, shown, f"a file outside the output folder {out} (that folder is written as a "
@@ -674,4 +704,4 @@ __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE",
            "write_atomically", "write_file_atomically", "writer_lock", "clean_stale", "is_own_output", "safe_folder_name",
            "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
            "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed",
-           "past_size_limit", "in_plain_words"]
+           "past_size_limit", "in_plain_words", "command_inputs"]
