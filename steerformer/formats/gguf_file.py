@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import FileFormatError, bad_argument
-from ..outputs import OutputFile, check_output_file
+from ..outputs import OutputFile, check_output_file, in_plain_words
 
 WRITTEN_BY = "steerformer.written_by"
 
@@ -59,8 +59,6 @@ def check_written(path: Path) -> None:
     import errno
 
     from gguf import GGUFReader
-
-    from ..outputs import in_plain_words
 
     try:
         reader = GGUFReader(path)
