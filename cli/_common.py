@@ -88,6 +88,7 @@ def _current_context():
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
     "steer": {"directory": "--out", "layers": "--layers"},
     "make": {"directory": "--out"},  # direction make: Direction.save(directory)
+    "evaluate": {"coeff": "--coeffs"},  # each value of --coeffs is an activation_steering coeff
 }
 
 
