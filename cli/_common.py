@@ -12,11 +12,41 @@ import typer
 from steerformer.errors import SteerformerError, bad_argument
 
 
+#: The parameters that name what a command writes, never one of its inputs (``report FOLDER``: the
+#: page goes into the folder it renders, by design).
+WRITTEN_PARAMS = ("out", "record_json", "folder")
+
+
+def command_input_paths() -> list:
+    """What the running command reads, from its own parameters: every positional argument (MODEL,
+    DIRECTION, a steered folder...) and every option whose value is a path (``--direction``,
+    ``--positive``, ``--source``...), except what it writes (:data:`WRITTEN_PARAMS`)."""
+    import os
+
+    ctx = _current_context()
+    if ctx is None:
+        return []
+    kinds = {p.name: getattr(p, "param_type_name", "") for p in ctx.command.params}
+    found = []
+    for name, value in ctx.params.items():
+        if name in WRITTEN_PARAMS or value is None:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, os.PathLike) or (kinds.get(name) == "argument" and isinstance(v, str)):
+                found.append(v)
+    return found
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Show a steerformer error as one line on stderr (no traceback) and exit with status 2."""
+    """Show a steerformer error as one line on stderr (no traceback) and exit with status 2. Inside,
+    every output check keeps apart from the command's inputs (:func:`command_input_paths`,
+    ``steerformer.outputs.command_inputs``): no output is ever written inside something it reads."""
+    from steerformer.outputs import command_inputs
+
     try:
-        yield
+        with command_inputs(command_input_paths()):
+            yield
     except SteerformerError as exc:
         typer.echo(f"error: {cli_message(exc)}", err=True)
         raise typer.Exit(code=2) from None
@@ -58,6 +88,7 @@ def _current_context():
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
     "steer": {"directory": "--out", "layers": "--layers"},
     "make": {"directory": "--out"},  # direction make: Direction.save(directory)
+    "evaluate": {"coeff": "--coeffs"},  # each value of --coeffs is an activation_steering coeff
 }
 
 

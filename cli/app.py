@@ -56,11 +56,82 @@ class _PlainHelp:
         return _tidy_params(super().get_params(ctx))
 
 
+def _click_exceptions() -> Any:
+    try:  # typer >= 0.2x vendors click; older typer runs on click itself
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions
+    return exceptions
+
+
+def _given_value(args: list[str], param: Any) -> str | None:
+    """The text given for ``param`` on the command line (``--flag VALUE`` or ``--flag=VALUE``)."""
+    for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
+        for i, a in enumerate(args):
+            if a == opt and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(opt + "="):
+                return a[len(opt) + 1:]
+    return None
+
+
+def _expected(param: Any, message: str) -> str:
+    """What ``param`` takes, in the words of the project's messages (a number, a whole number, one of
+    its choices); else the parser's own message."""
+    from enum import Enum
+
+    ptype = getattr(param, "type", None)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    choices = getattr(ptype, "choices", None)
+    if choices is None and isinstance(annotation, type) and issubclass(annotation, Enum):
+        choices = [m.value for m in annotation]
+    if choices:
+        return "one of " + ", ".join(str(getattr(c, "value", c)) for c in choices)
+    kind = getattr(ptype, "name", None) or {float: "float", int: "integer"}.get(annotation)
+    words = {"float": "a number, e.g. 0.5", "integer": "a whole number, e.g. 3"}
+    return words.get(kind) or (message[:1].lower() + message[1:]).rstrip(".")
+
+
+def usage_line(exc: Any, args: list[str], ctx: Any) -> str:
+    """One line for what the parser refused: a bad value as ``--flag='VALUE' is invalid: expected
+    …`` (like every other bad value, docs/reliability.md), anything else (a missing option, an
+    unknown one) as the parser says it; both point to the command's ``--help``."""
+    from steerformer.errors import bad_argument
+
+    ex = _click_exceptions()
+    names, c = [], ctx
+    while c is not None and c.parent is not None:  # the root's name is how Python was started: say ours
+        names.insert(0, c.info_name)
+        c = c.parent
+    help_hint = f"See {' '.join(['steerformer', *names])} --help."
+    param = getattr(exc, "param", None)
+    if isinstance(exc, ex.BadParameter) and not isinstance(exc, ex.MissingParameter) and param is not None:
+        flag = next((o for o in param.opts if o.startswith("--")), None) or (param.name or "").upper()
+        value = _given_value(args, param)
+        expected = _expected(param, exc.message)
+        if value is None:
+            return f"{flag} is invalid: expected {expected}. {help_hint}"
+        return str(bad_argument(flag, value, expected, help_hint))
+    return f"{exc.format_message().rstrip('.')}. {help_hint}"
+
+
 class SteerformerCommand(_PlainHelp, TyperCommand):
-    """Every steerformer command: plain help, classic flags and usage line (see :func:`_tidy_params`)."""
+    """Every steerformer command: plain help, classic flags and usage line (see :func:`_tidy_params`);
+    a value its parser refuses is one ``error:`` line, exit 2 (:func:`usage_line`), not the usage box."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ex = _click_exceptions()
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except ex.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError" or ctx.resilient_parsing:
+                raise  # the help itself, or shell completion
+            typer.echo(f"error: {usage_line(exc, given, ctx)}", err=True)
+            raise typer.Exit(code=2) from None
 
 
 class SteerformerGroup(_PlainHelp, TyperGroup):

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from steerformer_cli._common import MODEL_HELP, check_input_files, check_layers_early, parse_layers, user_errors
+from steerformer_cli._common import MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, parse_layers, user_errors
 from steerformer_cli.app import SteerformerCommand, SteerformerGroup, app
 
 direction_app = typer.Typer(help="Directions as shareable artefacts: make one from prompts, export it for "
@@ -45,6 +45,7 @@ def make_cmd(
 
         chosen = parse_layers(layers)
         check_input_files(positive=positive, negative=negative, pairs=pairs)
+        check_cheap_options(out=out, kind="direction", overwrite=overwrite)  # before the model loads
         if pairs is None and (positive is None or negative is None):
             raise bad_argument("--positive" if positive is None else "--negative", None,
                                "prompts on both sides: --positive and --negative (files), or --pairs (JSONL)")

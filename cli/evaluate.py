@@ -15,12 +15,14 @@ from steerformer_cli.app import app
 
 
 def _floats(spec: str, name: str) -> list[float]:
+    import math
+
     try:
         values = [float(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         values = []
-    if not values:
-        raise bad_argument(name, spec, "comma-separated numbers such as '0.1,0.2'")
+    if not values or not all(math.isfinite(v) for v in values):
+        raise bad_argument(name, spec, "comma-separated finite numbers such as '0.1,0.2' (negative steers away)")
     return values
 
 

@@ -104,10 +104,13 @@ def select_layers(layers: Sequence[int] | int | None, n_layers: int, *, name: st
     if layers is None:
         return list(range(n_layers))
     if isinstance(layers, Integral):
-        layers = [int(layers)]
+        layers = [layers]
     out = []
     for k in layers:
-        if not isinstance(k, Integral) or not -n_layers <= k < n_layers:
+        if not is_whole(k):  # True is no layer 1, 1.0 no layer
+            raise bad_argument(name, list(layers), f"layer indices (whole numbers, not {type(k).__name__}) in "
+                               f"[-{n_layers}, {n_layers - 1}] (the model has {n_layers} layers)")
+        if not -n_layers <= k < n_layers:
             raise bad_argument(name, list(layers), f"layer indices in [-{n_layers}, {n_layers - 1}] "
                                f"(the model has {n_layers} layers)")
         out.append(int(k) % n_layers)
@@ -172,7 +175,7 @@ class Config:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             kind = str(f.type).replace(" ", "")
-            if kind in ("int", "int|None") and not (v is None and kind != "int" or _is_whole(v)):
+            if kind in ("int", "int|None") and not (v is None and kind != "int" or is_whole(v)):
                 raise bad_argument(f.name, v, "a whole number" + (" or None" if kind != "int" else ""))
             if kind == "bool" and type(v).__name__ not in ("bool", "bool_"):
                 raise bad_argument(f.name, v, "True or False")
@@ -189,8 +192,9 @@ def _positive_int(name: str, v: Any, what: str = "a positive integer", low: int 
         raise bad_argument(name, v, what)
 
 
-def _is_whole(v: Any) -> bool:
-    """An int or a NumPy integer, not a bool."""
+def is_whole(v: Any) -> bool:
+    """An int or a NumPy integer, not a bool (to Python, True is 1: a layer, a count or a key given as
+    True is a mistake, never layer 1)."""
     return not isinstance(v, bool) and (isinstance(v, int) or type(v).__name__.startswith(("int", "uint")))
 
 

@@ -174,6 +174,21 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
     return header
 
 
+#: The metadata key of the tensor data's alignment, and its value when absent (the GGUF spec).
+ALIGNMENT, DEFAULT_ALIGNMENT = "general.alignment", 32
+
+
+def checked_alignment(value: Any, vtype: int | None, path: Path) -> int:
+    """``general.alignment`` as the GGUF spec types it — a uint32 (type 4), a non-zero power of two
+    (what llama.cpp and the gguf package require) — or one :class:`CheckpointError` naming the key
+    and the value (a string, a float or 0 used to be an int() traceback or a division by zero)."""
+    if vtype not in (None, 4) or type(value) is not int or value <= 0 or value & (value - 1):
+        raise CheckpointError(f"{path}: GGUF metadata {ALIGNMENT}={value!r} is invalid: expected a uint32 power of "
+                              f"two (the byte alignment of the tensor data; {DEFAULT_ALIGNMENT} when absent). The file "
+                              "is corrupt or was edited; convert the model again.")
+    return value
+
+
 def _parse(cur: _Cursor, p: Path, size: int, gguf: Any) -> GGUFHeader:
     cur.pos = 4
     version = cur.take("<I", "the version")
@@ -185,12 +200,16 @@ def _parse(cur: _Cursor, p: Path, size: int, gguf: Any) -> GGUFHeader:
         raise cur.truncated("the tensor table (its counts exceed the file)")
     metadata: dict[str, Any] = {}
     lengths: dict[str, int] = {}
+    alignment_type = None
     for _ in range(n_kv):
         key = cur.string("a metadata key")
-        value, count = cur.value(cur.take("<I", f"the type of {key!r}"), key)
+        vtype = cur.take("<I", f"the type of {key!r}")
+        value, count = cur.value(vtype, key)
         metadata[key] = value
         if count is not None:
             lengths[key] = count
+        if key == ALIGNMENT:
+            alignment_type = vtype
     infos = []
     for _ in range(n_tensors):
         name = cur.string("the tensor table")
@@ -199,7 +218,7 @@ def _parse(cur: _Cursor, p: Path, size: int, gguf: Any) -> GGUFHeader:
             raise CheckpointError(f"{p}: tensor {name!r} claims {n_dims} dimensions; the file is corrupt.")
         dims = [cur.take("<Q", f"the shape of {name!r}") for _ in range(n_dims)]
         infos.append((name, dims, cur.take("<I", f"the type of {name!r}"), cur.take("<Q", f"the offset of {name!r}")))
-    align = int(metadata.get("general.alignment", 32) or 32)
+    align = checked_alignment(metadata.get(ALIGNMENT, DEFAULT_ALIGNMENT), alignment_type, p)
     data_start = -(-cur.pos // align) * align
     tensors: dict[str, GGUFTensorInfo] = {}
     for name, dims, qtype, offset in infos:

@@ -284,7 +284,12 @@ def _safetensors_files(path: Path) -> list[Path]:
 
 
 def _check_has_weights(path: Path) -> None:
-    if not (path / "config.json").is_file():
+    config = path / "config.json"
+    if not config.is_file() and os.path.lexists(config):  # a FIFO, a device, a folder, a dangling link
+        from .files import check_regular
+
+        check_regular(config, what="the checkpoint's config")  # named as what it is, never read
+    if not config.is_file():
         raise ModelNotFoundError(f"{path} has no config.json: not a transformers checkpoint directory "
                                  f"(found: {', '.join(sorted(p.name for p in path.iterdir())[:10]) or 'nothing'}).")
     if not _safetensors_files(path) and not list(path.glob("pytorch_model*.bin")):

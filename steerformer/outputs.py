@@ -2,7 +2,9 @@
 
 Rules (checked before any model is loaded, and again just before writing):
 
-- an output folder is never the input checkpoint, never inside it and never contains it;
+- an output folder is never an input (the checkpoint, a direction folder, a prompts file...), never
+  inside one and never contains one — the inputs a writer is given and, while a command runs, every
+  file and folder named on its command line (:func:`command_inputs`), so no writer can miss one;
 - it is never the current directory or one of its ancestors;
 - a non-empty folder is replaced only when it is an earlier output of the same kind of command
   (see :data:`KINDS` for what marks each kind) — ``overwrite`` never deletes anything else;
@@ -21,11 +23,16 @@ the same kind (:class:`OutputFile` says how to recognize one) — and, for ``ste
 
 A write that fails (disk full, permission, I/O error — also from safetensors' Rust writer) is one
 error naming the output and what was left (:func:`write_failed`): nothing, for the atomic writes.
+Every writer's failure is judged by what it left, not only by its words: a temporary that has grown
+to the process's file-size limit (:func:`past_size_limit`) was cut there, whatever the writer said
+(numpy's "4096 requested and 1888 written", torch.save's "unexpected pos 768 vs 662"), and a write
+that failed with its file system (nearly) full failed for want of room.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import logging
@@ -130,7 +137,7 @@ def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite:
     for inp in _existing(inputs):
         if _is_within(target, inp) or _is_within(inp, target):
             rel = "is" if target == inp else ("is inside" if _is_within(target, inp) else "contains")
-            what = "the input checkpoint" if inp.is_dir() else "an input file"
+            what = _input_word(inp).removesuffix(" of this command")
             raise bad_argument(name, shown, f"a folder apart from {what} (it {rel} {inp})",
                                f"Pass a folder outside {what}.")
     if target.is_dir() and any(target.iterdir()):
@@ -150,13 +157,40 @@ def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite:
     return target
 
 
+#: The files and folders the running command reads (:func:`command_inputs`).
+_COMMAND_INPUTS: contextvars.ContextVar[tuple] = contextvars.ContextVar("steerformer_command_inputs", default=())
+
+
+@contextlib.contextmanager
+def command_inputs(paths: Iterable[str | os.PathLike | None]) -> Iterator[None]:
+    """Inside the ``with``, every output check (:func:`check_output_folder`, :func:`check_output_file`,
+    so every writer) also keeps apart from ``paths``: what the running command reads (the CLI enters
+    it for each command with every path on its command line). Strings that are no existing path
+    (Hub ids, words) are ignored."""
+    token = _COMMAND_INPUTS.set((*_COMMAND_INPUTS.get(), *paths))
+    try:
+        yield
+    finally:
+        _COMMAND_INPUTS.reset(token)
+
+
 def _existing(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
-    """The paths that exist, resolved (a Hub id or a name that is no path is skipped)."""
+    """The paths that exist, resolved (a Hub id or a name that is no path is skipped), with the
+    running command's inputs (:func:`command_inputs`)."""
     out = []
-    for p in paths:
+    for p in (*paths, *_COMMAND_INPUTS.get()):
         if p is not None and str(p) != "" and Path(p).expanduser().exists():
-            out.append(_resolve(p))
+            r = _resolve(p)
+            if r not in out:
+                out.append(r)
     return out
+
+
+def _input_word(inp: Path) -> str:
+    """How an input is named in a refusal: a checkpoint, another folder, or a file."""
+    if not inp.is_dir():
+        return "an input file of this command"
+    return "the input checkpoint" if (inp / "config.json").exists() else "the input folder"
 
 
 def _check_writable(target: Path) -> None:
@@ -373,6 +407,7 @@ def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Pa
         try:
             fill(tmp)
         except Exception as exc:  # a full disk, also from safetensors' writer: one line, nothing left
+            exc = in_plain_words(exc, tmp)
             if is_write_failure(exc, tmp):
                 raise write_failed(name, directory, exc, "Nothing was written (its temporary folder is removed).") \
                     from None
@@ -416,8 +451,9 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], objec
         apply_umask(tmp, directory=False)
         os.replace(tmp, path)
     except Exception as exc:
-        if not _disk_full(exc) and _filesystem_full(path.parent):  # e.g. torch.save's "unexpected pos"
-            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from exc
+        plain = in_plain_words(exc, tmp)  # judged before the temporary is removed
+        if plain is not exc:
+            raise plain from exc
         raise
     finally:
         if tmp.exists():
@@ -524,9 +560,9 @@ def _check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: 
         raise bad_argument(name, shown, "a file path (this is a folder)", f"Pass e.g. {Path(path) / 'record.json'}.")
     for inp in _existing(inputs):
         if _is_within(target, inp):
-            what = f"inside the input checkpoint {inp}" if inp.is_dir() else "an input file of this command"
+            what = f"inside {_input_word(inp)} {inp}" if inp.is_dir() else _input_word(inp)
             raise bad_argument(name, shown, f"a file apart from the inputs (it is {what})",
-                               "Write it outside the input checkpoint.")
+                               f"Write it outside {'the inputs' if not inp.is_dir() else _input_word(inp)}.")
     for out in outputs:
         if out is not None and _is_within(target, _resolve(out)):
             raise bad_argument(name, shown, f"a file outside the output folder {out} (that folder is written as a "
@@ -577,6 +613,40 @@ def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], 
 #: A write that fails with less room than this left on its filesystem failed for want of room,
 #: whatever the writer said (torch.save's zip writer says "unexpected pos ...").
 FULL_BELOW = 1 << 20
+
+
+def past_size_limit(written: Path) -> bool:
+    """Whether ``written`` (a file, or any file in a folder) has grown to the process's file-size
+    limit (``ulimit -f``): the kernel writes up to the limit and then refuses, so a file cut by it is
+    exactly that long — whatever its writer said, or if it said nothing at all."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows has no such limit
+        return False
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return False
+    try:
+        if written.is_symlink() or not written.exists():
+            return False
+        files = [written] if written.is_file() else (p for p in written.rglob("*") if p.is_file() and not p.is_symlink())
+        return any(f.stat().st_size >= soft for f in files)
+    except OSError:
+        return False
+
+
+def in_plain_words(exc: BaseException, written: Path) -> BaseException:
+    """``exc`` of a writer that was writing ``written`` (its temporary file or folder), said as the
+    OSError it stands for when the writer used its own words: EFBIG when ``written`` reached the
+    file-size limit (:func:`past_size_limit`), ENOSPC when the file system is (nearly) full; else
+    ``exc`` itself."""
+    if _disk_full(exc) or _too_large(exc):
+        return exc
+    if past_size_limit(written):
+        return OSError(errno.EFBIG, "File too large", str(written))
+    if _filesystem_full(written.parent):  # e.g. torch.save's "unexpected pos"
+        return OSError(errno.ENOSPC, "No space left on device", str(written))
+    return exc
 
 
 def _filesystem_full(where: Path) -> bool:
@@ -633,4 +703,5 @@ def safe_folder_name(name: str, default: str = "model") -> str:
 __all__ = ["OutputKind", "KINDS", "STEERED", "UNSTEERED", "ANALYZE", "SIMULATE", "COLLAPSE", "check_output_folder",
            "write_atomically", "write_file_atomically", "writer_lock", "clean_stale", "is_own_output", "safe_folder_name",
            "apply_umask", "InvalidArgumentError", "OutputFile", "RECORD", "FIGURE", "FIGURE_MARK",
-           "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed"]
+           "MARKED_FIGURE_FORMATS", "check_output_file", "write_output_file", "is_write_failure", "write_failed",
+           "past_size_limit", "in_plain_words", "command_inputs"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .errors import bad_argument
+
 if TYPE_CHECKING:
     import torch
 
@@ -163,6 +165,24 @@ CARRIERS = (
 )
 OTHER_NOUNS = ("city", "table", "paper", "window", "car", "book", "family", "history", "work", "school", "food",
                "money", "computer", "weather", "health", "law")
+
+
+def check_fits(n_tokens: int, max_positions: int | None, *, name: str, value: Any, what: str = "text",
+               fix: str = "Shorten it: the model cannot read past its positions.") -> None:
+    """The one check of text against the positions a model embeds, made before the model runs it:
+    ``n_tokens`` (the longest row) past ``max_positions`` (None: no limit known) would index its
+    learned position table out of range — an IndexError deep in the forward — or run a rotary model
+    on positions it never saw. One line naming ``name`` (the argument the text came from) and
+    ``value`` (how to show it, e.g. "10000 words")."""
+    if max_positions is not None and n_tokens > max_positions:
+        raise bad_argument(name, value, f"{what} that fits the model's {max_positions} positions (it tokenizes to "
+                           f"{n_tokens})", fix)
+
+
+def words_of(texts: str | Sequence[str]) -> str:
+    """How a long text is shown in a message: its word count (the longest of several)."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    return f"{max((len(str(t).split()) for t in texts), default=0)} words"
 
 
 @dataclasses.dataclass

@@ -99,6 +99,9 @@ LIES = {
     "value-dims-lie-same-bytes": (dict(shapes={"blk.1.attn_v.weight": (D, KV * D // HEADS)}), ["blk.1.attn_v.weight"]),
     "ffn-dims-lie": (dict(shapes={"blk.0.ffn_up.weight": (FF // 2, 2 * D)}), ["blk.0.ffn_up.weight"]),
     "missing-value-tensor": (dict(drop=("blk.2.attn_v.weight",)), ["blk.2.attn_v.weight"]),
+    "alignment-string": (dict(meta={"general.alignment": ("string", "abc")}), ["general.alignment='abc'"]),
+    "alignment-0": (dict(meta={"general.alignment": ("uint32", 0)}), ["general.alignment=0"]),
+    "alignment-float": (dict(meta={"general.alignment": ("float32", 32.0)}), ["general.alignment=32.0"]),
 }
 
 

@@ -66,6 +66,22 @@ def test_a_special_file_in_a_steered_checkpoint_is_one_line(steered, tmp_path, k
     assert not (tmp_path / "u").exists()
 
 
+@pytest.mark.parametrize("command,kind", [("analyze", "fifo"), ("steer", "dev-zero-link")])
+def test_a_checkpoint_config_that_is_special_is_named_as_what_it_is(steered, tmp_path, kind, command) -> None:
+    """Not "has no config.json ... (found: config.json, ...)", which contradicts itself."""
+    model, _ = steered
+    d = tmp_path / "m"
+    shutil.copytree(model, d)
+    (d / "config.json").unlink()
+    _special(d / "config.json", kind)
+    args = {"analyze": ["analyze", d, "--spectra-only", "--out", tmp_path / "o"],
+            "steer": ["steer", d, "--eigvec", "0", "--gain", "1", "--out", tmp_path / "o"]}[command]
+    line = one_error_line(run_cli(args, timeout=240))
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert f"config.json is {what}" in line and "has no config.json" not in line, line
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link"])
 def test_a_special_figure_path_is_refused(tmp_path, kind) -> None:
     _special(tmp_path / "fig.png", kind)

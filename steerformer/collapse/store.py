@@ -30,7 +30,9 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, bad_argument
-from ..outputs import COLLAPSE, check_output_folder, is_write_failure, write_failed, write_file_atomically, writer_lock
+from ..outputs import (
+    COLLAPSE, check_output_folder, in_plain_words, is_write_failure, write_failed, write_file_atomically, writer_lock,
+)
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
 #: What a finished (or interrupted) run adds: the result's files.
@@ -124,6 +126,11 @@ class RunStore:
         try:
             for f in result.save(tmp).values():
                 os.replace(f, self.path / f.name)
+        except Exception as exc:  # a writer cut by the size limit, in its own words: said plainly
+            plain = in_plain_words(exc, tmp)
+            if plain is not exc:
+                raise plain from exc
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

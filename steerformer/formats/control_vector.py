@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from ..configs import is_whole
 from ..errors import bad_argument
 from ..outputs import write_output_file
 from .gguf_file import GGUF_OUTPUT, WRITTEN_BY, check_target_file, check_written, field_value, open_gguf
@@ -163,6 +164,10 @@ def _checked_directions(directions: Mapping[int, Any]) -> dict[int, torch.Tensor
     if not isinstance(directions, Mapping) or not directions:
         raise bad_argument("directions", type(directions).__name__, "a non-empty mapping layer -> vector",
                            "Pass {layer: vector, ...} or use ControlVector.from_direction.")
+    bad = [k for k in directions if not is_whole(k)]
+    if bad:  # typed before anything is read from them ("a" was int()'s ValueError, True was layer 1)
+        raise bad_argument("directions", {bad[0]: "..."}, "whole-number layer keys N >= 1 (direction.N is added "
+                           "after block N)", "Pass {layer: vector, ...} with int keys, e.g. {12: v}.")
     out: dict[int, torch.Tensor] = {}
     width = None
     for layer, vec in sorted(directions.items()):

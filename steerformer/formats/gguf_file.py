@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import FileFormatError, bad_argument
-from ..outputs import OutputFile, check_output_file
+from ..outputs import OutputFile, check_output_file, in_plain_words
 
 WRITTEN_BY = "steerformer.written_by"
 
@@ -57,7 +57,6 @@ def check_written(path: Path) -> None:
     leaves a file cut short, in silence), so a file whose tensors do not fit is an OSError here —
     EFBIG at the size limit, ENOSPC on a full file system, else EIO."""
     import errno
-    import resource
 
     from gguf import GGUFReader
 
@@ -67,16 +66,8 @@ def check_written(path: Path) -> None:
         cut = end > path.stat().st_size
     except (ValueError, IndexError, OSError, EOFError):  # the reader's own errors for a file cut short
         cut = True
-    if not cut:
-        return
-    size = path.stat().st_size
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY and size >= limit:
-        raise OSError(errno.EFBIG, "File too large", str(path))
-    st = os.statvfs(path.parent)
-    if st.f_bavail * st.f_frsize < (1 << 20):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    raise OSError(errno.EIO, "the GGUF file was cut short while writing", str(path))
+    if cut:  # the size limit or a full file system when that is what cut it (outputs.in_plain_words)
+        raise in_plain_words(OSError(errno.EIO, "the GGUF file was cut short while writing", str(path)), path)
 
 
 #: A GGUF file steerformer wrote (it carries :data:`WRITTEN_BY`).

@@ -72,10 +72,12 @@ def evaluation_steps(doc: Mapping) -> tuple[list[dict], int]:
 
 
 # ---- pieces of the page -----------------------------------------------------------------------------
-def ratings_html(rating: Sequence[float] | None) -> str:
+def ratings_html(rating: Sequence[float | None] | None) -> str:
+    """The three ratings under an answer; an axis the judge left without a rating reads "not rated"."""
     if not rating:
         return ""
-    return "".join(f'<span class="r r{min(int(round(v)), 2)}" title="{a}: {v:g} of 2">{a} {v:g}</span>'
+    return "".join(f'<span class="r" title="{a}: not rated (the judge gave no rating)">{a} –</span>' if v is None
+                   else f'<span class="r r{min(int(round(v)), 2)}" title="{a}: {v:g} of 2">{a} {v:g}</span>'
                    for a, v in zip(AXES, rating))
 
 

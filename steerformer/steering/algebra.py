@@ -429,9 +429,12 @@ def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: fl
         if best is None:
             from ..errors import bad_argument
 
+            floor = pts[-1][1]
+            step = 10.0 ** (math.floor(math.log10(floor)) - 1) if floor > 0 else 0.0
+            enough = math.ceil(floor / step) * step if step else floor  # rounded up to two digits
             raise bad_argument("max_kl", max_kl, f"a budget the smallest edit fits: at α = {alpha_min:g} of the "
-                               f"residual norm the KL is already {pts[-1][1]:.3g} nats/token",
-                               "Raise max_kl (--max-kl).")
+                               f"residual norm the KL is already {floor:.3g} nats/token",
+                               f"Use max_kl={enough:.2g} or more.")
     alpha, kl, lp = best
     full = alpha >= alpha_max and kl < max_kl * (1 - tol)
     message = (f"KL {kl:.3g} <= budget {max_kl:g} at gain {alpha * scale:.4g} ({alpha:.3g} x residual norm)"

@@ -287,8 +287,17 @@ def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     path = Path(directory) / SIDE_DIR / ORIGINAL_FILE
+    if not path.is_file() and (Path(directory) / "adapter_config.json").is_file() \
+            and not (Path(directory) / "config.json").is_file():
+        d = Path(directory)
+        raise CheckpointError(f"{d} is a LoRA adapter (steerformer export --format peft), not a steered checkpoint: it "
+                              "holds the edits as low-rank factors and none of the model's weights, so there is nothing "
+                              f"in it to restore or verify. Load it over its base model (PeftModel.from_pretrained(base, "
+                              f"'{d}')); to undo or verify the edits, run the command on the steered checkpoint it was "
+                              "exported from.")
     if not path.is_file():
-        raise CheckpointError(f"{path} is missing: the original weights cannot be restored.")
+        raise CheckpointError(f"{path} is missing: the original weights cannot be restored (the steered checkpoint "
+                              f"was damaged, or copied without its {SIDE_DIR}/ folder).")
     safetensors_header(path)  # truncation / corruption: one clear line
     try:
         return load_file(str(path))

@@ -47,9 +47,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..adapters.base import Adapter, AttentionWeights, split_output_heads
-from ..errors import bad_argument
+from ..errors import SteerformerError, bad_argument
 from ..loading import ModelSource
-from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch
+from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch, check_fits, words_of
 from .common import non_finite
 from .probe import BlockCache, capture, kl_per_token, model_device
 
@@ -87,7 +87,20 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
     prompts = [str(p) for p in prompts]
     if not prompts:
         raise bad_argument(name, prompts, "at least one prompt")
-    return PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token
+    batch = PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token
+    check_fits(batch.input_ids.shape[1], max_positions(model), name=name, value=f"a prompt of {words_of(prompts)}",
+               what="prompts", fix="Shorten the longest prompt.")
+    return batch
+
+
+def max_positions(model: Any) -> int | None:
+    """The positions ``model`` embeds (its adapter's declaration); None when unknown."""
+    from ..adapters import get_adapter
+
+    try:
+        return get_adapter(model.config).max_positions
+    except (SteerformerError, AttributeError):
+        return None
 
 
 def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -44,6 +44,7 @@ import torch
 from ..configs import progress_bar, select_layers
 from ..errors import bad_argument
 from ..loading import load_model, load_tokenizer, name_looks_like_path, open_source
+from ..prompts import check_fits, words_of
 from . import algebra
 from .common import is_path_like, vector_hash
 from .measure import encode
@@ -227,13 +228,17 @@ def eigvec_direction(F: torch.Tensor | None, k: int, *,
         "part": "real part of a complex eigenvector" if is_complex else "real eigenvector"}
 
 
-def text_direction(model: Any, tokenizer: Any, text: str, d: int) -> tuple[torch.Tensor, dict]:
-    """Mean final hidden state over the tokens of ``text`` (the unedited model's)."""
+def text_direction(model: Any, tokenizer: Any, text: str, d: int,
+                   max_positions: int | None = None) -> tuple[torch.Tensor, dict]:
+    """Mean final hidden state over the tokens of ``text`` (the unedited model's); ``max_positions``:
+    the positions the model embeds (a longer text is refused before the model runs)."""
     if tokenizer is None:
         raise bad_argument("text", text, "a model whose tokenizer is known", "Pass tokenizer=... .")
     if not isinstance(text, str) or not text.strip():
         raise bad_argument("text", text, "a non-empty string")
     enc = tokenizer([text], return_tensors="pt")
+    check_fits(int(enc["input_ids"].shape[1]), max_positions, name="text", value=words_of(text),
+               fix="Shorten it: the direction is the mean of its tokens' final states.")
     base = getattr(model, "base_model", model)
     dev = model_device(base)
     enc = {k: v.to(dev) for k, v in enc.items()} if dev is not None else enc
@@ -271,7 +276,7 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
         algebra.check_value_map(w.value_matrix(), layer, source.model_id)  # a zero F has no eigenvector to give
         u, info = eigvec_direction(None, eigvec, factors=w.layer_factors())  # numbered as analyze reports
         return u, DirectionSource("eigvec", {**info, "layer": layer})
-    u, info = text_direction(model, tokenizer, text, d)
+    u, info = text_direction(model, tokenizer, text, d, source.adapter.max_positions)
     return u, DirectionSource("text", info)
 
 

@@ -174,3 +174,25 @@ def test_an_export_past_the_file_size_limit_is_one_line_naming_out(steered, tmp_
     line = one_error_line(res)
     assert line.startswith("error: --out=") and "size limit" in line, line
     assert os.listdir(out.parent) == []
+
+
+@pytest.mark.parametrize("command,limit", [("gguf", 64 << 10), ("direction export-gguf", 8 << 10)])
+def test_a_write_cut_by_the_size_limit_in_the_writers_own_words_is_one_line_naming_out(steered, tmp_path, command,
+                                                                                       limit) -> None:
+    """numpy's ``tofile`` says "5024 requested and 0 written" (no errno) when the limit falls inside a
+    tensor: the temporary that reached the limit says what happened."""
+    import numpy as np
+
+    folder, source = steered
+    out = tmp_path / "exports" / "o.gguf"
+    out.parent.mkdir()
+    if command == "direction export-gguf":
+        np.save(tmp_path / "v.npy", np.ones(4096, dtype=np.float32))  # 2 x 16 KiB of tensors
+        args = ["direction", "export-gguf", tmp_path / "v.npy", "--layers", "1,2", "--model-hint", "llama",
+                "--out", out]
+    else:
+        args = args_of(command, folder, source, out)
+    res = run_process(args, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    line = one_error_line(res)
+    assert line.startswith("error: --out=") and "size limit" in line and "Nothing was written" in line, line
+    assert os.listdir(out.parent) == []

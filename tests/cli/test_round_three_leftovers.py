@@ -26,11 +26,24 @@ def tiny(tmp_path_factory):
     return d
 
 
-def test_a_text_longer_than_the_models_positions_is_one_line(tiny, tmp_path) -> None:
-    res = run_cli(["steer", tiny, "--text", " ".join(["word"] * 10_000), "--out", tmp_path / "o"])
+@pytest.mark.parametrize("method", [[], ["--gain", "1", "--solve", "exact"], ["--method", "ablation"]],
+                         ids=["addition", "paper", "ablation"])
+def test_a_text_longer_than_the_models_positions_is_one_line(tiny, tmp_path, method) -> None:
+    """Every method reads --text through the one check of the model's positions (prompts.check_fits)."""
+    res = run_cli(["steer", tiny, "--text", " ".join(["word"] * 10_000), *method, "--out", tmp_path / "o"])
     last = res.output.strip().splitlines()[-1]
     assert res.exit_code == 2 and last.startswith("error: --text='10000 words'") and "64 positions" in last, res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_prompts_longer_than_the_models_positions_are_one_line(tiny, tmp_path) -> None:
+    (tmp_path / "p.txt").write_text("a cat\n" + "word " * 5000 + "\n")
+    (tmp_path / "n.txt").write_text("a dog\nthe dog\n")
+    res = run_cli(["direction", "make", tiny, "--positive", tmp_path / "p.txt", "--negative", tmp_path / "n.txt",
+                   "--layers", "1", "--out", tmp_path / "d"])
+    last = res.output.strip().splitlines()[-1]
+    assert res.exit_code == 2 and last.startswith("error: --positive=") and "64 positions" in last, res.output
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_model_of_width_one_through_the_full_analyze_is_one_line(tmp_path) -> None:

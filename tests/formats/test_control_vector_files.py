@@ -115,6 +115,15 @@ def test_layer_zero_and_absent_layers_are_refused() -> None:
         ControlVector({1: torch.ones(4), 3: torch.ones(4)}).vector(2)
 
 
+@pytest.mark.parametrize("key", ["a", "1", True, 1.5], ids=["letter", "digit-string", "bool", "float"])
+def test_a_key_that_is_no_layer_number_is_one_line(key) -> None:
+    """The layer keys are typed like every layer: whole numbers (a NumPy integer is one), not a
+    letter (a ValueError from int() before), a string of digits, True (read as 1) or 1.5 (read as 1)."""
+    with pytest.raises(InvalidArgumentError, match=r"directions=.* is invalid: expected whole-number layer keys"):
+        ControlVector({key: np.ones(32)})
+    assert ControlVector({np.int64(2): np.ones(32)}).layers == [2]
+
+
 def test_writes_only_new_files_or_its_own(tmp_path) -> None:
     cv = ControlVector({1: torch.ones(4)}, "llama")
     theirs = write_llama_source(tmp_path / "model.gguf", tiny_llama())

@@ -54,6 +54,18 @@ def test_a_layer_that_is_not_a_whole_number_is_one_line(layer) -> None:
     assert rec.layer == 0  # a NumPy integer is a whole number
 
 
+@pytest.mark.parametrize("layers", [True, [True], [1, False]], ids=["bool", "list-of-bool", "bool-in-list"])
+def test_a_bool_is_no_layer_in_any_layer_selection(layers) -> None:
+    """``layers=True`` was layer 1 (a bool is an int to Python): the one layer-selection check
+    (``configs.select_layers``) refuses it wherever layers are chosen."""
+    from steerformer import activation_steering
+
+    model = make_model("gpt2")
+    with pytest.raises(InvalidArgumentError, match=r"layers=.* is invalid: expected layer indices \(whole numbers"):
+        with activation_steering(model, np.ones(64), layers=layers):
+            pass
+
+
 # ---- --positive missing.txt ----------------------------------------------------------------------
 @pytest.mark.parametrize("flag", ["--positive", "--negative", "--pairs"])
 def test_a_missing_prompts_file_is_refused_before_loading(tiny_checkpoint, tmp_path, flag) -> None:

@@ -202,12 +202,32 @@ def test_llm_judge_weights_the_digits_by_their_probabilities() -> None:
     # renormalized over the digits: a non-digit alternative (" the", p = 0.001) does not count
 
 
-def test_a_reply_without_a_rating_counts_zero_and_is_counted() -> None:
+def test_a_reply_without_a_rating_is_not_rated_never_zero_and_is_counted() -> None:
     replies = {**REPLIES, "relevance": "I cannot tell."}
     with StubChat(replies) as stub:
         judge = ChatJudge(stub.url, timeout=10, logprobs=False)
         (rating,) = judge([ITEM])
-    assert rating.relevance == 0 and judge.unparsed == 1
+    assert rating.relevance is None and judge.unparsed == 1  # not a 0: a missing rating is no rating
+    assert (rating.concept, rating.fluency) == (2, 0) and not rating.rated
+    assert rating.aggregate is None and rating.good is None
+
+
+def test_the_summary_means_what_was_rated_and_counts_the_rest() -> None:
+    s = summarize([Rating(2, 1, 1), Rating(2, None, 2), Rating(0, 2, 2)])
+    assert s["concept"] == pytest.approx(4 / 3) and s["relevance"] == pytest.approx(1.5)  # the None left out
+    assert s["aggregate"] == pytest.approx((1.2 + 0.0) / 2) and s["good"] == pytest.approx(1 / 2)
+    assert s["n"] == 3 and s["unrated"] == 1
+
+
+def test_a_judge_that_rates_no_answer_is_one_line_not_a_row_of_zeros() -> None:
+    """A server whose replies never hold a rating: the evaluation used to record 0.00 everywhere."""
+    silent = {axis: "I would rather not say." for axis in REPLIES}
+    with StubChat(silent) as stub:
+        judge = ChatJudge(stub.url, timeout=10, logprobs=False, flag="--judge")
+        with pytest.raises(SteerformerError) as exc:
+            judge_answers([ITEM, ITEM], judge)
+    msg = str(exc.value)
+    assert msg.startswith(f"--judge {stub.url}") and "none of the 2 answers" in msg and "\n" not in msg, msg
 
 
 def test_rating_parser_reads_the_last_rating() -> None:

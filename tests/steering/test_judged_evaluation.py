@@ -85,6 +85,26 @@ def test_each_point_carries_the_judges_means_and_good_share(tmp_path) -> None:
     assert files["evaluation_curve"].is_file()
 
 
+class HalfSilentJudge(ScriptedJudge):
+    """Like ScriptedJudge, but the second answer gets no rating on relevance (a reply without one)."""
+
+    SCRIPT = (Rating(2, 1, 1), Rating(0, None, 2), Rating(1, 1, 2))
+
+
+def test_unrated_answers_are_counted_and_reported_never_scored_zero() -> None:
+    model, tok = make_model("gpt2", dtype=torch.float32), CharTokenizer()
+    ev = evaluate_steering(model, tok, {"none": lambda s: contextlib.nullcontext()}, concept="ocean",
+                           questions=QUESTIONS, max_new_tokens=5, judge=HalfSilentJudge())
+    (point,) = ev.points
+    assert point.unrated == 1 and point.ratings[1] == [0.0, None, 2.0]
+    assert point.judge_relevance == pytest.approx(1.0)  # (1 + 1) / 2: the missing one is not a 0
+    assert point.aggregate == pytest.approx((1.2 + 1.2) / 2) and point.good == pytest.approx(1.0)
+    assert ev.base_judged["unrated"] == 1
+    assert "1 of 3 answers not rated" in ev.summary()
+    row = next(csv.DictReader(io.StringIO(ev.csv_text())))
+    assert row["unrated"] == "1"
+
+
 def test_judge_none_leaves_the_ratings_empty() -> None:
     model, tok = make_model("gpt2", dtype=torch.float32), CharTokenizer()
     ev = evaluate_steering(model, tok, {"none": lambda s: contextlib.nullcontext()}, concept="ocean",

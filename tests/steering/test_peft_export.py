@@ -125,3 +125,19 @@ def test_push_adapter_folder(tmp_path: Path, monkeypatch) -> None:
         push_to_hub(out, "alice/tiny-lora", token="hf_t", endpoint=hub.url)
     assert hub.files["adapter_model.safetensors"] == (out / "adapter_model.safetensors").read_bytes()
     assert "adapter_config.json" in hub.files and "README.md" in hub.files
+
+
+@pytest.mark.parametrize("command", ["unsteer", "verify"])
+def test_unsteer_and_verify_of_an_adapter_say_what_it_is_and_what_to_do(tmp_path: Path, command) -> None:
+    """Not "original.safetensors is missing: the original weights cannot be restored", which reads
+    like a damaged checkpoint: the folder is a LoRA adapter, holding the edits and nothing to undo."""
+    from tests.conftest import run_cli
+
+    model = make_model("gpt2", dtype=torch.float32)
+    steer(model, random_vector(64, 0), gain=2.0, solve="exact", report=False)
+    adapter = save_steered(model, tmp_path / "lora", format="peft")
+    res = run_cli([command, adapter] + (["--out", tmp_path / "u"] if command == "unsteer" else []))
+    last = res.output.strip().splitlines()[-1]
+    assert res.exit_code == 2 and last.startswith("error: ") and "LoRA adapter" in last, res.output
+    assert "PeftModel.from_pretrained" in last and "missing" not in last, last
+    assert not (tmp_path / "u").exists()

@@ -43,7 +43,9 @@ from ...prompts import (  # noqa: F401  (the prompt sets and the split: public h
     HELDOUT_QUESTIONS, PROBE_QUESTIONS, REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS, PromptBatch,
 )
 from ..chat import chat_rows, generate_answers, has_chat_template, pad_id, stop_ids, word_forms  # noqa: F401
-from .judge import JudgeItem, Rating, concept_words, judge_answers, make_judge, mentions, summarize  # noqa: F401
+from .judge import (  # noqa: F401
+    JudgeItem, Rating, concept_words, judge_answers, make_judge, mentions, rated_text, summarize,
+)
 from ..probe import AnswerBatch, kl_per_token, model_device
 
 
@@ -156,7 +158,8 @@ class AnswerScore:
     judge_fluency: float | None = None
     aggregate: float | None = None  # mean of the per-answer harmonic means
     good: float | None = None  # share of answers rated >= 1 on all three axes
-    ratings: list = dataclasses.field(default_factory=list)  # per answer [concept, relevance, fluency]
+    ratings: list = dataclasses.field(default_factory=list)  # per answer [concept, relevance, fluency]; None: not rated
+    unrated: int = 0  # answers the judge left without a rating on some axis (reported, never counted as 0)
     nll_free_each: list = dataclasses.field(default_factory=list)  # per answer, under the base model
 
     def to_dict(self) -> dict:
@@ -217,7 +220,7 @@ def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[
     ratings = judge_answers(judge_items(baseline, point.answers, concept, words, point.nll_free_each), judge)
     s = summarize(ratings)
     point.judge_concept, point.judge_relevance, point.judge_fluency = s["concept"], s["relevance"], s["fluency"]
-    point.aggregate, point.good = s["aggregate"], s["good"]
+    point.aggregate, point.good, point.unrated = s["aggregate"], s["good"], s["unrated"]
     point.ratings = [[r.concept, r.relevance, r.fluency] for r in ratings]
     return ratings
 
@@ -225,7 +228,7 @@ def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[
 
 # ---- the result ----------------------------------------------------------------------------------
 CSV_FIELDS = ("method", "strength", "concept_rate", "kl", "distinct2", "fluency", "fluency_free", "judge_concept",
-              "judge_relevance", "judge_fluency", "aggregate", "good", "n_answers", "seconds")
+              "judge_relevance", "judge_fluency", "aggregate", "good", "unrated", "n_answers", "seconds")
 
 
 @dataclasses.dataclass
@@ -345,16 +348,23 @@ class SteeringEvaluation:
                  f"({'sampled, seed ' + str(self.seed) if self.sample else 'greedy'})"]
         if self.base_judged:
             b = self.base_judged
-            lines.append(f"  judge {self.judge}: base answers concept {b['concept']:.2f}, "
-                         f"relevance {b['relevance']:.2f}, fluency {b['fluency']:.2f} (each 0-2)")
+            lines.append(f"  judge {self.judge}: base answers concept {rated_text(b['concept'])}, "
+                         f"relevance {rated_text(b['relevance'])}, fluency {rated_text(b['fluency'])} (each 0-2)"
+                         + unrated_text(b.get("unrated", 0), b.get("n", 0)))
         for p in self.points:
             s = "" if p.strength is None else f" strength {p.strength:.4g}"
-            judged = (f"; judged: concept {p.judge_concept:.2f}, relevance {p.judge_relevance:.2f}, fluency "
-                      f"{p.judge_fluency:.2f}, aggregate {p.aggregate:.2f}, good steers {p.good:.2f}"
+            judged = (f"; judged: concept {rated_text(p.judge_concept)}, relevance {rated_text(p.judge_relevance)}, "
+                      f"fluency {rated_text(p.judge_fluency)}, aggregate {rated_text(p.aggregate)}, good steers "
+                      f"{rated_text(p.good)}{unrated_text(p.unrated, p.n_answers)}"
                       if p.aggregate is not None else "")
             lines.append(f"  {p.method}{s}: rate {p.concept_rate:.2f}, KL {p.kl:.3f}, distinct-2 {p.distinct2:.2f}, "
                          f"fluency {p.fluency:.2f} (free {p.fluency_free:.2f}){judged}")
         return "\n".join(lines)
+
+
+def unrated_text(unrated: int, n: int) -> str:
+    """What a summary says about answers the judge left without a rating (nothing when there are none)."""
+    return f" ({unrated} of {n} answers not rated: the judge's reply held no rating)" if unrated else ""
 
 
 def check_generates(model: Any, name: str = "model", value: Any = None) -> None:
@@ -456,7 +466,7 @@ def dose_point(point: AnswerScore, scale: float, gain: float | None) -> dict:
     """One strength of a dose curve as the record stores it: the scale of the chosen gain, the gain,
     the numbers, each answer and its three ratings."""
     keep = ("kl", "concept_rate", "distinct2", "fluency", "fluency_free", "judge_concept", "judge_relevance",
-            "judge_fluency", "aggregate", "good", "answers", "ratings")
+            "judge_fluency", "aggregate", "good", "unrated", "answers", "ratings")
     return {"scale": float(scale), "gain": None if gain is None else gain * float(scale),
             **{k: getattr(point, k) for k in keep}}
 
@@ -470,7 +480,7 @@ def base_point(baseline: Baseline, words: Sequence[str], base_judged: Mapping) -
                        answers=list(texts), seconds=0.0, judge_concept=judged.get("concept"),
                        judge_relevance=judged.get("relevance"), judge_fluency=judged.get("fluency"),
                        aggregate=judged.get("aggregate"), good=judged.get("good"),
-                       ratings=list(judged.get("ratings") or []))
+                       ratings=list(judged.get("ratings") or []), unrated=int(judged.get("unrated") or 0))
 
 
 def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | Sequence[str] | None = None,

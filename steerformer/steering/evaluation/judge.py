@@ -5,8 +5,11 @@ as AxBench (Wu et al. 2025) rates steering — *concept* (is the concept in the 
 
 Public API (other modules build on exactly these names):
 
-    Rating(concept, relevance, fluency)   frozen; each in [0, 2]; .aggregate (harmonic mean of the
-                                          three, 0 if any is 0), .good (all three ≥ 1), to_dict/from_dict
+    Rating(concept, relevance, fluency)   frozen; each in [0, 2], or None: not rated (a judge's reply
+                                          without a rating — never read as 0); .rated (all three
+                                          there), .aggregate (harmonic mean of the three, 0 if any is 0;
+                                          None unless rated), .good (all three ≥ 1; None unless rated),
+                                          to_dict/from_dict
     JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None)
                                           one answer to judge; concept: the concept's description (a
                                           word, a phrase or a sentence); terms: the words that count as
@@ -23,10 +26,13 @@ Public API (other modules build on exactly these names):
                                           (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted;
                                           its HTTP (URL check, deadline, caps, reply schema): judge_client
     MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
-    judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked
+    judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked; a judge that
+                                          rated no answer at all is a JudgeError (one line), not zeros
     make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge); model
                                           (--judge-model) only beside a URL
-    summarize(ratings) -> dict            mean concept/relevance/fluency/aggregate, good share, n
+    summarize(ratings) -> dict            mean concept/relevance/fluency (over the answers rated on
+                                          each), mean aggregate and good share (over the answers rated
+                                          on all three), n, and unrated (answers missing a rating)
     harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
     JudgeError                            an LLM judge that did not answer (one line)
 
@@ -36,6 +42,7 @@ This module imports no other part of steering (evaluate builds on it, never the 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -43,6 +50,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from ...errors import bad_argument
 from ..chat import word_forms
 from .judge_client import JudgeError, check_completion, check_url, post_json
+
+log = logging.getLogger(__name__)
 
 
 
@@ -134,27 +143,38 @@ AXES = ("concept", "relevance", "fluency")
 
 @dataclasses.dataclass(frozen=True)
 class Rating:
-    """One answer's three ratings, each in [0, 2] (a weighted LLM judge gives fractions)."""
+    """One answer's three ratings, each in [0, 2] (a weighted LLM judge gives fractions), or None where
+    the judge gave none (its reply held no rating): not rated, which is never a 0."""
 
-    concept: float
-    relevance: float
-    fluency: float
+    concept: float | None
+    relevance: float | None
+    fluency: float | None
 
     def __post_init__(self) -> None:
         for axis in AXES:
             v = getattr(self, axis)
+            if v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 2:
-                raise bad_argument(axis, v, "a rating in [0, 2]")
+                raise bad_argument(axis, v, "a rating in [0, 2] (None: not rated)")
             object.__setattr__(self, axis, float(v))
 
     @property
-    def aggregate(self) -> float:
-        """The harmonic mean of the three (0 if any is 0): high only when all three are."""
-        return harmonic_mean([self.concept, self.relevance, self.fluency])
+    def rated(self) -> bool:
+        """Whether the judge rated all three axes."""
+        return None not in (self.concept, self.relevance, self.fluency)
 
     @property
-    def good(self) -> bool:
-        """A good steer: the concept is there, the question still answered, the text still text."""
+    def aggregate(self) -> float | None:
+        """The harmonic mean of the three (0 if any is 0): high only when all three are; None unless rated."""
+        return harmonic_mean([self.concept, self.relevance, self.fluency]) if self.rated else None
+
+    @property
+    def good(self) -> bool | None:
+        """A good steer: the concept is there, the question still answered, the text still text; None
+        unless rated."""
+        if not self.rated:
+            return None
         return self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1
 
     def to_dict(self) -> dict:
@@ -166,15 +186,29 @@ class Rating:
         return cls(concept=d["concept"], relevance=d["relevance"], fluency=d["fluency"])
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that are there (None: nothing to mean)."""
+    there = [float(v) for v in values if v is not None]
+    return sum(there) / len(there) if there else None
+
+
 def summarize(ratings: Sequence[Rating]) -> dict:
-    """Means of the three ratings and of the aggregate, the share of good steers, and n."""
+    """Means of the three ratings (each over the answers rated on it), of the aggregate and the share
+    of good steers (over the answers rated on all three), n, and ``unrated``: how many answers miss a
+    rating — reported, never counted as 0."""
     n = len(ratings)
     if not n:
         return {"concept": math.nan, "relevance": math.nan, "fluency": math.nan, "aggregate": math.nan,
-                "good": math.nan, "n": 0}
-    return {"concept": sum(r.concept for r in ratings) / n, "relevance": sum(r.relevance for r in ratings) / n,
-            "fluency": sum(r.fluency for r in ratings) / n, "aggregate": sum(r.aggregate for r in ratings) / n,
-            "good": sum(r.good for r in ratings) / n, "n": n}
+                "good": math.nan, "n": 0, "unrated": 0}
+    rated = [r for r in ratings if r.rated]
+    return {**{axis: _mean([getattr(r, axis) for r in ratings]) for axis in AXES},
+            "aggregate": _mean([r.aggregate for r in rated]), "good": _mean([float(r.good) for r in rated]),
+            "n": n, "unrated": n - len(rated)}
+
+
+def rated_text(value: float | None) -> str:
+    """A mean rating as the summaries print it: two decimals, or "not rated"."""
+    return "not rated" if value is None else f"{value:.2f}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +248,12 @@ def judge_answers(items: Sequence[JudgeItem], judge: Judge | None = None) -> lis
     if len(ratings) != len(items) or not all(isinstance(r, Rating) for r in ratings):
         raise bad_argument("judge", type(judge).__name__, f"a judge returning one Rating per item ({len(items)}); "
                            f"it returned {len(ratings)} value(s)")
+    if ratings and not any(r.rated for r in ratings):  # nothing measured: never a row of zeros
+        url = getattr(judge, "url", None)
+        who = f"{getattr(judge, 'flag', 'judge')} {getattr(url, 'shown', None) or type(judge).__name__}"
+        raise JudgeError(f"{who}: none of the {len(ratings)} answers got a rating on all three axes (its replies "
+                         "held no 'Rating: [[s]]'), so there is nothing to report. Use a chat model that follows the "
+                         "rubric (the served model's name: --judge-model), or --judge offline.")
     return ratings
 
 
@@ -493,8 +533,9 @@ class ChatJudge:
     :data:`RUBRICS`, greedy, the rating parsed from "Rating: [[s]]". When the server returns
     ``logprobs`` (asked with ``top_logprobs``), the score is the probability-weighted mean over the
     digits 0, 1, 2 at the rating's token (a reading less coarse than the argmax). A reply without a
-    rating counts 0 on that axis (as AxBench does) and is counted in ``unparsed``; a rating outside
-    [0, 2] is an error. The HTTP rules (URL checked at construction, no redirects, one deadline of
+    rating leaves that axis not rated (None — AxBench counts it 0, which reads as a measured 0), is
+    counted in ``unparsed`` and logged; a judge that rates no answer at all is an error
+    (:func:`judge_answers`), and so is a rating outside [0, 2]. The HTTP rules (URL checked at construction, no redirects, one deadline of
     ``timeout`` seconds per request, replies capped and checked) are steering/evaluation/judge_client.py's;
     every failure is one :class:`JudgeError` line naming ``name`` (the CLI: ``--judge``)."""
 
@@ -521,8 +562,8 @@ class ChatJudge:
         reply = post_json(self.url, body, deadline=self.timeout, name=self.flag, headers=headers)
         return check_completion(reply, self.url.shown, self.flag)
 
-    def score(self, prompt: str) -> float:
-        """The 0–2 score of one rubric prompt."""
+    def score(self, prompt: str) -> float | None:
+        """The 0–2 score of one rubric prompt; None when the reply holds no rating."""
         choice = self.request(prompt).choices[0]
         text = choice.message.content or ""
         try:
@@ -531,7 +572,7 @@ class ChatJudge:
             raise JudgeError(f"{self.flag} {self.url.shown}: the server sent {exc}") from None
         if parsed is None:
             self.unparsed += 1
-            return 0.0
+            return None
         value, offset = parsed
         content = [e.model_dump() for e in (choice.logprobs.content or [])] if choice.logprobs else []
         weighted = weighted_score(content, offset) if content else None
@@ -539,9 +580,13 @@ class ChatJudge:
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
         out = []
+        before = self.unparsed
         for it in items:
             fields = {"concept": it.concept, "question": it.question, "answer": it.answer}
             out.append(Rating(**{axis: self.score(RUBRICS[axis].format(**fields)) for axis in AXES}))
+        if self.unparsed > before:
+            log.warning("%s %s: %d of %d replies held no rating; those answers are not rated on that axis (not "
+                        "counted as 0)", self.flag, self.url.shown, self.unparsed - before, len(out) * len(AXES))
         return out
 
 

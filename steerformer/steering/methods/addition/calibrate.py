@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from ....errors import bad_argument
-from ....prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch
+from ....prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch, check_fits, words_of
 from ...chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
 from ...probe import AnswerBatch, KLProbe, capture, model_device, no_cache
 
@@ -122,11 +122,9 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
     others = [o for o in OTHER_NOUNS if o != word.lower()]
     texts = [f"{c} {w}" for c in CARRIERS for w in [word, *others]]
     batch = PromptBatch.from_texts(texts, tokenizer)
-    limit = adapter.max_positions
-    if limit is not None and batch.input_ids.shape[1] > limit:  # the embedding would index past its table
-        raise bad_argument(name, f"{len(word.split())} words", f"a phrase that fits the model's {limit} positions "
-                           f"inside its carrier sentences (they tokenize to {batch.input_ids.shape[1]})",
-                           "Shorten it to a few words: the direction is read at its last token.")
+    check_fits(batch.input_ids.shape[1], adapter.max_positions, name=name, value=words_of(word),
+               what="a phrase, inside its carrier sentences,", fix="Shorten it to a few words: the direction is "
+               "read at its last token.")
     if adapter.shares_weights:
         raise bad_argument("layer", max(layers), "a model whose blocks each run once (shared weights: ALBERT)")
     batch = batch.to(model_device(model))
