@@ -254,7 +254,7 @@ class SteerChosen(Method):
         return self.state(bench, concept, *self.steer(bench, concept, **self.options))
 
     def state(self, bench, concept, rec, seconds) -> dict:
-        cal = rec.calibration or {}
+        cal = rec.details.to_dict()
         state = {"record": rec, "seconds": seconds, "curve": cal.get("strength_search"),
                  "layers": cal.get("layers"), "alpha": cal.get("alpha"), "choice": cal.get("strength_choice"),
                  "kl_rule": cal.get("kl_rule")}

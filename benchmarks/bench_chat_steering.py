@@ -142,8 +142,8 @@ def classic(argv: list[str] | None = None) -> None:
     for concept in concepts:
         rec, t_steer = timed(lambda: sf.steer(model, token=concept, tokenizer=tok, **steer_kw))
         sf.unsteer(model)
-        layers = rec.calibration["layers"]
-        alpha = rec.calibration["alpha"]
+        layers = rec.details.layers
+        alpha = rec.details.alpha
         vectors = {e.layer: e.u * (e.gain / alpha) for e in rec.edits}  # u · s_ℓ: the hook adds α·s_ℓ·u
         methods = {
             f"steer (default, layer {','.join(map(str, layers))})": lambda s: edits_applied(model, rec.edits),
@@ -173,7 +173,7 @@ def classic(argv: list[str] | None = None) -> None:
             lp_edit = answer_logprobs(model, base.prompts, base.answers)
         kl_hook_edit = mean_kl(lp_hook, lp_edit)
         ev.info.update({"steer_seconds": t_steer, "forward_seconds": t_fwd, "kl_hook_vs_edit": kl_hook_edit,
-                        "calibration": {k: v for k, v in rec.calibration.items() if k != "concept_token_ids"}})
+                        "calibration": {k: v for k, v in rec.details.to_dict().items() if k != "concept_token_ids"}})
         if out is not None:
             ev.save(out / concept)
         default, hook = ev.points[0], ev.points[1]

@@ -51,7 +51,7 @@ def timing(path: Path) -> dict:
     from steerformer.loading import load_model, open_source
     from steerformer.matrices import read_attention_weights
     from steerformer.steering import steer, unsteer
-    from steerformer.steering.algebra import top_summary
+    from steerformer.steering.methods.paper.algebra import top_summary
 
     model = load_model(path)
     d = model.config.n_embd

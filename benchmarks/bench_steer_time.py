@@ -54,13 +54,13 @@ def main() -> None:
         rec = sf.steer(model, token=c, tokenizer=tok, report=False, **kw)
         t_judged = time.perf_counter() - t0
         sf.unsteer(model)
-        search = rec.calibration.get("strength_search") or {}
+        search = rec.details.strength_search or {}
         t0 = time.perf_counter()
         sf.steer(model, token=c, tokenizer=tok, report=False, choose="kl", **kw)
         t_kl = time.perf_counter() - t0
         sf.unsteer(model)
         print(f"| {c} | {t_judged:.1f} | {t_judged / t_fwd:.0f} | {len(search.get('points', []))} | "
-              f"{search.get('seconds', float('nan')):.1f} | {rec.kl:.3f} ({rec.calibration['strength_choice']}) | "
+              f"{search.get('seconds', float('nan')):.1f} | {rec.kl:.3f} ({rec.details.strength_choice}) | "
               f"{t_kl:.1f} | {t_kl / t_fwd:.0f} |", flush=True)
 
 

@@ -58,7 +58,7 @@ def collect(out: Path, concepts: list[str], budgets: list[float], coeffs: list[f
             with torch.no_grad():
                 ans = generate_answers(model, tok, base.prompts, max_new_tokens=n_tok)
             sf.unsteer(model)
-            add(concept, f"steer max_kl={b} layer={rec.calibration['layers']}", ans)
+            add(concept, f"steer max_kl={b} layer={rec.details.layers}", ans)
             print(f"{concept} budget {b}: {time.perf_counter() - t0:.0f} s", flush=True)
         layer = 19
         v = addition_vectors(model, tok, concept, [layer])

@@ -45,7 +45,7 @@ def main() -> None:
         rec = steer(model, direction=u.numpy(), strength=s, solve="exact", measure="dynamics")
         x = run_dynamics(model, x0).states[-1]
         rho = float((x @ u).abs().mean())
-        print(f"{s:>6g} {rec.gain:>10.4g} {rec.alignment_dynamics_after:>13.3f} {rho:>18.3f} {rho / rho0:>19.2f}")
+        print(f"{s:>6g} {rec.gain:>10.4g} {rec.details.alignment_dynamics_after:>13.3f} {rho:>18.3f} {rho / rho0:>19.2f}")
 
 
 if __name__ == "__main__":

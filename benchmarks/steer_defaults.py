@@ -44,9 +44,9 @@ def main(seed: int = 0, ffn: bool = True, smoke: bool = False) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for measure, solve, through, target, r, dt in rows:
         per = (r.alignment_model_after - r.alignment_model_before) / max(r.kl, 1e-12)
-        print(f"| {measure} | {solve} | {through} | {target} | {r.strength:.4g} | {r.alignment_model_before:.3f} → "
-              f"{r.alignment_model_after:.3f} | {r.alignment_dynamics_before:.3f} → {r.alignment_dynamics_after:.3f} | "
-              f"{r.weight_change:.3g} | {r.kl:.3g} | {per:.3g} | {r.target_reached} | {dt:.1f} | "
+        print(f"| {measure} | {solve} | {through} | {target} | {r.details.strength:.4g} | {r.alignment_model_before:.3f} → "
+              f"{r.alignment_model_after:.3f} | {r.details.alignment_dynamics_before:.3f} → {r.details.alignment_dynamics_after:.3f} | "
+              f"{r.weight_change:.3g} | {r.kl:.3g} | {per:.3g} | {r.details.target_reached} | {dt:.1f} | "
               f"{r.alignment_model_after / r.alignment_model_before:.2f} |")
 
 

@@ -33,11 +33,11 @@ def main(seed: int = 0, smoke: bool = False) -> None:
             kw = {"strength": float(setting.split()[1])} if setting.startswith("strength") else {}
             r = steer(model, u, solve=solve, **kw)
             e = r.edit
-            pred = r.spectrum_before["lambda1"][0] + e.gain * float(e.w_eff @ e.u)
-            print(f"| {setting} | {solve} | {r.strength:.4g} | {r.w_eff_cos:.3f} | {r.effective_strength:.4g} | "
-                  f"{r.spectrum_after['lambda1'][0]:.4g} | {pred:.4g} | {r.weight_change:.3g} | {r.bias_shift_norm:.3g} | "
+            pred = r.details.spectrum_before["lambda1"][0] + e.gain * float(e.w_eff @ e.u)
+            print(f"| {setting} | {solve} | {r.details.strength:.4g} | {r.details.w_eff_cos:.3f} | {r.details.effective_strength:.4g} | "
+                  f"{r.details.spectrum_after['lambda1'][0]:.4g} | {pred:.4g} | {r.weight_change:.3g} | {r.details.bias_shift_norm:.3g} | "
                   f"{r.alignment_model_before:.3f} → {r.alignment_model_after:.3f} | "
-                  f"{r.effective_strength / r.strength:.3f} |")
+                  f"{r.details.effective_strength / r.details.strength:.3f} |")
             unsteer(model)
 
 

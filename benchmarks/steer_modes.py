@@ -92,12 +92,12 @@ def main() -> None:
         ("toward", u_rand, {"strength": 10.0}),
         ("toward, bias shift compensated", u_rand, {"strength": 10.0, "compensate_bias": True}),
         ("away", u_rand, {"strength": -10.0}),
-        ("ablate (all layers)", u_rand, {"mode": "ablate"}),
+        ("ablate (all layers)", u_rand, {"method": "ablation"}),
         ("contrastive (toward)", u_music, {"strength": 10.0}),
-        ("ablate contrastive (all layers)", u_music, {"mode": "ablate"}),
+        ("ablate contrastive (all layers)", u_music, {"method": "ablation"}),
     )
     for mode, u, kw in modes[:1] if smoke else modes:
-        for solve in ((None,) if kw.get("mode") == "ablate" else ("exact",) if smoke else ("exact", "min-norm")):
+        for solve in ((None,) if kw.get("method") == "ablation" else ("exact",) if smoke else ("exact", "min-norm")):
             vec = u.vector if hasattr(u, "vector") else u
             before = signed_cos(model, tok, vec)
             extra = {} if solve is None else {"solve": solve, "left": left}
@@ -105,9 +105,9 @@ def main() -> None:
             after = signed_cos(model, tok, vec)
             size = None if kw.get("compensate_bias") else adapter_bytes(model)  # b_O changes: no LoRA
             unsteer(model)
-            shift = None if r.bias_shift_norm is None or kw.get("mode") == "ablate" else r.bias_shift_norm
+            shift = None if r.details is None or r.details.bias_shift_norm is None else r.details.bias_shift_norm
             rows.append((mode, solve or "—", kw.get("strength", "—"), before, after, r.alignment_model_before,
-                         r.alignment_model_after, r.effective_strength, r.weight_change, shift, r.kl, size,
+                         r.alignment_model_after, None if r.details is None else r.details.effective_strength, r.weight_change, shift, r.kl, size,
                          len(r.edits)))
     print("| mode | solve | nominal s | mean cos(h, u) | mean abs cos(h, u) | effective s | ‖ΔW_O‖/‖W_O‖ | "
           "bias shift ‖γ(a·b_V)u‖ | KL | LoRA adapter | ratio abs cos after/before |")

@@ -22,5 +22,10 @@ def report_cmd(
     from steerformer.report import write_report
 
     with user_errors():
-        path = write_report(folder, name="FOLDER")
+        section = None
+        if (folder / "steerformer" / "record.json").is_file():  # a steered checkpoint: its method's section
+            import steerformer.steering as steering
+
+            section = steering.record_section(steering.read_records(folder)[-1])
+        path = write_report(folder, name="FOLDER", section=section)
     typer.echo(f"wrote {path} (open it in a browser)")

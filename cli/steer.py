@@ -237,7 +237,7 @@ def save_and_push(m, rec, written: dict, hub: dict, tokenizer=None) -> None:
     if rec.evaluation:  # the page of the answers (after the folder: a failed page leaves the checkpoint whole)
         from steerformer.report import write_report
 
-        typer.echo(f"report: {write_report(path, name='--out')}")
+        typer.echo(f"report: {write_report(path, name='--out', section=steering.record_section(rec))}")
     push(path, hub)
 
 

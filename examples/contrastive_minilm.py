@@ -53,7 +53,7 @@ def main() -> dict:
     unsteer(bert)
     print(f"direction: {d.method} of {d.n_positive} vs {d.n_negative} sentences after layer {d.layer} "
           f"({d.token} over tokens), |difference| = {d.raw_norm:.3f}")
-    print(f"steered layer {record.layer}, gain {record.gain:.4g} (strength {record.strength:.3g})")
+    print(f"steered layer {record.layer}, gain {record.gain:.4g} (strength {record.details.strength:.3g})")
     print(f"{'cos(sentence, music centroid)':52s} before  after")
     for s, b, a in zip(HELDOUT, before, after):
         print(f"{s:52s} {b:6.3f} {a:6.3f}")

@@ -42,7 +42,7 @@ def main() -> dict:
     after = st.encode(SENTENCES, normalize_embeddings=True) @ topic
     unsteer(bert)
     restored = st.encode(SENTENCES, normalize_embeddings=True) @ topic
-    print(f"steered layer {record.layer}, gain {record.gain:.4g} (strength {record.strength:.3g}); {record.message}")
+    print(f"steered layer {record.layer}, gain {record.gain:.4g} (strength {record.details.strength:.3g}); {record.message}")
     print(f"{'cos(sentence, topic)':60s} before  after")
     for s, b, a in zip(SENTENCES, before, after):
         print(f"{s:60s} {b:6.3f} {a:6.3f}")

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -195,6 +196,24 @@ def _public_id(name: str) -> str:
     except (OSError, ValueError):
         pass
     return name
+
+
+def public_model_id(model_id: str) -> str | None:
+    """The Hub repo id of ``model_id``: itself when it is one, the cached repo for a path inside a
+    Hugging Face cache (``.../models--org--name/snapshots/<sha>``), else None."""
+    # base_model metadata wants a namespaced repo id ("org/name"), never a local path
+    if model_id and not name_looks_like_path(model_id) and model_id.count("/") == 1:
+        return model_id
+    for part in reversed(Path(model_id).parts):
+        m = re.fullmatch(r"models--([^/]+?)--([^/]+)", part)
+        if m:
+            return f"{m.group(1)}/{m.group(2)}"
+    return None
+
+
+def display_name(model_id: str) -> str:
+    """A name for the title: the Hub id, else the local folder's name (never an absolute path)."""
+    return public_model_id(model_id) or Path(str(model_id).rstrip("/\\")).name or str(model_id)
 
 
 def model_display_name(name: Any) -> str:

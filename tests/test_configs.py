@@ -11,7 +11,7 @@ import torch
 from steerformer.configs import CollapseConfig, StatsConfig, SteerConfig
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering.methods.paper.config import PaperConfig
-from steerformer.steering.methods.registry import built_in_configs
+from steerformer.steering.registry import built_in_configs
 from steerformer_cli.main import app
 from tests.models import make_model
 

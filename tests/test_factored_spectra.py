@@ -136,7 +136,7 @@ def test_spectral_summary_complex_pair_and_tolerance() -> None:
 
 def test_steering_and_bridge_use_the_same_lambda1_as_spectra() -> None:
     from steerformer.ode.bridge import principal_eigenvector
-    from steerformer.steering.algebra import top_summary
+    from steerformer.steering.methods.paper.algebra import top_summary
 
     M = _planted(90, [4.0, 3.0], seed=4)
     sp = spectra(M)

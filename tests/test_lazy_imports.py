@@ -90,11 +90,12 @@ def test_steering_a_causal_lm_imports_no_hub_export_lora_or_verify_code(steer_pr
     assert not bad, bad
 
 
-def test_steering_a_causal_lm_imports_at_most_34_package_modules(steer_probe) -> None:
+def test_steering_a_causal_lm_imports_at_most_35_package_modules(steer_probe) -> None:
     # 30 before the addition became a folder (its package, config.py and weights.py) and the
-    # version a leaf module; no other method's code and no method's config but its own
+    # version a leaf module, then the probe room (steering/probe.py); no other method's code and no
+    # method's config but its own
     modules = steer_probe["modules"]
-    assert len(modules) <= 34, f"{len(modules)} modules: {modules}"
+    assert len(modules) <= 35, f"{len(modules)} modules: {modules}"
     assert not [m for m in modules if m.startswith(("steerformer.steering.methods.paper",
                                                     "steerformer.steering.methods.ablation"))], modules
 

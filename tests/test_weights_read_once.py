@@ -59,4 +59,4 @@ def test_steer_reads_each_layers_attention_once(monkeypatch) -> None:
                         real(self, k, get, parts))
     rec = steer(model, **kw)
     assert reads and set(reads.values()) == {1}, reads
-    assert rec.gain == plain.gain and rec.alignment_dynamics_after == plain.alignment_dynamics_after
+    assert rec.gain == plain.gain and rec.details.alignment_dynamics_after == plain.details.alignment_dynamics_after

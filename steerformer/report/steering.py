@@ -1,14 +1,16 @@
 """The page of a steering run: each report question answered by the base model and the steered one
 side by side (the concept's words marked, the judge's three ratings under each answer), a strength
-slider over the answers at every strength the evaluation ran, the dose curve, the layer scan, the
-record's facts and the commands that undo or export the edit.
+slider over the answers at every strength the evaluation ran, the dose curve, the edit's facts,
+the section of the method that made it, and the commands that undo or export the edit.
 
 Two sources, both read as saved JSON (so any earlier output folder renders):
 
 * a steered checkpoint (``steer --evaluate``): ``steerformer/record.json``, whose ``evaluation``
   holds the answers and, when the evaluation ran a dose curve, ``evaluation["dose"]`` (answers at
-  multiples of the chosen gain); a judged strength search in ``calibration["strength_search"]`` is
-  drawn too;
+  multiples of the chosen gain). What only its method knows comes as a *section*: data the method
+  wrote (``Method.report_section``, handed over by the caller: this package reads no steering code),
+  ``{"facts": [[label, text]], "title", "text", "table": {"header", "rows"}, "dose": {"budget",
+  "probe", "note"}}``, every key optional;
 * an evaluation folder (``steerformer evaluate``): ``evaluation.json``, one point per (method,
   strength): the slider runs over them in order of KL.
 """
@@ -16,7 +18,7 @@ Two sources, both read as saved JSON (so any earlier output folder renders):
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from .html import Markup, esc, highlight, number, page, table
 from .svg import Series, line_chart
@@ -146,73 +148,24 @@ def dose_figures(steps: Sequence[Mapping], chosen: int, *, x_label: str, budget:
     return f"<div style='display:flex;flex-wrap:wrap;gap:8px'>{left}{right}</div>"
 
 
-def scan_html(calibration: Mapping, chosen_layers: Sequence[int]) -> str:
-    scan = calibration.get("scan")
-    if not scan:
-        how = calibration.get("layer_choice") or "given"
-        return f"<p>No layer scan: layer(s) {esc(chosen_layers)} ({esc(how)}).</p>"
-    judged = any(r.get("judged") for r in scan)  # the judged layer choice rated each layer's answers
-    rows = []
-    for r in scan:
-        j = r.get("judged") or {}
-        mark = "✓ chosen" if list(r.get("layers", [])) == list(chosen_layers) else ""
-        rows.append([", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"), r.get("concept_mass")]
-                    + ([j.get(k) for k in ("aggregate", "good", "concept", "relevance", "fluency")] if judged else [])
-                    + [mark])
-    header = ["layer(s)", "gain α (× residual norm)", "probe KL", "concept-token probability"] \
-        + (["judged aggregate", "good", "concept", "relevance", "fluency"] if judged else []) + [""]
-    return (f"<p>Each layer calibrated to the KL budget, then chosen by: {esc(calibration.get('layer_choice', ''))}."
-            "</p>" + table(header, rows))
-
-
-def strength_search_html(search: Mapping) -> str:
-    """A judged strength search (``calibration["strength_search"]``: per candidate strength on the
-    selection questions its KL, the judge's means and good-steer share, whether it is within the KL
-    ceiling, and the chosen one): its curve and its table."""
-    points = [p for p in search.get("points") or [] if isinstance(p, Mapping)]
-    if not points:
+def section_html(section: Mapping) -> str:
+    """A method's section (module doc): its title, text and table."""
+    tab = section.get("table") or {}
+    if not (section.get("text") or tab.get("rows")):
         return ""
-    chosen = search.get("chosen")
-    xs = [p.get("strength") for p in points]
-    within = [p.get("strength") for p in points if p.get("within")]
-    band = (min(within), max(within)) if within else None
-    chart = line_chart([Series(name, xs, [p.get(key) for p in points]) for name, key in
-                        (("aggregate", "aggregate"), ("concept", "concept"), ("relevance", "relevance"),
-                         ("fluency", "fluency"))]
-                       + [Series("good-steer share ×2", xs, [None if p.get("good") is None else 2 * p["good"]
-                                                            for p in points], dashed=True)],
-                       title="judged selection answers against strength", x_label="strength",
-                       y_label="rating (0–2)", y_range=(0.0, 2.0), band=band,
-                       band_label=f"KL within {search.get('max_kl')}" if band else "",
-                       marker=points[chosen].get("strength") if isinstance(chosen, int) and 0 <= chosen < len(points)
-                       else None, marker_label="chosen", width=720)
-    rows = [[p.get("strength"), p.get("kl"), p.get("concept"), p.get("relevance"), p.get("fluency"),
-             p.get("aggregate"), p.get("good"), "yes" if p.get("within") else "no", "✓ chosen" if i == chosen else ""]
-            for i, p in enumerate(points)]
-    return (f"<section><h2>Judged strength search ({len(search.get('questions') or [])} selection questions)</h2>"
-            f"<p>{esc(search.get('choice', ''))}</p>{chart}"
-            + table(["strength", "KL", "concept", "relevance", "fluency", "aggregate", "good", "within the KL ceiling",
-                     ""], rows, left=0) + "</section>")
+    body = (f"<p>{esc(section['text'])}</p>" if section.get("text") else "") + \
+        (table(tab.get("header"), tab.get("rows") or []) if tab.get("rows") else "")
+    return f"<section><h2>{esc(section.get('title') or 'The method')}</h2>{body}</section>"
 
 
-def facts_html(record: Mapping, evaluation: Mapping) -> str:
-    cal = record.get("calibration") or {}
-    edits = record.get("edits") or []
-    kinds = sorted({f"{e.get('writer', '?')} {e.get('module', '')}" for e in edits})
-    rows = [("model", record.get("model_id")), ("method", record.get("method") or (record.get("solve") or {}).get("method")),
-            ("layer(s)", ", ".join(str(k) for k in (cal.get("layers") or [record.get("layer")]))),
-            ("gain", number(record.get("gain"), 5) + (f" (α = {cal['alpha']:.4g} × the residual norm)"
-                                                     if cal.get("alpha") is not None else "")),
-            ("KL (the budget's)", f"{number(record.get('kl'))} nats/token, {record.get('kl_kind') or 'n/a'}"
-             + (f"; budget {cal['max_kl']:g}" if cal.get("max_kl") is not None else "")),
-            ("KL on the report answers", number(evaluation.get("kl"))),
-            ("KL on the held-out sentences", number(cal.get("kl_heldout"))),
-            ("weight change ‖ΔW‖/‖W‖", number(record.get("weight_change"))),
-            ("edited weights", "; ".join(kinds) or "–"),
-            ("concept words", ", ".join(evaluation.get("words") or [])),
-            ("judge", evaluation.get("judge") or "none"),
-            ("steerformer", record.get("steerformer_version"))]
-    return table(None, rows, left=2, cls="facts")
+def facts_html(record: Mapping, section: Mapping) -> str:
+    """The table of the edit: the section's facts (the model card's rows), else what every record has."""
+    rows = [tuple(r) for r in section.get("facts") or []] or [
+        ("model", record.get("model_id")), ("method", record.get("method")), ("layer", record.get("layer")),
+        ("gain", number(record.get("gain"), 5)),
+        ("KL", f"{number(record.get('kl'))} nats/token, {record.get('kl_kind') or 'n/a'}"),
+        ("weight change ‖ΔW‖/‖W‖", number(record.get("weight_change")))]
+    return table(None, [*rows, ("steerformer", record.get("steerformer_version"))], left=2, cls="facts")
 
 
 def commands_html(model_id: str) -> str:
@@ -246,39 +199,33 @@ def _page(title: str, sub: str, questions: Sequence[str], words: Sequence[str], 
     return page(title, body, script=slider_script())
 
 
-def record_page(record: Mapping, *, earlier: int = 0) -> str:
+def record_page(record: Mapping, *, earlier: int = 0, section: Mapping | None = None) -> str:
     """The page of a steered checkpoint's last record (in ``steerformer/record.json``) that carries
     an evaluation; without one, the facts and commands only. ``earlier``: how many steering calls
-    the chain holds before it (said on the page: their edits are in the weights too)."""
+    the chain holds before it (said on the page: their edits are in the weights too); ``section``:
+    its method's section (module doc)."""
+    section = section or {}
     ev = record.get("evaluation") or {}
-    cal = record.get("calibration") or {}
     concept = (record.get("direction_source") or {})
     word = concept.get("phrase") or concept.get("token") or concept.get("text") or ", ".join(ev.get("words") or [])
     title = f"steer {record.get('model_id')} toward “{word}”"
     sub = f"steerformer {record.get('steerformer_version', '')}; method {record.get('method') or '?'}"
     if earlier:
         sub += f"; the last of {earlier + 1} steering calls (the earlier ones' edits are in the weights too)"
-    facts = (f"<section><h2>The edit</h2>{facts_html(record, ev)}</section>"
-             f"<section><h2>Layer scan</h2>{scan_html(cal, cal.get('layers') or [record.get('layer')])}</section>"
-             + (strength_search_html(cal["strength_search"]) if isinstance(cal.get("strength_search"), Mapping)
-                else "")
-             + f"<section><h2>Undo, verify, export</h2>{commands_html(str(record.get('model_id')))}</section>")
+    facts = (f"<section><h2>The edit</h2>{facts_html(record, section)}</section>{section_html(section)}"
+             f"<section><h2>Undo, verify, export</h2>{commands_html(str(record.get('model_id')))}</section>")
     if not ev.get("answers"):
         body = (f"<h1>{esc(title)}</h1><p class=sub>{esc(sub)}</p><p>This record carries no evaluation: run "
                 "<code>steerformer steer … --evaluate</code> for the answers, the slider and the dose curve.</p>" + facts)
         return page(title, body)
     steps, chosen = record_steps(record)
-    probe = []
-    alpha = cal.get("alpha")  # the KL search runs in α (× the residual norm); the chosen α is scale 1
-    if record.get("measure") == "kl" and alpha:
-        probe = sorted((g / alpha, k) for g, k in record.get("curve") or []
-                       if g is not None and k is not None and math.isfinite(g) and math.isfinite(k))
-    figures = dose_figures(steps, chosen, x_label="strength (× the chosen gain)", budget=cal.get("max_kl"),
-                           band=(0.0, 1.0) if cal.get("max_kl") is not None else None,
+    dose = section.get("dose") or {}
+    budget = dose.get("budget")
+    probe = [(x, k) for x, k in dose.get("probe") or [] if math.isfinite(x) and math.isfinite(k)]
+    figures = dose_figures(steps, chosen, x_label="strength (× the chosen gain)", budget=budget,
+                           band=(0.0, 1.0) if budget is not None else None,
                            probe=[p for p in probe if p[0] <= max(s["x"] for s in steps) * 1.05])
-    note = ("<p>The gain was chosen as the largest whose KL on the probe's text stays within the budget, so every "
-            "strength up to 1 × lies inside it (green band); the KL on the report answers is measured on other text "
-            "and may differ.</p>" if cal.get("max_kl") is not None else "")
+    note = f"<p>{esc(dose['note'])}</p>" if dose.get("note") else ""
     return _page(title, sub, ev.get("questions") or [], ev.get("words") or [], steps, chosen, figures + note, facts)
 
 

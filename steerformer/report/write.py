@@ -13,9 +13,10 @@ from .html import PAGE_NAME
 SOURCES = (("steer", "steerformer/record.json"), ("evaluate", "evaluation.json"), ("analyze", "report.json"))
 
 
-def report_page(folder: str | os.PathLike, *, name: str = "folder") -> tuple[str, str]:
+def report_page(folder: str | os.PathLike, *, name: str = "folder", section: dict | None = None) -> tuple[str, str]:
     """(kind, the page's HTML) of the output folder ``folder`` of `steer`, `evaluate` or `analyze`;
-    anything else is refused in one line naming ``name``."""
+    anything else is refused in one line naming ``name``. ``section``: the steering method's section
+    of a steered folder (``report/steering.py``), from the caller."""
     from ..results import read_json
 
     root = Path(folder).expanduser()
@@ -33,7 +34,7 @@ def report_page(folder: str | os.PathLike, *, name: str = "folder") -> tuple[str
                 records = doc.get("records") if "records" in doc else [doc]  # the chain; a lone record too
                 if not isinstance(records, list) or not records or not isinstance(records[-1], dict):
                     raise bad_argument(name, str(folder), f"a folder whose {marker} holds a steering record")
-                return kind, record_page(records[-1], earlier=len(records) - 1)
+                return kind, record_page(records[-1], earlier=len(records) - 1, section=section)
             if kind == "evaluate":
                 from .steering import evaluation_page
 
@@ -45,12 +46,13 @@ def report_page(folder: str | os.PathLike, *, name: str = "folder") -> tuple[str
                        + ", ".join(m for _, m in SOURCES) + ")", "Pass the --out folder of one of those commands.")
 
 
-def write_report(folder: str | os.PathLike, *, name: str = "folder") -> Path:
-    """Render ``folder``'s page (:func:`report_page`) and write it to ``folder/report.html``
-    atomically; an existing ``report.html`` is replaced only when steerformer wrote it."""
+def write_report(folder: str | os.PathLike, *, name: str = "folder", section: dict | None = None) -> Path:
+    """Render ``folder``'s page (:func:`report_page`, with the steering method's ``section``) and write
+    it to ``folder/report.html`` atomically; an existing ``report.html`` is replaced only when
+    steerformer wrote it."""
     from ..outputs import REPORT_PAGE, write_output_file
 
-    _, text = report_page(folder, name=name)
+    _, text = report_page(folder, name=name, section=section)
     return write_output_file(Path(folder).expanduser() / PAGE_NAME, lambda tmp: Path(tmp).write_text(text, "utf-8"),
                              REPORT_PAGE, overwrite=True, name=name)
 

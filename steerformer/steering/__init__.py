@@ -68,7 +68,7 @@ _EXPORTS: dict[str, str] = {
     "verify_checkpoint": ".verify",
     "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
     "register_format": ".exports",
-    "steer_and_hooks": ".evaluation.compare",
+    "steer_and_hooks": ".comparison", "record_section": ".export",
     "Conversation": ".conversation", "StrengthDial": ".conversation", "check_strength": ".conversation",
 }
 
@@ -80,7 +80,7 @@ __all__ = [
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
     "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
-    "judged_strength", "Conversation", "StrengthDial", "check_strength",
+    "judged_strength", "Conversation", "StrengthDial", "check_strength", "record_section",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -110,5 +110,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .evaluation.strength import StrengthSearch, judged_strength
     from .verify import verify_checkpoint
     from .exports import ExportFormat, export_steered, format_names, get_format, register_format
-    from .evaluation.compare import steer_and_hooks
+    from .comparison import steer_and_hooks
     from .conversation import Conversation, StrengthDial, check_strength
+    from .export import record_section

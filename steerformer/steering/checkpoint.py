@@ -69,7 +69,7 @@ from .common import (
 from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter
-from .methods.registry import call_options, choose_method, get_method, method_names
+from .registry import call_options, choose_method, get_method, method_names
 from .record import SteeringRecord, build_record
 
 log = logging.getLogger(__name__)
@@ -633,9 +633,8 @@ def steer_checkpoint(
     edit.before_sha256, edit.after_sha256 = tensor_sha256(original), tensor_sha256(new)
 
     # record (the options this edit honoured; the rest keep their defaults: refused by the plan)
-    record = build_record(source, plan, None, {name: original}, {name: new},
+    record = build_record(source, plan, None, {name: original}, {name: new}, method=method.name,
                           config={**dataclasses.replace(cfg, report=False).to_dict(), **mcfg.to_dict()})
-    record.method = method.name
     new_bytes = new.view(torch.uint8).numpy().tobytes() if new.numel() else b""
     del new
     shards = sorted(p.name for p in src.glob("*.safetensors"))

@@ -172,34 +172,29 @@ class Direction:
         (:func:`~steerformer.steering.read_records` reads a checkpoint's or a ``steer --record`` file)."""
         from ..formats import model_hint_of
         from .record import SteeringRecord
+        from .registry import method_of
 
         if isinstance(records, SteeringRecord):
             records = [records]
-        adds = [(r, e) for r in records for e in r.edits if e.kind == "add"]
+        adds = [(r, e) for r in records for e in r.edits if e.adds_vector]
         if not adds:
             kinds = sorted({e.kind for r in records for e in r.edits}) or ["none"]
-            if "lora" in kinds:  # a learned low-rank ΔW (the distilled method): its change is ΔW z, per token
-                raise bad_argument("record", "edits of kind lora", "a KL-calibrated steer (a fixed vector per "
-                                   "layer): a control vector cannot carry a token-dependent edit (its change ΔW·z "
-                                   "depends on each token's input)", "Export it as a model instead: steerformer "
-                                   "export DIR --format gguf (or peft).")
-            raise bad_argument("record", f"edits of kind {', '.join(kinds)}", "a KL-calibrated steer (activation "
-                               "addition as weights, the causal-LM default): the paper's rank-1 edit and an "
-                               "ablation add no fixed vector", "Steer without --gain/--strength/--target-alignment.")
+            raise bad_argument("record", f"edits of kind {', '.join(kinds)}", "edits that add one fixed vector after "
+                               "their block (kind add: a KL-calibrated steer of a causal LM); these change the "
+                               "residual stream by an amount that depends on each token's input, which a control "
+                               "vector cannot carry", "Export the steered model instead: steerformer export DIR "
+                               "--format gguf (or peft).")
         vectors: dict[int, torch.Tensor] = {}
         for _, e in adds:
             vectors[int(e.layer)] = vectors.get(int(e.layer), 0) + added_vector(e)
         last = adds[-1][0]
-        cal = last.calibration or {}
         gains = {str(n): float(v.norm()) for n, v in sorted(vectors.items())}
-        scale = (f"calibrated: strength 1.0 adds what the steer added, gain {cal.get('alpha', float('nan')):.4g} "
-                 f"x the residual norm of each layer (the vector's norm: {', '.join(f'layer {k}: {g:.4g}' for k, g in gains.items())})"
-                 f", KL {cal.get('kl_probe', float('nan')):.3g} <= budget {cal.get('max_kl', float('nan')):.3g} nats per "
-                 "token on the probe continuations")
+        scale = (f"calibrated: strength 1.0 adds what the steer added, {method_of(last).gain_text(last)}; "
+                 f"{last.message}")
         return cls({n: v[None] for n, v in vectors.items()}, model_id=last.model_id, revision=last.model_commit,
                    method="calibrated steer", metadata={
-                       "model_hint": model_hint_of(last.model_type), "scale": scale, "alpha": cal.get("alpha"),
-                       "gain": gains, "max_kl": cal.get("max_kl"), "kl_probe": cal.get("kl_probe")})
+                       "model_hint": model_hint_of(last.model_type), "scale": scale, "gain": gains, "kl": last.kl,
+                       "kl_kind": last.kl_kind})
 
     def to_control_vector(self, model_hint: str | None = None) -> Any:
         """llama.cpp's control vector of this direction (one vector per layer, N >= 1): a
@@ -253,7 +248,7 @@ class Direction:
         """The README.md of the folder (Hub model card with YAML metadata)."""
         from huggingface_hub import ModelCardData
 
-        from .export import display_name, public_model_id
+        from ..loading import display_name, public_model_id
 
         base_id = public_model_id(self.model_id) if self.model_id else None
         data = ModelCardData(base_model=base_id, library_name="steerformer",

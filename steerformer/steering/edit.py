@@ -13,7 +13,9 @@ Stable API (other modules — LoRA export, ablation, activation addition — bui
     u: Tensor (out,) | (out, k)   float64, the written direction(s), one column per rank
     a: Tensor (in,) | (k, in)     float64, the row vector(s) (a = wᵀV⁺ for steering, uᵀW for ablation)
     gain: float            γ (any sign; negative steers away)
-    kind: str              "steer" | "ablate"
+    kind: str              what the change does to the residual stream: "steer" (γ u (a·z), a rank-1 write
+                           through V), "add" (a fixed vector after the block: γ u, a·z ≈ 1, or the bias),
+                           "ablate" (removes directions), "lora" (a token-dependent low-rank change)
     writer: str            which writer: "attention" | "mlp" | "embedding" | "positions" | "token_type"
     index: int | None      the expert, for a stacked (experts, out, in) weight (mixture of experts)
     row_scale: Tensor|None (out,) r: each output row of W scaled (norm-preserving ablation, rows)
@@ -32,6 +34,7 @@ Stable API (other modules — LoRA export, ablation, activation addition — bui
     bias_before_sha256, bias_after_sha256  same for the bias (when the edit changes it)
 
     rank: int                       k
+    adds_vector: bool               kind "add": the same vector after its block for every token
     is_low_rank: bool               no row/column scale: W' − W = γ U A exactly (an exact LoRA)
     changes_bias: bool              the edit changes ``bias_module``
     delta() -> Tensor               γ Σ_k u_k a_k, (out, in), float64, canonical layout
@@ -180,6 +183,12 @@ class Edit:
     def is_low_rank(self) -> bool:
         """W' − W = γ U A exactly (no row or column scale): an exact rank-k LoRA."""
         return self.row_scale is None and self.col_scale is None
+
+    @property
+    def adds_vector(self) -> bool:
+        """The edit adds one fixed vector after its block, whatever the token (``common.added_vector``):
+        what a llama.cpp control vector can carry."""
+        return self.kind == "add"
 
     @property
     def changes_bias(self) -> bool:

@@ -25,15 +25,14 @@ one, else a pipeline tag derived from the model's head class with transformers' 
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SteerformerError
 from ..files import checked_side_file, copy_side_file, side_files
-from ..loading import checkpoint_roots, name_looks_like_path, resolve_checkpoint
+from ..loading import checkpoint_roots, display_name, public_model_id, resolve_checkpoint
 from ..results import read_json
-from .methods.registry import method_of
+from .registry import method_of
 from .record import SteeringRecord
 
 log = logging.getLogger(__name__)
@@ -58,28 +57,6 @@ _NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "
 
 def _fmt(x, spec: str = ".4f") -> str:
     return "n/a" if x is None else format(x, spec)
-
-
-def _looks_like_hub_id(name: str) -> bool:
-    # base_model metadata wants a namespaced repo id ("org/name"), never a local path.
-    return bool(name) and not name_looks_like_path(name) and name.count("/") == 1
-
-
-def public_model_id(model_id: str) -> str | None:
-    """The Hub repo id of ``model_id``: itself when it is one, the cached repo for a path inside a
-    Hugging Face cache (``.../models--org--name/snapshots/<sha>``), else None."""
-    if _looks_like_hub_id(model_id):
-        return model_id
-    for part in reversed(Path(model_id).parts):
-        m = re.fullmatch(r"models--([^/]+?)--([^/]+)", part)
-        if m:
-            return f"{m.group(1)}/{m.group(2)}"
-    return None
-
-
-def display_name(model_id: str) -> str:
-    """A name for the title: the Hub id, else the local folder's name (never an absolute path)."""
-    return public_model_id(model_id) or Path(str(model_id).rstrip("/\\")).name or str(model_id)
 
 
 def edit_count_text(n: int) -> str:
@@ -127,6 +104,45 @@ def gain_text(record: SteeringRecord) -> str:
     return method_of(record).gain_text(record)
 
 
+def edit_rows(record: SteeringRecord) -> list[tuple[str, str]]:
+    """The rows of one record's table (the model card; the report page's table of the edit): what
+    every record has, with its method's own rows (``Method.facts``) after the gain."""
+    f = _fmt
+    src = {k: v for k, v in record.direction_source.items() if k != "kind"}
+    layers = sorted({e.layer for e in record.edits})
+    where = f"{layers[0]}" if len(layers) == 1 else f"{layers}"
+    if len(record.layers_changed) > len(layers):
+        where += f" — shared weights: layers {record.layers_changed} all changed"
+    rows = [("layer (execution)", where + (" (untied from the shared group first)" if record.untied else "")),
+            ("edited weight", "; ".join(f"`{m}`" for m in dict.fromkeys(e.module for e in record.edits))
+             + f" ({record.dtype})"),
+            ("direction", f"{record.direction_source.get('kind', '')} {', '.join(f'{k}={v}' for k, v in src.items())} "
+                          f"(sha256 `{record.direction_sha256[:16]}…`)"),
+            ("edit", edit_formula(record)), ("gain", gain_text(record)),
+            *method_of(record).facts(record),
+            ("alignment, real model final states (held-out prompts)",
+             f"{f(record.alignment_model_before)} → {f(record.alignment_model_after)}"),
+            ("weight change ‖ΔW‖/‖W‖", f"{record.weight_change:.4g}"),
+            (f"KL of output distributions ({record.kl_kind})", f(record.kl, ".4g"))]
+    ev = record.evaluation
+    if ev:
+        rows.append((f"held-out chat answers ({ev.get('n_answers')})",
+                     f"concept rate {ev['concept_rate']:.2f} (base {ev['base_concept_rate']:.2f}), KL on the answers "
+                     f"{ev['kl']:.3f}, distinct-2 {ev['distinct2']:.2f}, fluency {f(ev.get('fluency'), '.2f')}"))
+        if ev.get("aggregate") is not None:
+            rows.append((f"judged ({ev.get('judge')}; 0–2 each, AxBench's axes)",
+                         f"concept {ev['judge_concept']:.2f}, relevance {ev['judge_relevance']:.2f}, fluency "
+                         f"{ev['judge_fluency']:.2f}; aggregate (harmonic mean) {ev['aggregate']:.2f}; good steers "
+                         f"(all three ≥ 1) {ev['good']:.2f}"))
+    return rows
+
+
+def record_section(record: SteeringRecord) -> dict:
+    """The report page's section of ``record`` (``report/steering.py``): the table of the edit (the
+    card's rows) and its method's own section (``Method.report_section``)."""
+    return {"facts": [list(r) for r in edit_rows(record)], **(method_of(record).report_section(record) or {})}
+
+
 def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, model: Any = None,
                base_folder: str | Path | None = None, sentence_transformers: bool = False):
     """The card for ``records``. ``model``: the steered model (for its pipeline tag);
@@ -150,25 +166,12 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
         library_name="sentence-transformers" if sentence_transformers else "transformers",
         tags=tags,
     )
-    rows = []
-    for r in records:
-        d = r.to_dict()
-        src = {k: v for k, v in r.direction_source.items() if k != "kind"}
-        d["direction_source_text"] = ", ".join(f"{k}={v}" for k, v in src.items())
-        d["formula"], d["gain_text"] = edit_formula(r), gain_text(r)
-        d["fmt"] = {
-            "model_before": _fmt(r.alignment_model_before), "model_after": _fmt(r.alignment_model_after),
-            "dyn_before": _fmt(r.alignment_dynamics_before), "dyn_after": _fmt(r.alignment_dynamics_after),
-            "kl": _fmt(r.kl, ".4g"),
-            "l1_before": _fmt(r.spectrum_before["lambda1"][0], ".4g") if r.spectrum_before else "n/a",
-            "l1_after": _fmt(r.spectrum_after["lambda1"][0], ".4g") if r.spectrum_after else "n/a",
-        }
-        rows.append(d)
+    rows = [{"rows": edit_rows(r)} for r in records]
     name = display_name(first.model_id)
     return ModelCard.from_template(
         data, template_path=str(TEMPLATE), title=f"{name} (steered)", base_model_name=name,
         records=rows, edits_text=edit_count_text(len(records)),
-        formulas=list(dict.fromkeys(d["formula"] for d in rows)),
+        formulas=list(dict.fromkeys(edit_formula(r) for r in records)),
     )
 
 

@@ -44,7 +44,7 @@ from ..errors import bad_argument
 from ..outputs import STEERED, write_atomically
 from .chain import steering_of
 from .common import write_records
-from .export import display_name, public_model_id
+from ..loading import display_name, public_model_id
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

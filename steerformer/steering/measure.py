@@ -1,23 +1,12 @@
-"""Where and what steering measures, on the real model and on the paper's dynamics.
+"""What every steering method measures on the real model: the held-out prompts (``encode``), the
+final states re-run from the edited layer on (``ModelProbe``, through the probe room), their
+alignment with a direction, and the price of an edit — the KL divergence of the model's output
+distributions before and after it (``outputs``, ``price``) and the mean cosine of the final states.
+:class:`HeldOut` takes these before the edit and compares after it; ``default_measure`` is a
+method's default measurement. (The paper's own probes — its controlled dynamics, FFN
+pre-compensation, the predicted side of u — are in ``methods/paper/probes.py``.)
 
-* Prompts (``encode``): the reference and held-out sentences (seeded random ids for a model
-  without tokenizer), as model inputs on the model's device.
-* Probes: the controlled dynamics (docs/math.md §3) and the real model's final states, re-run from a
-  cache so that only what an edit changes is recomputed (``dynamics_probe``, ``model_probe``).
-* Price: the KL divergence of the model's output distributions (``outputs``, ``price``).
-* FFN pre-compensation (``compensate``).
-* :class:`HeldOut`: the held-out measurements of one call, taken before the edit and compared after.
-
-Probes. Both reuse the states entering the edited layer and recompute only what the edit changes:
-
-* controlled dynamics (docs/math.md §3): the layer's attention output is out₀ + γ u (a·z_i), z_i the
-  concatenated head outputs, so the next state N(x + out₀ + γ c_i u) is closed-form in γ;
-* real model: every block from the edited one on is re-run on the inputs it received in one
-  cached forward pass (same masks and positional arguments), then the final norm. Only the edited
-  layer's output weight differs between runs; for a weight-sharing model (ALBERT) the chain starts
-  at the first layer that runs the shared weights.
-
-Price: the KL divergence of the model's output distributions before and after the edit.
+Price, by the model's head:
 
 * LM head (``*ForCausalLM`` / ``*LMHeadModel``): next-token distributions at every real position.
 * Masked-LM head: every 4th real position (from the 2nd) is replaced by the tokenizer's mask
@@ -26,29 +15,17 @@ Price: the KL divergence of the model's output distributions before and after th
   so steerformer uses the *embedding readout* softmax(h Eᵀ) with E the input embedding matrix —
   the tied-unembedding / logit-lens view of the final states (``kl_kind="embedding-readout"``).
   When the embedding width differs from the hidden width (ALBERT) no KL is reported (None).
-Every case also reports the mean cosine between the original and the steered final states.
-
-FFN pre-compensation (power-method paper, Section 5). Steering the attention output toward u
-does not put the layer's *output* on u: the FFN map and the affine LayerNorms that follow deform
-it (on MiniLM the final states saturate near |cos| ≈ 0.78 whatever the gain). Pre-compensation solves numerically for the direction u to steer the
-attention toward so that the real final states, FFN and norms included, align with the wanted u*:
-
-    max_u  mean_i |cos(h_i(u), u*)|,   h(u) = final states with W_O + γ u a,  ‖u‖ = 1
-
-by Adam on u (re-normalized each step) through a differentiable re-run of the cached blocks
-(``torch.func.functional_call``), starting at u = u*, at a fixed gain γ.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ..adapters.base import Adapter, AttentionWeights, split_output_heads
+from ..adapters.base import Adapter
 from ..errors import SteerformerError, bad_argument
-from ..loading import ModelSource
 from ..prompts import HELDOUT_SENTENCES, REFERENCE_SENTENCES, PromptBatch, check_fits, words_of
 from .common import non_finite
 from .probe import BlockCache, capture, kl_per_token, model_device
@@ -126,63 +103,6 @@ def mean_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None)
     return cos.mean() if mask is None else cos[mask.to(device=cos.device, dtype=torch.bool)].mean()
 
 
-# ---- controlled dynamics -----------------------------------------------------------------------
-@dataclasses.dataclass
-class DynamicsProbe:
-    """Alignment ρ(x(L+1), u) of the controlled dynamics as a function of the gain γ."""
-
-    y0: torch.Tensor  # (P, n, d) x + out₀ before normalization
-    z: torch.Tensor  # (P, n, d) concatenated head outputs entering W_O
-    rerun: Callable[[torch.Tensor], torch.Tensor] | None = None  # shared weights: full rerun given ΔW_O
-
-    def states(self, delta: torch.Tensor) -> torch.Tensor:
-        """Output states of the edited layer for the output-weight change ``delta`` (d, d)."""
-        if self.rerun is not None:
-            return self.rerun(delta)
-        from ..dynamics import normalize
-
-        return normalize(self.y0 + self.z @ delta.to(self.z.device).T)
-
-    def alignment(self, delta: torch.Tensor, u: torch.Tensor) -> float:
-        return float(mean_abs_cos(self.states(delta), u))
-
-
-def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_tokens: int = 10, seed: int = 0) -> DynamicsProbe:
-    """Run the §3 dynamics up to ``layer`` once and keep what one more step needs."""
-    # the paper's method only: the dynamics' modules (attention, discrete, tokens) stay unimported
-    # when a causal LM is steered by addition
-    from ..attention import attention_probs
-    from ..dynamics import random_tokens, run_dynamics
-    from ..matrices import read_attention_weights
-
-    adapter = source.adapter
-    d = adapter.d_model
-    seq = adapter.layer_sequence()
-    x0 = random_tokens(n_prompts, n_tokens, d, seed=seed)
-    # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.
-    weights = read_attention_weights(source, sorted(set(range(layer + 1))), device="cpu")
-    if seq[layer] in seq[:layer]:
-        # The edited weights also run before ``layer`` (ALBERT): rerun the whole stack each time.
-        def rerun(delta: torch.Tensor) -> torch.Tensor:
-            W = {k: _with_delta(w, delta) if seq[k] == seq[layer] else w for k, w in weights.items()}
-            return run_dynamics(source, x0, layers=list(range(layer + 1)), weights=W).states[-1]
-
-        return DynamicsProbe(y0=x0, z=x0, rerun=rerun)
-    x = run_dynamics(source, x0, layers=list(range(layer)), weights=weights).states[-1] if layer > 0 else x0
-    w = weights[layer]
-    with torch.no_grad():
-        A = attention_probs(x, w)  # (P, H, n, n)
-        v = torch.einsum("pnd,hkd->phnk", x, w.value_heads())
-        heads = A @ v  # (P, H, n, d_h)
-        z = heads.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)  # head h → column block h of W_O
-        out0 = z @ w.output_matrix().T
-    return DynamicsProbe(y0=x + out0, z=z)
-
-
-def _with_delta(w: AttentionWeights, delta: torch.Tensor) -> AttentionWeights:
-    return dataclasses.replace(w, W_O=split_output_heads(w.output_matrix() + delta, w.n_heads))
-
-
 # ---- real model --------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ModelProbe:
@@ -204,14 +124,6 @@ class ModelProbe:
         with torch.no_grad():
             return float(mean_abs_cos(self.final_states(params), u, self.mask))
 
-    def split_inputs(self, fraction: float = 2 / 3) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention-input states of the real tokens, (fit, held-out) split by prompt."""
-        P = self.mask.shape[0]
-        k = min(max(1, int(round(P * fraction))), P - 1) if P > 1 else 1
-        X, m = self.attn_inputs, self.mask.cpu()
-        held = X[k:][m[k:]] if P > 1 else X[m][1::2]
-        fit = X[:k][m[:k]] if P > 1 else X[m][0::2]
-        return fit, held
 
 
 def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) -> ModelProbe:
@@ -302,34 +214,6 @@ def price(before: Outputs, after: Outputs) -> dict:
     return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
 
 
-# ---- FFN pre-compensation ------------------------------------------------------------------------
-def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[torch.Tensor], dict[str, torch.Tensor]],
-               *, steps: int = 60, lr: float = 0.05,
-               on_step: Callable[[float], None] | None = None) -> tuple[torch.Tensor, list[float]]:
-    """Direction u (unit, float64) whose edit best aligns the final states with ``target``.
-
-    ``stored_for(u)`` gives the replaced parameters (differentiable in u) for the fixed gain.
-    Returns u and the alignment history (one value per step, the first at u = target)."""
-    u = target.detach().clone().to(torch.float64).requires_grad_(True)
-    opt = torch.optim.Adam([u], lr=lr)
-    history: list[float] = []
-    best = (-1.0, target.detach().clone())
-    for _ in range(steps):
-        unit = u / u.norm()
-        h = probe.final_states(stored_for(unit))
-        score = mean_abs_cos(h, target, probe.mask)
-        val = float(score.detach())
-        history.append(val)
-        if on_step is not None:
-            on_step(val)
-        if val > best[0]:
-            best = (val, unit.detach().clone())
-        opt.zero_grad()
-        (-score).backward()
-        opt.step()
-    return best[1], history
-
-
 # ---- the held-out measurements of one call -------------------------------------------------------
 @dataclasses.dataclass
 class HeldOut:
@@ -352,12 +236,15 @@ class HeldOut:
         return cls(batch, model_probe(model, adapter, layer, batch), outputs(model, batch, tokenizer, head), tokenizer,
                    head)
 
-    def after(self, model: Any, target: torch.Tensor, gain: float, *, full: bool = False) -> dict:
+    def after(self, model: Any, target: torch.Tensor, gain: float, *, full: bool = False,
+              signed: bool = False) -> dict:
         """Record fields of the edited model: ``alignment_model_before``/``_after`` (mean |cos| of the
-        final states with ``target``), ``kl``, ``kl_kind``, ``state_cosine``. Non-finite outputs
-        are the non-finite error (log-probabilities may be -inf, a probability that underflowed,
-        never NaN). ``full``: the edit changed what enters the first block (an embedding), so the
-        alignment after comes from a full forward pass, not from the probe's cached block inputs."""
+        final states with ``target``), ``kl``, ``kl_kind``, ``state_cosine``; ``signed``: also the
+        signed mean cos before and after (``signed_alignment_model_before``/``_after``: which side of
+        one direction the states are on). Non-finite outputs are the non-finite error
+        (log-probabilities may be -inf, a probability that underflowed, never NaN). ``full``: the
+        edit changed what enters the first block (an embedding), so the alignment after comes from a
+        full forward pass, not from the probe's cached block inputs."""
         out = outputs(model, self.batch, self.tokenizer, self.head)
         if not bool(torch.isfinite(out.states).all()) or (out.logp is not None and bool(torch.isnan(out.logp).any())):
             raise non_finite(f"gain {gain:.6g}", "model outputs on the held-out prompts")
@@ -365,18 +252,10 @@ class HeldOut:
             final = out.states if full else self.probe.final_states()
             mask = None if full else self.probe.mask
             after = float(mean_abs_cos(final, target, mask))
-            one = target.ndim == 1  # a side of u exists for one direction only (ablation may remove several)
-            signed = {"signed_alignment_model_before": float(mean_cos(self.probe.final_before, target, self.probe.mask)),
-                      "signed_alignment_model_after": float(mean_cos(final, target, mask))} if one else {}
+            sides = {"signed_alignment_model_before": float(mean_cos(self.probe.final_before, target, self.probe.mask)),
+                     "signed_alignment_model_after": float(mean_cos(final, target, mask))} if signed else {}
         return {"alignment_model_before": float(mean_abs_cos(self.probe.final_before, target, self.probe.mask)),
-                "alignment_model_after": after, **signed, **price(self.outputs_before, out)}
-
-    def predicted_u_shift(self, w_eff: torch.Tensor, gain: float) -> float:
-        """γ · mean w_effᵀx over the held-out tokens entering the edited layer: the coefficient of u
-        that F' = F + γ u w_effᵀ (the stacked-value picture) predicts the edit adds — its sign is the
-        side of u the final states should move to."""
-        X = self.probe.attn_inputs[self.probe.mask.to(self.probe.attn_inputs.device)]
-        return float(gain) * float((X @ w_eff.to(device=X.device, dtype=torch.float64)).mean())
+                "alignment_model_after": after, **sides, **price(self.outputs_before, out)}
 
 
 def default_measure(call: Any, plan: Any, held: "HeldOut | None") -> dict:

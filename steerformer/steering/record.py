@@ -1,6 +1,14 @@
 """The provenance of one steering call: :class:`SteeringRecord`, enough to explain it, verify it and
-undo it, and :func:`build_record`, the one place a record is filled (``steer``, ``ablate`` and the
-lazy checkpoint edit all call it)."""
+undo it, and :func:`build_record`, the one place a record is filled (the lifecycle of every method
+and the lazy checkpoint edit call it).
+
+A record is a **core** every method's edits share — the model, the edits with their hashes, the
+direction asked for and where it came from, the gain of the first edit, the held-out measurements
+every method can take (alignment of the final states with the target, KL, state cosine), the
+options, the evaluation — and the **details** its method declares in its own folder
+(``Method.details``: a :class:`Details` dataclass; the paper's spectra and solve, the addition's
+calibration, the ablation's writers...). No field of the core belongs to one method.
+"""
 
 from __future__ import annotations
 
@@ -8,100 +16,102 @@ import copy
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
 from ..version import __version__
-from .common import cosine, non_finite, tensor_sha256, vector_hash
+from .common import non_finite, tensor_sha256, vector_hash
 from .edit import Edit
 
-RECORD_FORMAT = "steerformer.steering/2"
+RECORD_FORMAT = "steerformer.steering/3"
+
+
+@dataclasses.dataclass
+class Details:
+    """What a method adds to its records: subclass it in the method's folder with JSON-able fields
+    (numbers, strings, lists, dicts; None where the method did not measure a quantity). Its
+    ``finite`` fields must be finite numbers when present, else the call is refused."""
+
+    #: fields that must be finite when present
+    finite: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Details":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def check_finite(self) -> None:
+        """The non-finite error for a NaN/inf value of a ``finite`` field."""
+        for n in self.finite:
+            v = getattr(self, n)
+            if v is not None and not math.isfinite(float(v)):
+                raise non_finite(f"record.details.{n} = {v}", "record values")
 
 
 @dataclasses.dataclass
 class SteeringRecord:
-    """One rank-1 edit W_O' = W_O + γ u (wᵀV⁺) of one attention layer's output weight."""
+    """One steering call: its edits (one or more low-rank edits of residual-stream writers) and what
+    they were made from, measured and chosen by (module doc); ``details``: its method's own facts."""
 
-    # what was edited
+    # the model
     model_id: str
     model_commit: str | None
     model_type: str
-    layer: int  # execution layer
-    slot: int  # weight slot (ALBERT: shared by several layers)
-    module: str  # stored output weight, relative to the base model
-    layers_changed: list[int]  # every execution layer that runs the edited weights
-    untied: bool  # ALBERT: the last layer was given its own group first
     dtype: str
-    # the edit
-    direction: list[float]  # u actually used by the edit (unit)
+    # what was edited: the edits, and the first one's place and weight
+    method: str | None  # the registered steering method that made the edits (steering/methods/)
+    layer: int  # execution layer of the first edit
+    slot: int  # its weight slot (ALBERT: shared by several layers)
+    module: str  # its stored weight, relative to the base model
+    layers_changed: list[int]  # every execution layer that runs an edited weight
+    untied: bool  # ALBERT: the last layer was given its own group first
+    original_sha256: str  # stored bytes of the first edited weight, before
+    steered_sha256: str  # and after
+    weight_change: float  # ‖ΔW‖_F / ‖W‖_F over the edited (stored, cast) weights
+    # toward what, how strongly
+    direction: list  # what the call was asked to write or remove: u (d,) or k directions (k, d)
     direction_sha256: str
     direction_source: dict
-    target: list[float]  # u* the alignment is measured against (= u unless through_ffn)
-    left: list[float]  # w (unit)
-    left_sha256: str
-    gain: float  # γ
-    strength: float  # γ / |λ1(F_L)|
-    solve: dict  # method ("solve" | "lstsq" | "ridge"), cond_V, alpha, fit_error
-    # how the gain was chosen
-    measure: str | None  # "dynamics" | "model" | None (gain/strength given)
-    target_alignment: float | None
-    target_reached: bool | None
-    message: str
-    curve: list[list[float]]  # (gain, alignment) evaluated by the search
-    # results
-    alignment_dynamics_before: float | None
-    alignment_dynamics_after: float | None
+    gain: float  # the first edit's gain
+    message: str  # how the gain was chosen, in words
+    # measured on held-out prompts (None: not measured)
     alignment_model_before: float | None
     alignment_model_after: float | None
-    weight_change: float  # ‖ΔW_O‖_F / ‖W_O‖_F of the stored (cast) weights
-    spectrum_before: dict | None  # lambda1, lambda2, gap of F_L
-    spectrum_after: dict | None
     kl: float | None
     kl_kind: str | None
     state_cosine: float | None
-    through_ffn: dict | None
-    original_sha256: str  # stored bytes of the original output weight
-    steered_sha256: str  # stored bytes after the edit
     steerformer_version: str
     heldout_prompts: list[str] | None = None  # None: steerformer's default held-out set
     custom_heldout_ids: bool = False  # held-out prompts were given as token ids (not recorded)
-    format: str = RECORD_FORMAT
-    # honest reporting (docs/math.md §5b): the left vector actually applied and what it means
-    w_eff_cos: float | None = None  # cos(w_eff, w), w_eff = Vᵀaᵀ (1 for an exact solve of a regular V)
-    effective_strength: float | None = None  # γ |w_effᵀu| / |λ1|: comparable with the paper's s
-    bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output
-    compensate_bias: bool = False  # the shift was removed through b_O
-    # which side of u: the signed mean cos of the final states, and whether the edit moved them to
-    # the side that F' = F + γ u w_effᵀ predicts (sign of γ·mean w_effᵀx); False/None: agrees/unknown
-    signed_alignment_model_before: float | None = None
-    signed_alignment_model_after: float | None = None
-    predicted_u_shift: float | None = None
-    sign_disagreement: bool | None = None
-    edits: list[Edit] = dataclasses.field(default_factory=list)  # the edit(s) this call applied
-    config: dict | None = None  # the SteerConfig of the call (steerformer.configs)
-    calibration: dict | None = None  # the KL-budget calibration (max_kl, the layer scan), when it ran
+    edits: list[Edit] = dataclasses.field(default_factory=list)
+    config: dict | None = None  # the call's options and the method's (steerformer.configs)
     evaluation: dict | None = None  # held-out answers judged (steering.evaluation.evaluate), when an evaluation ran
-    method: str | None = None  # the registered steering method that made the edits (steering/methods/)
+    details: Any = None  # the method's Details (a plain dict for a method not registered here)
+    format: str = RECORD_FORMAT
 
-    def __repr__(self) -> str:  # the vectors, curve and edits stay out: one line
+    def __repr__(self) -> str:  # the vectors and edits stay out: one line
         def f(x):
             return "n/a" if x is None else f"{x:.4g}"
-        return (f"SteeringRecord({self.solve.get('method')} on {self.model_id} layer {self.layer}, gain={self.gain:.6g}, "
+        return (f"SteeringRecord({self.method} on {self.model_id} layer {self.layer}, gain={self.gain:.6g}, "
                 f"alignment {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}, kl={f(self.kl)}, "
                 f"{len(self.edits)} edit(s))")
 
     @property
     def edit(self) -> Edit:
-        """The record's edit (steer() makes exactly one)."""
+        """The record's edit (a call that made exactly one)."""
         if len(self.edits) != 1:
             raise ValueError(f"this record holds {len(self.edits)} edits; use record.edits")
         return self.edits[0]
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "edits"}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("edits", "details")}
         d = copy.deepcopy(d)
         d["edits"] = [e.to_dict() for e in self.edits]
+        d["details"] = self.details.to_dict() if isinstance(self.details, Details) else copy.deepcopy(self.details)
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -111,7 +121,7 @@ class SteeringRecord:
         return json_text(self.to_dict(), path)
 
     def save(self, directory: str | Path, *, plots: bool = True) -> dict[str, Path]:
-        """``record.json`` (and the gain-search figure) in ``directory``; the paths by role."""
+        """``record.json`` in ``directory`` (and the method's figures, ``plots``); the paths by role."""
         out = Path(directory)
         written = {"json": out / "record.json"}
         self.to_json(written["json"])
@@ -127,15 +137,22 @@ class SteeringRecord:
     @classmethod
     def from_dict(cls, data: dict, where: Any = "the steering record") -> "SteeringRecord":
         """A record from its JSON, checked field by field first (``steerformer.schemas``: a wrong type,
-        size or range is one FileFormatError line naming ``where`` and the field)."""
+        size or range is one FileFormatError line naming ``where`` and the field), its details as
+        the dataclass its method declares."""
         from ..schemas import EditFile, Vector, checked, dataclass_schema
+        from .registry import details_of
 
         # a rank-k edit stores k vectors where a rank-1 edit stores one: the vectors' fields take both
-        checked(data, dataclass_schema(cls, {"edits": list[EditFile], "direction": Vector, "target": Vector,
-                                             "left": Vector}), where)
+        checked(data, dataclass_schema(cls, {"edits": list[EditFile], "direction": Vector, "details": dict}), where)
+        kind = details_of(data.get("method"))
+        details = data.get("details")
+        if kind is not None and isinstance(details, dict):
+            checked(details, dataclass_schema(kind), f"{where} details")
+            details = kind.from_dict(details)
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in names}
         kw["edits"] = [Edit.from_dict(e) for e in data.get("edits") or []]
+        kw["details"] = details
         return cls(**kw)
 
     @classmethod
@@ -147,40 +164,46 @@ class SteeringRecord:
     def summary(self) -> str:
         """A few human-readable lines (the CLI prints them), in the words of the method that made
         the record (``Method.summary_lines``)."""
-        from .methods.registry import method_of
+        from .registry import method_of
 
         return "\n".join(method_of(self).summary_lines(self))
 
     def plot(self, directory: str | Path) -> list[Path]:
-        """The alignment-vs-gain curve of the search (if any) → ``steering_curve.png``."""
-        from matplotlib.figure import Figure
+        """The figures of the record's method (``Method.plot``: the paper's gain search, none by default)."""
+        from .registry import method_of
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        if not self.curve:
-            return []
-        fig = Figure(figsize=(5, 3.5))
-        ax = fig.add_subplot()
-        g, a = zip(*sorted(self.curve))
-        ax.semilogx([max(x, 1e-12) for x in g], a, "o-", ms=3)
-        ax.axvline(self.gain, color="k", lw=0.8, ls="--", label=f"chosen γ = {self.gain:.3g}")
-        if self.target_alignment is not None:
-            ax.axhline(self.target_alignment, color="r", lw=0.8, ls=":", label="target")
-        ax.set_xlabel("gain γ")
-        ax.set_ylabel(f"mean alignment ({self.measure})")
-        ax.legend(fontsize=8)
-        from ..results import save_figure
-
-        return [save_figure(fig, out / "steering_curve.png")]
+        return method_of(self).plot(self, Path(directory))
 
 
-#: the measurements a call may report (``None`` when not measured), by record field
-MEASURED = ("alignment_dynamics_before", "alignment_dynamics_after", "alignment_model_before",
-            "alignment_model_after", "spectrum_after", "kl", "kl_kind", "state_cosine",
-            "signed_alignment_model_before", "signed_alignment_model_after", "predicted_u_shift")
-#: record fields that must be finite when present (else the call is refused: nothing is kept)
-FINITE = ("gain", "strength", "weight_change", "alignment_dynamics_after", "alignment_model_after", "kl",
-          "state_cosine", "w_eff_cos", "effective_strength", "bias_shift_norm")
+def gain_curve_figure(directory: str | Path, curve: Sequence, gain: float, ylabel: str, *,
+                      target: float | None = None) -> list[Path]:
+    """A gain search's curve (gain, measured value) on a log axis with the chosen gain (and a target)
+    marked → ``steering_curve.png`` in ``directory``; none without a curve."""
+    if not curve:
+        return []
+    from matplotlib.figure import Figure
+
+    from ..results import save_figure
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.add_subplot()
+    g, a = zip(*sorted(curve))
+    ax.semilogx([max(x, 1e-12) for x in g], a, "o-", ms=3)
+    ax.axvline(gain, color="k", lw=0.8, ls="--", label=f"chosen γ = {gain:.3g}")
+    if target is not None:
+        ax.axhline(target, color="r", lw=0.8, ls=":", label="target")
+    ax.set_xlabel("gain γ")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return [save_figure(fig, out / "steering_curve.png")]
+
+
+#: the core fields a measurement may fill (``None`` when not measured)
+MEASURED = ("alignment_model_before", "alignment_model_after", "kl", "kl_kind", "state_cosine")
+#: core fields that must be finite when present (else the call is refused: nothing is kept)
+FINITE = ("gain", "weight_change", "alignment_model_after", "kl", "state_cosine")
 
 
 def relative_change(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
@@ -194,59 +217,41 @@ def relative_change(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float
 
 
 def build_record(source: Any, plan: Any, measured: dict | None, originals: dict[str, torch.Tensor],
-                 weights: dict[str, torch.Tensor], *, config: dict | None = None) -> SteeringRecord:
+                 weights: dict[str, torch.Tensor], *, method: str | None, config: dict | None = None,
+                 heldout_prompts: Any = None) -> SteeringRecord:
     """The record of one call that made ``plan.edits`` (applied, or with their hashes set) on the model
     opened as ``source``. ``plan``: the method's :class:`~steerformer.steering.lifecycle.Plan` (the
-    edits, the direction's source, the gain search, the calibration); ``measured``: fields of
+    edits, the direction and its source, the message, the details); ``measured``: fields of
     ``MEASURED``; ``originals``: the true original of each edited weight; ``weights``: the edited
     weights as stored now; ``config``: the call's options. Refuses (the non-finite error) a record
-    with a NaN/inf value."""
-    edits, direction, target, choice = plan.edits, plan.direction, plan.target, plan.choice
-    abs_lambda1, heldout_prompts = plan.abs_lambda1, plan.heldout_prompts
+    with a NaN/inf value, in the core or in the details' ``finite`` fields."""
+    edits = plan.edits
     first = edits[0]
-    u = (first.u if direction is None else direction).to(torch.float64)
-    target = u if target is None else target.to(torch.float64)
-    w = u if first.w is None else first.w.to(torch.float64)  # ablation writes along u itself
-    # a steering edit through V (F' = F + γ u w_effᵀ) records its effective left vector; a plain
-    # low-rank edit (no w_eff) and an ablation do not
-    through_v = first.kind == "steer" and first.w_eff is not None
+    direction = (first.u if plan.direction is None else plan.direction).to(torch.float64)
     slots = {e.slot for e in edits}
     adapter = source.adapter
     measured = {k: None for k in MEASURED} | dict(measured or {})
-    side = [measured.get(k) for k in ("predicted_u_shift", "signed_alignment_model_before", "signed_alignment_model_after")]
-    sign_disagreement = None if None in side else bool(side[0] * (side[2] - side[1]) < 0)
     record = SteeringRecord(
-        model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type,
-        layer=first.layer, slot=first.slot, module=first.module,
+        model_id=source.model_id, model_commit=source.commit, model_type=adapter.model_type, dtype=first.dtype,
+        method=method, layer=first.layer, slot=first.slot, module=first.module,
         layers_changed=[k for k, s in enumerate(adapter.layer_sequence()) if s in slots], untied=plan.untied is not None,
-        dtype=first.dtype,
-        direction=u.tolist(), direction_sha256=vector_hash(u), direction_source=plan.direction_source,
-        target=target.tolist(), left=w.tolist(), left_sha256=vector_hash(w),
-        gain=float(first.gain), strength=float(first.gain) / abs_lambda1 if abs_lambda1 else None,
-        solve=dict(first.solve),
-        measure=plan.measure if choice is not None else None,
-        target_alignment=float(plan.target_alignment) if choice is not None and plan.target_alignment is not None
-        else None,
-        target_reached=choice.reached if choice is not None else None,
-        message=choice.message if choice is not None else plan.message,
-        curve=[list(p) for p in choice.curve] if choice is not None else [],
-        weight_change=relative_change([(weights[m], originals[m]) for m in dict.fromkeys(e.module for e in edits)]),
-        spectrum_before=plan.spectrum_before, through_ffn=plan.through_ffn,
         original_sha256=tensor_sha256(originals[first.module]), steered_sha256=first.after_sha256,
-        steerformer_version=__version__,
+        weight_change=relative_change([(weights[m], originals[m]) for m in dict.fromkeys(e.module for e in edits)]),
+        direction=direction.tolist(), direction_sha256=vector_hash(direction), direction_source=plan.direction_source,
+        gain=float(first.gain), message=plan.message, steerformer_version=__version__,
         heldout_prompts=None if heldout_prompts is None or isinstance(heldout_prompts, torch.Tensor)
         else [str(p) for p in heldout_prompts],
         custom_heldout_ids=isinstance(heldout_prompts, torch.Tensor),
-        w_eff_cos=cosine(first.w_eff, w) if through_v else None,
-        effective_strength=abs(float(first.gain)) * abs(float(first.w_eff.to(torch.float64) @ u)) / abs_lambda1
-        if through_v and abs_lambda1 else None,
-        bias_shift_norm=first.bias_shift_norm if through_v else None, compensate_bias=bool(first.compensate_bias),
-        edits=list(edits), config=config, calibration=plan.calibration, sign_disagreement=sign_disagreement, **measured,
+        edits=list(edits), config=config, details=plan.details, **measured,
     )
     for n in FINITE:
         v = getattr(record, n)
         if v is not None and not math.isfinite(float(v)):
             raise non_finite(f"record.{n} = {v}", "record values")
-    if record.spectrum_after is not None and not all(math.isfinite(float(x)) for x in record.spectrum_after["lambda1"]):
-        raise non_finite("record.spectrum_after", "record values")
+    if isinstance(record.details, Details):
+        record.details.check_finite()
     return record
+
+
+__all__ = ["Details", "FINITE", "MEASURED", "RECORD_FORMAT", "SteeringRecord", "build_record", "gain_curve_figure",
+           "relative_change"]

@@ -11,12 +11,9 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ..configs import Config
-from ..loading import load_tokenizer, open_source
 from . import lifecycle
 from .chain import steering_of, unsteer
 from .common import model_object
-from .measure import head_kind
-from .methods import call_options, choose_method, get_method, method_config
 from .record import SteeringRecord
 
 
@@ -80,23 +77,8 @@ def steer(
     dynamics_tokens=10, seed=0``; the ablation's ``scale=1.0, writers, bias, norm_preserving``). The
     record stores them (``record.config``).
     """
-    return dispatch(model, direction, config, method, options, "steer", token=token, eigvec=eigvec, text=text,
+    return lifecycle.dispatch(model, direction, config, method, options, "steer", token=token, eigvec=eigvec, text=text,
                     left=left, prompts=prompts, heldout_prompts=heldout_prompts, tokenizer=tokenizer, layers=layers)
-
-
-def dispatch(model: Any, direction: Any, config: Config | None, method: str | None, options: dict, where: str,
-             **request: Any) -> SteeringRecord:
-    """Choose the method, build its options, open the model once and run the lifecycle."""
-    cfg, own, given_config = call_options(config, method, dict(options), where)
-    chosen_name = choose_method(cfg, own)  # bad options are refused before the model is touched
-    method_config(get_method(chosen_name), own, given_config) if chosen_name is not None else None
-    model = model_object(model, where)
-    head = head_kind(model)
-    chosen = get_method(choose_method(cfg, own, head))  # again with the head: an option the model cannot use
-    mcfg = method_config(chosen, own, given_config)
-    tokenizer = load_tokenizer(model, request.pop("tokenizer"))
-    call = lifecycle.Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request)
-    return lifecycle.run(chosen, call, mcfg)
 
 
 @contextlib.contextmanager
@@ -116,4 +98,4 @@ def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[Steeri
                 unsteer(target, last=len(steering.records) - index)
 
 
-__all__ = ["dispatch", "steer", "steered"]
+__all__ = ["steer", "steered"]

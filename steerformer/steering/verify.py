@@ -17,6 +17,7 @@ from .checkpoint import (
 )
 from .common import RECORD_FILE, SIDE_DIR, vector_hash
 from .measure import encode, mean_abs_cos, model_probe
+from .registry import method_of
 
 
 def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dict:
@@ -43,9 +44,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
     if not problems:
         check("original weights", True, f"{len(originals)} original tensor(s) named by the records, hashes match")
     for i, r in enumerate(records):
-        u = torch.tensor(r.direction, dtype=torch.float64)
-        w = torch.tensor(r.left, dtype=torch.float64)
-        check("direction hash", vector_hash(u) == r.direction_sha256 and vector_hash(w) == r.left_sha256,
+        check("direction hash", vector_hash(torch.tensor(r.direction, dtype=torch.float64)) == r.direction_sha256,
               f"records[{i}] (layer {r.layer})")
     # Recompute the whole chain from the originals and compare with the saved weights.
     try:
@@ -78,7 +77,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         tok = load_tokenizer(model)
         held = encode(model, last.heldout_prompts, tok, held_out=True)
         probe = model_probe(model, adapter, last.layer, held)
-        target = torch.tensor(last.target, dtype=torch.float64)
+        target = torch.tensor(method_of(last).alignment_target(last), dtype=torch.float64)
         a = float(mean_abs_cos(probe.final_before, target, probe.mask))
         check("real-model alignment", abs(a - last.alignment_model_after) <= tol,
               f"recomputed {a:.4f} vs recorded {last.alignment_model_after:.4f} (held-out prompts)")

@@ -261,7 +261,7 @@ def test_steer_save_reload_unsteer_verify(tmp_path: Path, family: str) -> None:
     P = torch.linalg.pinv(V) @ V
     dF = layer_matrices(model, [-1]).matrices[0] - F0
     torch.testing.assert_close(dF, 0.5 * torch.outer(u, P @ u), atol=1e-9, rtol=0)
-    frac = rec.solve["written_fraction"]
+    frac = rec.edits[0].solve["written_fraction"]
     assert frac == pytest.approx(float((P @ u).norm()), abs=1e-9)
     rank = ad.n_kv_heads * ad.head_dim
     assert (frac < 0.999) == (rank < ad.d_model)
@@ -355,7 +355,7 @@ def test_every_feature_runs(family: str) -> None:
     u = torch.randn(ad.d_model, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     rec = steer(model, u, solve="min-norm", prompts=IDS.repeat(3, 1), heldout_prompts=IDS[:, :5],
                 target_alignment=0.5, dynamics_n_prompts=3, dynamics_tokens=5)
-    assert rec.solve["method"] == "ridge" and math.isfinite(rec.gain)
+    assert rec.edits[0].solve["method"] == "ridge" and math.isfinite(rec.gain)
     assert rec.kl_kind == ("next-token" if ad.residual != "post" else None)  # no tokenizer: no mask id, no KL
 
 

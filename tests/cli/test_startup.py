@@ -112,11 +112,11 @@ def test_every_named_argument_of_a_message_becomes_its_flag() -> None:
 
 def test_every_built_in_method_config_imports_without_torch() -> None:
     """A method folder's config.py is what ``steer --help`` reads for the flags: no heavy import."""
-    from steerformer.steering.methods.registry import BUILT_IN
+    from steerformer.steering.registry import BUILT_IN
 
     configs = [where for _, where in BUILT_IN.values() if where is not None]
     assert len(configs) >= 4
-    code = "; ".join(f"import steerformer.steering.methods{where}" for where in configs)
+    code = "; ".join(f"import steerformer.steering{where}" for where in configs)
     assert _loaded_after(code) == []
     assert _loaded_after("from steerformer_cli.main import app\nfrom typer.testing import CliRunner\n"
                          "assert CliRunner().invoke(app, ['steer', '--help']).exit_code == 0") == []

@@ -60,9 +60,9 @@ def test_strength_one_adds_what_the_calibrated_edit_adds_after_its_block(steered
     # the scale against the record: the bias change δ = γ u, γ = α × the residual norm, along u
     np.testing.assert_allclose(v.numpy(), edit.bias_delta.numpy(), rtol=1e-6, atol=1e-7 * scale)
     np.testing.assert_allclose(v.numpy() / scale, np.asarray(rec.direction), atol=1e-6)
-    assert f"layer {LAYER}: {scale:.4g}" in cv.notes["scale"]
+    assert f"layer {LAYER}: γ = {scale:.4g}" in cv.notes["scale"]
     assert "strength 1.0 adds what the steer added" in cv.notes["scale"]
-    assert f"{rec.calibration['alpha']:.4g} x the residual norm" in cv.notes["scale"]
+    assert f"{rec.details.alpha:.4g} × residual norm" in cv.notes["scale"]
 
 
 def test_control_vector_export_of_a_steered_checkpoint_and_of_its_record(steered, tmp_path) -> None:

@@ -41,27 +41,24 @@ def steer_folder(folder: Path, *, dose: bool = True, answer_extra: str = "") -> 
                                                       "aggregate": 0.0, "good": 0.0, "ratings": [[0, 2, 2]] * 3}}
     if dose:
         evaluation["dose"] = [point(s, answer_extra) for s in (0.0, 0.5, 1.0, 2.0)]
-    record = {"format": "steerformer.steering/2", "model_id": "tiny/chat", "method": "addition", "layer": 19,
+    record = {"format": "steerformer.steering/3", "model_id": "tiny/chat", "method": "addition", "layer": 19,
               "gain": 3.0, "kl": 0.29, "kl_kind": "teacher-forced on the probe prompts' base continuations",
-              "measure": "kl", "curve": [[0.1, 0.04], [0.2, 0.15], [0.3, 0.29], [0.4, 0.52]],
               "weight_change": 0.012, "steerformer_version": "0.1.0", "direction_source": {"token": "ocean"},
               "edits": [{"writer": "mlp", "module": "layers.19.mlp.down_proj"}],
-              "calibration": {"kind": "kl", "max_kl": 0.3, "alpha": 0.3, "layers": [19], "layer_choice": "judged",
-                              "kl_heldout": 0.2,
-                              "strength_search": {"max_kl": 0.5, "chosen": 1, "choice": "the best aggregate within KL",
-                                                  "questions": QUESTIONS, "points": [
-                                  {"strength": s, "kl": 0.3 * s * s, "concept": s, "relevance": 2 - s,
-                                   "fluency": 2.0, "aggregate": 0.5 * s, "good": 0.3, "within": s < 1.2,
-                                   "answers": answers_at(1.0), "ratings": [[1, 1, 2]] * 3} for s in (0.5, 1.0, 1.5)]},
-                              "scan": [{"layers": [12], "alpha": 2.5, "kl": 0.3, "concept_mass": 0.01,
-                                        "judged": {"aggregate": 0.4, "good": 0.1}},
-                                       {"layers": [19], "alpha": 3.0, "kl": 0.29, "concept_mass": 0.02,
-                                        "judged": {"aggregate": 0.9, "good": 0.3}}]},
+              "details": {"max_kl": 0.3, "alpha": 0.3, "layers": [19], "curve": [[0.1, 0.04], [0.2, 0.15]]},
               "evaluation": evaluation}
     (folder / "steerformer").mkdir(parents=True)
     chain = {"format": "steerformer.chain/1", "records": [record]}  # as save_steered writes it
     (folder / "steerformer" / "record.json").write_text(json.dumps(chain))
     return folder, record
+
+
+#: what a method hands the page beside the saved record (``Method.report_section``, ``record_section``)
+SECTION = {"facts": [["layer (execution)", "19"], ["gain", "0.3 × residual norm"]], "title": "Layer scan",
+           "text": "Each layer calibrated to the KL budget, then chosen by: concept-token probability.",
+           "table": {"header": ["layer(s)", "gain α", "probe KL", "concept-token probability", ""],
+                     "rows": [["12", 2.5, 0.3, 0.01, ""], ["19", 3.0, 0.29, 0.02, "✓ chosen"]]},
+           "dose": {"budget": 0.3, "probe": [[1 / 3, 0.04], [2 / 3, 0.15]], "note": "Inside the budget up to 1 ×."}}
 
 
 def evaluation_folder(folder: Path) -> tuple[Path, dict]:

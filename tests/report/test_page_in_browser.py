@@ -15,7 +15,7 @@ import pytest
 from steerformer.report import write_report
 
 from .browser import HOW_TO_GET_IT, Browser, chromium_path
-from .pages import analyze_folder, evaluation_folder, steer_folder
+from .pages import SECTION, analyze_folder, evaluation_folder, steer_folder
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def is_png(path: Path) -> bool:
 
 def test_steering_page_loads_clean_and_the_slider_shows_each_strengths_answers(browser, tmp_path) -> None:
     folder, record = steer_folder(tmp_path / "steer")
-    page = write_report(folder)
+    page = write_report(folder, section=SECTION)
     browser.open(page)
     assert browser.errors() == []
     dose = record["evaluation"]["dose"]  # scales 0, 0.5, 1, 2: the steer (1) is shown first
@@ -59,10 +59,10 @@ def test_steering_page_loads_clean_and_the_slider_shows_each_strengths_answers(b
     assert browser.js("[...document.querySelectorAll('.ans.steered:not([hidden]) mark')]"
                       ".map(e => e.textContent)") == ["Ocean", "waves"]
     assert browser.errors() == []
-    # the judged strength search of the record: one row per candidate, the chosen one marked
+    # the method's own section: its table, one row per scanned layer under its header
     rows = browser.js("[...document.querySelectorAll('section')].find(s => s.textContent.includes("
-                      "'Judged strength search')).querySelectorAll('tr').length")
-    assert rows == 1 + 3
+                      "'Layer scan')).querySelectorAll('tr').length")
+    assert rows == 1 + len(SECTION["table"]["rows"])
     assert is_png(browser.screenshot(tmp_path / "steer.png"))
 
 

@@ -120,7 +120,7 @@ def test_all_zero_weights_are_one_line(tiny_checkpoint, zeros, tmp_path, how) ->
 
 def test_the_top_of_an_all_zero_spectrum_is_zero() -> None:
     """ARPACK cannot start on a matrix that maps its start vector to 0; the full eig answers."""
-    from steerformer.steering.algebra import top_eigenvalues
+    from steerformer.steering.methods.paper.algebra import top_eigenvalues
 
     np.testing.assert_array_equal(top_eigenvalues(torch.zeros(64, 64), 4), np.zeros(4, dtype=complex))
 

@@ -34,8 +34,9 @@ def test_kl_edit_as_a_bias_card_names_the_bias_and_alpha_times_residual_norm(tmp
     assert edited.endswith(named) and f"b' = b + γ u (the bias of the MLP output, `{named}`)" in card
     assert "W_O' = W_O + γ u (wᵀV⁺)" not in card  # not the paper's attention edit
     delta = float(torch.linalg.vector_norm(rec.edits[0].bias_delta))
-    assert f"{rec.calibration['alpha']:.4g} × residual norm (layer 1: γ = {delta:.4g})" in card
-    assert "the one the budget bounds" in card and "KL on held-out sentences (a check, not bounded)" in card
+    assert f"{rec.details.alpha:.4g} × residual norm (layer 1: γ = {delta:.4g})" in card
+    assert "KL on the probe continuations stays within the KL budget of 0.3" in card  # which KL the budget bounds
+    assert "KL on held-out sentences (a check, not bounded)" in card
     assert "the one the budget 0.3 bounds" in rec.summary() and "(a check, not bounded)" in rec.summary()
 
 
@@ -51,4 +52,4 @@ def test_paper_edit_card_shows_the_attention_formula_and_gamma(tmp_path) -> None
     rec, changed, card = _card_and_changed(tmp_path, "bert", strength=0.5)
     assert all("attention.output.dense" in n for n in changed), changed
     assert "W_O' = W_O + γ u (wᵀV⁺)  ⇒  F' = F + γ u wᵀ" in card
-    assert f"γ = {rec.gain:.6g} = {rec.strength:.4g} × abs(λ1)" in card
+    assert f"γ = {rec.gain:.6g} = {rec.details.strength:.4g} × abs(λ1)" in card

@@ -107,7 +107,7 @@ def test_unsteer_last_is_checked() -> None:
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_bias_shift_is_reported_and_compensated_through_b_O(family: str) -> None:
     """Feeding the concatenated value bias b_V through the real output module (weight and bias):
-    the edit adds γ (a·b_V) u to it — record.bias_shift_norm — unless compensate_bias removes it."""
+    the edit adds γ (a·b_V) u to it — record.details.bias_shift_norm — unless compensate_bias removes it."""
     model = make_model(family, dtype=torch.float64)
     adapter = get_adapter(model.config)
     slot = adapter.layer_sequence()[-1]
@@ -125,15 +125,15 @@ def test_bias_shift_is_reported_and_compensated_through_b_O(family: str) -> None
     with torch.no_grad():
         shift = out_module(b_V[None])[0] - y0
     expect = 3.0 * float(rec.edit.a @ b_V) * u
-    assert torch.allclose(shift, expect, atol=1e-10) and abs(rec.bias_shift_norm - expect.norm()) < 1e-10
-    assert rec.bias_shift_norm > 1e-3 and "bias shift" in rec.summary()
+    assert torch.allclose(shift, expect, atol=1e-10) and abs(rec.details.bias_shift_norm - expect.norm()) < 1e-10
+    assert rec.details.bias_shift_norm > 1e-3 and "bias shift" in rec.summary()
     unsteer(model)
     rec = steer(model, u, left=w, gain=3.0, solve="exact", report=False, compensate_bias=True)
     with torch.no_grad():
         shift = out_module(b_V[None])[0] - y0
-    assert shift.abs().max() < 1e-10 and rec.compensate_bias and "compensated" in rec.summary()
+    assert shift.abs().max() < 1e-10 and rec.details.compensate_bias and "compensated" in rec.summary()
     # an exact solve applies w itself (w_eff = w); undo restores b_O exactly
-    assert rec.w_eff_cos > 1 - 1e-9
+    assert rec.details.w_eff_cos > 1 - 1e-9
     unsteer(model)
     assert _same(_params(model), original)
 

@@ -73,7 +73,7 @@ def test_kl_calibrated_steer_keeps_the_probe_kl_within_budget_and_undoes_bit_for
     model = make_model("gpt2")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rec = sf.steer(model, random_vector(64, seed=11), max_kl=0.05, layer=1)
-    assert rec.calibration["max_kl"] == 0.05 and 0 < rec.kl <= 0.05
+    assert rec.details.max_kl == 0.05 and 0 < rec.kl <= 0.05
     assert rec.edits[0].kind == "add" and rec.edits[0].layer == 1
     sf.unsteer(model)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -81,9 +81,9 @@ def test_kl_calibrated_steer_keeps_the_probe_kl_within_budget_and_undoes_bit_for
 
 def test_kl_is_the_default_calibration_of_a_causal_lm_and_alignment_of_an_encoder() -> None:
     rec = sf.steer(make_model("gpt2"), random_vector(64, seed=1), layer=0)
-    assert rec.calibration is not None and rec.calibration["max_kl"] == 0.3
+    assert rec.method == "addition" and rec.details.max_kl == 0.3
     rec = sf.steer(make_model("gpt2"), random_vector(64, seed=1), target_alignment=0.5)  # the paper's edit
-    assert rec.calibration is None and rec.edits[0].kind == "steer" and rec.layer == 1
+    assert rec.method == "paper" and rec.edits[0].kind == "steer" and rec.layer == 1
 
 
 @pytest.mark.parametrize("kw, flag", [({"max_kl": 0}, "max_kl"), ({"max_kl": -1.0}, "max_kl"),

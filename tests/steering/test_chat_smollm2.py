@@ -62,7 +62,8 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
         # answers beside the probe KL the budget bounds
         assert point.aggregate is not None and 0 <= point.aggregate <= 2 and rec.evaluation["good"] == point.good
         assert ev.base_judged["relevance"] == 2.0  # each base answer is its own reference: ratio 1
-        assert rec.calibration["kl_report_answers"] == point.kl and "probe" in rec.calibration["budget_bounds"]
+        assert rec.evaluation["kl"] == point.kl and "probe" in rec.details.budget_bounds
+        assert f"on the report questions' answers: {point.kl:.3g}" in rec.summary()
         assert "on the report questions' answers" in rec.summary()
     finally:
         sf.unsteer(model)

@@ -221,7 +221,7 @@ def test_record_saves_words_its_card_reloads_and_unsteers_bit_for_bit(tmp_path) 
     before = _hashes(model)
     rec = _steer(model, layers=[0, 1], rank=2, gains=(0.5, 2.0))
     assert rec.method == "distilled" and len(rec.edits) == 2
-    cal = rec.calibration
+    cal = rec.details.training
     assert len(cal["data_sha256"]) == 64 and cal["instruction"].startswith("{question} You must include")
     assert cal["objective"] == "kl" and cal["layers"] == [0, 1] and cal["rank"] == 2 and cal["steps"] == 3
     assert [r["gain"] for r in cal["selection"]] == [0.5, 2.0] and rec.edits[0].gain == cal["gain"]
@@ -231,9 +231,9 @@ def test_record_saves_words_its_card_reloads_and_unsteers_bit_for_bit(tmp_path) 
     card = (out / "README.md").read_text()
     assert "the best judged aggregate on the selection questions" in card and "W' = W + γ U A" in card
     back = read_records(out)[-1]
-    assert back.calibration["data_sha256"] == cal["data_sha256"] and back.edits == rec.edits
+    assert back.details.training["data_sha256"] == cal["data_sha256"] and back.edits == rec.edits
     assert back.summary() == rec.summary()
-    with pytest.raises(SteerformerError, match="token-dependent"):
+    with pytest.raises(SteerformerError, match="depends on each token"):
         Direction.from_record(back)  # a control vector cannot carry it
     sf.unsteer(model)
     assert _hashes(model) == before
@@ -256,7 +256,7 @@ def test_steer_method_distilled_runs_from_the_command_line(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     assert "distilled edit (kl) of the mlp writers of layers [1]" in res.output
     rec = read_records(tmp_path / "steered")[-1]
-    assert rec.method == "distilled" and rec.calibration["layers"] == [1]
+    assert rec.method == "distilled" and rec.details.training["layers"] == [1]
     assert "the best judged aggregate" in (tmp_path / "steered" / "README.md").read_text()
     bad = run_cli(["steer", tmp_path / "model", "--method", "distilled", "--token", "ocean", "--layer", "19"])
     assert bad.exit_code == 2 and "--layer" in bad.output

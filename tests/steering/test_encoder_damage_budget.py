@@ -32,10 +32,10 @@ def test_an_unreachable_target_stops_inside_the_damage_budget_and_says_so() -> N
     base = _final(model)
     u = np.random.default_rng(1).normal(size=model.config.hidden_size)
     rec = steer(model, u, prompts=PROMPTS, heldout_prompts=PROMPTS, progress=False)
-    assert rec.solve["method"] != "ablate" and rec.edits[0].kind == "steer"
+    assert rec.edits[0].solve["method"] != "ablate" and rec.edits[0].kind == "steer"
     cos = _mean_cos(_final(model), base)
     assert cos >= DEFAULT_MIN_STATE_COSINE - 1e-6  # the real forward pass keeps the budget
-    assert rec.target_reached is False and "out of reach within the damage budget" in rec.message
+    assert rec.details.target_reached is False and "out of reach within the damage budget" in rec.message
     assert f">= {DEFAULT_MIN_STATE_COSINE:g}" in rec.message
     assert rec.state_cosine == pytest.approx(cos, abs=1e-6)  # held-out = these prompts here
     # the budget is used up: 5 % more gain leaves it
@@ -55,5 +55,5 @@ def test_a_target_reachable_within_the_budget_is_reached_as_before() -> None:
     u = np.random.default_rng(1).normal(size=model.config.hidden_size)
     # this model's alignment goes 0.083 -> 0.127 inside the budget: 0.1 is reachable there
     rec = steer(model, u, target_alignment=0.1, prompts=PROMPTS, heldout_prompts=PROMPTS, progress=False)
-    assert rec.target_reached and "reached at gain" in rec.message and "damage budget" not in rec.message
+    assert rec.details.target_reached and "reached at gain" in rec.message and "damage budget" not in rec.message
     assert _mean_cos(_final(model), base) >= DEFAULT_MIN_STATE_COSINE

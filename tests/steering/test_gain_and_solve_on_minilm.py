@@ -47,7 +47,7 @@ def test_dynamics_target_reached_on_minilm(minilm, u) -> None:
         assert float(((x @ u).abs() / (x.norm(dim=-1) * u.norm())).mean()) >= 0.99
     finally:
         unsteer(model)
-    assert rec.target_reached
+    assert rec.details.target_reached
 
 
 def test_min_norm_matches_exact_with_a_much_smaller_edit(minilm, u) -> None:
@@ -70,12 +70,12 @@ def test_unreachable_target_stops_at_the_best_and_says_so(minilm, u) -> None:
     model, tok = minilm
     rec = steer(model, u, solve="exact", target_alignment=0.99)
     try:
-        assert rec.target_reached is False
+        assert rec.details.target_reached is False
         assert "out of reach" in rec.message and "the best reached is" in rec.message
-        assert max(a for _, a in rec.curve) < 0.99
+        assert max(a for _, a in rec.details.curve) < 0.99
         assert rec.alignment_model_after == pytest.approx(heldout_alignment(model, tok, u), abs=1e-6)
         assert rec.kl is not None and rec.kl > 0 and rec.kl_kind == "embedding-readout"
-        assert rec.spectrum_after["lambda1"][0] > rec.spectrum_before["lambda1"][0]
+        assert rec.details.spectrum_after["lambda1"][0] > rec.details.spectrum_before["lambda1"][0]
     finally:
         unsteer(model)
 
@@ -89,8 +89,8 @@ def test_ffn_precompensation_passes_the_ceiling(minilm, u) -> None:
     a_comp = heldout_alignment(model, tok, u)
     unsteer(model)
     assert a_plain < 0.8 < a_comp, (a_plain, a_comp)
-    assert comp.through_ffn["alignment_without"] < comp.through_ffn["alignment_with_at_same_gain"]
-    assert plain.target_reached is False
+    assert comp.details.through_ffn["alignment_without"] < comp.details.through_ffn["alignment_with_at_same_gain"]
+    assert plain.details.target_reached is False
 
 
 def test_token_that_splits_is_refused_and_single_token_uses_input_embedding(minilm) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from steerformer.loading import bundled_minilm_path
 from steerformer.steering import load_for_steering, save_steered, steer
-from steerformer.steering.export import display_name, edit_count_text, public_model_id
+from steerformer.loading import display_name, public_model_id
+from steerformer.steering.export import edit_count_text
 
 from tests.conftest import random_vector
 from tests.models import make_model

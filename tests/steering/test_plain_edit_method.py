@@ -56,7 +56,7 @@ def test_a_plain_low_rank_edit_changes_the_weight_by_u_a_and_records() -> None:
     delta = model.transformer.h[1].attn.c_proj.weight.detach() - W
     torch.testing.assert_close(delta, (U @ A).T, rtol=0, atol=1e-12)  # the closed form, independently
     assert rec.method == "plain-low-rank" and rec.direction_source == {} and rec.edits[0].kind == "steer"
-    assert rec.w_eff_cos is None and rec.effective_strength is None
+    assert rec.details is None  # a method without details adds nothing to the core
     assert rec.config["method"] == "plain-low-rank" and rec.config["layer"] == 1
     text = rec.summary()
     assert "plain-low-rank" in text and "layer(s) [1]" in text

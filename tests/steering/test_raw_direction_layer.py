@@ -16,11 +16,11 @@ def test_a_raw_direction_steers_one_default_layer_without_a_scan() -> None:
     model = make_model("gpt2", n_layer=10)
     u = np.random.default_rng(0).normal(size=model.config.n_embd)
     rec = steer(model, u, progress=False)
-    cal = rec.calibration
+    cal = rec.details.to_dict()
     # the scan layers of a 10-layer model are round(0.4·9)=4 .. round(0.65·9)=6: 4, 5, 6; the middle one
     assert cal["layers"] == [5] and cal["scan"] is None
     assert cal["layer_choice"].startswith("default") and "no concept tokens" in cal["layer_choice"]
     assert "after layer(s) [5] (default" in rec.summary()
     unsteer(model)
     rec = steer(model, u, layer=7, progress=False)
-    assert rec.calibration["layers"] == [7] and rec.calibration["layer_choice"] == "given"
+    assert rec.details.layers == [7] and rec.details.layer_choice == "given"

@@ -69,8 +69,8 @@ def test_steer_never_runs_the_model_on_a_report_question() -> None:
         rec = sf.steer(model, token="ocean", tokenizer=tok, max_kl=0.1, report=False, layer_choice="judged")
     finally:
         hook.remove()
-    assert rec.calibration["layer_choice"].startswith("judged") and len(rec.calibration["scan"]) >= 2
-    assert all("judged" in r for r in rec.calibration["scan"])
+    assert rec.details.layer_choice.startswith("judged") and len(rec.details.scan) >= 2
+    assert all("judged" in r for r in rec.details.scan)
     leaked = [q for q in REPORT_QUESTIONS if any(q in s for s in seen)]
     assert not leaked, leaked
     assert any(q in s for q in SELECTION_QUESTIONS for s in seen)  # the recorder sees the selection answers
@@ -90,7 +90,7 @@ def test_the_judged_gain_never_runs_a_report_question() -> None:
     finally:
         hook.remove()
     try:
-        cal = rec.calibration
+        cal = rec.details.to_dict()
         assert cal["choose"] == "judged"
         search = cal["strength_search"]
         assert search["questions"] == list(SELECTION_QUESTIONS) and search["points"]
@@ -135,7 +135,7 @@ def test_a_curve_over_budgets_probes_and_scans_once(monkeypatch) -> None:
     monkeypatch.undo()
     rec = sf.steer(model, token="ocean", tokenizer=tok, layers=curve["layers"], max_kl=1e-3, report=False)
     try:
-        assert rec.calibration["alpha"] == pytest.approx(pts[1]["alpha"], rel=1e-9)
+        assert rec.details.alpha == pytest.approx(pts[1]["alpha"], rel=1e-9)
         assert rec.kl == pytest.approx(pts[1]["kl_probe"], rel=1e-9)
     finally:
         sf.unsteer(model)

@@ -39,9 +39,9 @@ def test_exact_solve_on_the_wrong_side_is_flagged_and_min_norm_is_not() -> None:
     for solve in ("exact", "min-norm"):
         rec = steer(model, u, strength=10.0, solve=solve, left=left)
         after = _states(model, tok, HELDOUT_SENTENCES, -1)
-        assert rec.signed_alignment_model_before == pytest.approx(cos(before), abs=1e-5)
-        assert rec.signed_alignment_model_after == pytest.approx(cos(after), abs=1e-5)
-        assert rec.predicted_u_shift == pytest.approx(rec.gain * float((x @ rec.edit.w_eff.double()).mean()), rel=1e-5)
-        flags[solve] = rec.sign_disagreement
+        assert rec.details.signed_alignment_model_before == pytest.approx(cos(before), abs=1e-5)
+        assert rec.details.signed_alignment_model_after == pytest.approx(cos(after), abs=1e-5)
+        assert rec.details.predicted_u_shift == pytest.approx(rec.gain * float((x @ rec.edit.w_eff.double()).mean()), rel=1e-5)
+        flags[solve] = rec.details.sign_disagreement
         unsteer(model)
     assert flags == {"exact": True, "min-norm": False}

@@ -52,8 +52,8 @@ def test_singular_value_matrix_uses_least_squares() -> None:
     w_ = model.encoder.layer[1].attention.self.value.weight.detach().clone()
     u, w = unit_vector(64, 3), unit_vector(64, 4)
     rec = steer(model, u, left=w, gain=1.0, solve="exact", report=False)
-    assert rec.solve["method"] == "lstsq"
-    assert rec.solve["cond_V"] > 1e12
+    assert rec.edits[0].solve["method"] == "lstsq"
+    assert rec.edits[0].solve["cond_V"] > 1e12
     # Independent: the minimum-norm least-squares row is wᵀ pinv(V).
     a_expected = w.numpy() @ np.linalg.pinv(w_.numpy())
     W_new = model.encoder.layer[1].attention.output.dense.weight.detach().clone().numpy()
@@ -75,7 +75,7 @@ def test_dynamics_target_is_reached(family: str) -> None:
     model = make_model(family)
     u = unit_vector(get_adapter(model.config).d_model, 5)
     rec = steer(model, u, measure="dynamics", target_alignment=0.99, report=False)
-    assert rec.target_reached
+    assert rec.details.target_reached
     assert _dynamics_alignment(model, u) >= 0.99
 
 
@@ -128,5 +128,5 @@ def test_record_round_trips_and_plots(tmp_path) -> None:
     F = layer_matrices(make_model("gpt2"), [1]).matrices[0]
     vals = torch.linalg.eigvals(F)
     l1 = vals[torch.argmax(vals.real)]
-    assert rec.strength == pytest.approx(rec.gain / float(l1.abs()), rel=1e-8)
-    assert rec.spectrum_before["lambda1"][0] == pytest.approx(float(l1.real), rel=1e-8)
+    assert rec.details.strength == pytest.approx(rec.gain / float(l1.abs()), rel=1e-8)
+    assert rec.details.spectrum_before["lambda1"][0] == pytest.approx(float(l1.real), rel=1e-8)

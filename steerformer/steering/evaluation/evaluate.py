@@ -540,8 +540,6 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         judge_point(point, baseline, concept, words, judge)
     ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point],
                        concept=concept, judge=judge)
-    if isinstance(record.calibration, dict):  # the KL the budget bounds (probe) beside the one users see (answers)
-        record.calibration["kl_report_answers"] = point.kl
     record.evaluation = {**{k: v for k, v in point.to_dict().items() if k not in ("info", "nll_free_each")},
                          "words": words, "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
                          "questions": baseline.questions, "sample": sample, "seed": seed, "judge": ev.judge,

@@ -56,7 +56,7 @@ registration; nothing outside it names the method)::
   and needs nothing from the method.
 """
 
-from .registry import (
+from ..registry import (
     Method, NoOptions, built_in_configs, call_options, choose_method, config_of, get_method, method_config, method_names,
     method_of, register_method,
 )

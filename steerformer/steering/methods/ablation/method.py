@@ -6,7 +6,7 @@ record (docs/math.md §5b, §5e):
 for each selected writer — the attention output, the MLP's output projection, optionally the
 embeddings, as each family declares them (``adapters.base.Writer``) — with U the orthonormalized
 directions (several at once; linearly dependent ones are refused), s ∈ (0, 1] per layer, and the
-norm-preserving variants of ``algebra.ablation`` ("rows": Heretic's; "columns"). A writer whose
+norm-preserving variants of ``algebra.ablation`` (beside it) ("rows": Heretic's; "columns"). A writer whose
 output passes an RMS norm before the residual add (Gemma-2/3, OLMo-2) has U replaced by the
 orthonormalized g ⊙ U (g the norm's gain): the norm only rescales by 1/rms and multiplies by g, so
 its output is orthogonal to U exactly when the write is orthogonal to g ⊙ U. An embedding that
@@ -29,14 +29,13 @@ import torch
 
 from ....errors import bad_argument
 from ....matrices import read_attention_weights, select_layers
-from ... import algebra
 from ...chain import steering_of
 from ...edit import Edit, check_layer_materialized, check_materialized
-from ...lifecycle import Call, Plan
-from ...sources import ablation_directions
-from ...steer import dispatch
+from ...lifecycle import Call, Plan, dispatch
 from ...record import SteeringRecord
-from ..registry import Method, register_method
+from ...registry import Method, register_method
+from ...sources import ablation_directions
+from . import algebra
 from .config import AblationConfig, ablation_writers
 
 #: offset of the RMS norm's gain per declared norm kind: g = offset + weight
@@ -217,8 +216,8 @@ def ablate(
     report: bool = True,
 ) -> SteeringRecord:
     """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
-    all), W' = (I − s UUᵀ) W, in place: the ablation method (``steering/methods/ablation/``, whose
-    docstring has the details); one record, one edit per weight. ``direction``: one vector (d,) or k
+    all), W' = (I − s UUᵀ) W, in place: the ablation method (this module's docstring has
+    the details); one record, one edit per weight. ``direction``: one vector (d,) or k
     vectors (k, d) — array, tensor, ``.npy`` — or a :class:`~steerformer.steering.direction.Direction`
     (object, folder, Hub id, control-vector ``.gguf``: per-layer vectors at their layers); or
     ``token``, ``eigvec`` (of the last selected layer's F), ``text``. ``writers``: "attention",

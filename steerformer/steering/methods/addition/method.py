@@ -33,12 +33,43 @@ from ...common import added_vector, model_object
 from ...edit import Edit, check_layer_materialized
 from ...lifecycle import Call, Plan
 from ...measure import HeldOut, head_kind
+from ...record import Details, gain_curve_figure
+from ...registry import Method, register_method
 from ...sources import DirectionSource, resolve_direction
-from ..registry import Method, register_method
 from .config import AdditionConfig
 from .weights import addition_edits
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class AdditionDetails(Details):
+    """What an addition's record adds to the core: the KL calibration (docs/math.md §5d) — the budget
+    and what it bounds, the gain α (× each layer's residual norm) and its search, the layer scan and
+    how the layer was chosen, the KL on held-out sentences (the KL on the report answers, once
+    evaluated, is the evaluation's)."""
+
+    layers: list  # the layer(s) the addition acts after
+    positions: str  # "skip-first" | "all"
+    max_kl: float | None  # the budget (or the judged choice's ceiling)
+    kl_probe: float  # the probe KL at the gain found: the one the budget bounds
+    alpha: float  # the gain, × each layer's residual norm
+    measure: str = "kl"  # what the gain search measured
+    target_reached: bool | None = None  # the gain found is within the budget
+    curve: list = dataclasses.field(default_factory=list)  # (α, probe KL) evaluated by the search
+    choose: str = "kl"  # the rule of the gain: "kl" (the largest within the budget) or "judged"
+    strength_choice: str = "kl"  # the rule that chose it (a judged call falls back to the KL rule, said here)
+    concept_token_ids: list = dataclasses.field(default_factory=list)  # the tokens the layer scan compares
+    probe_prompts: int = 0
+    budget_bounds: str = ""  # what the budget bounds, in words
+    layer_choice: str = ""  # how the layer was chosen
+    scan_max_kl: float | None = None  # the scan's budget
+    scan: list | None = None  # per scanned layer: α, probe KL, concept-token probability (None: one layer)
+    strength_search: dict | None = None  # the judged strength's dose curve (choose="judged")
+    kl_rule: dict | None = None  # the KL rule's gain at the scan's budget, beside a judged one
+    kl_heldout: float | None = None  # KL on the held-out sentences (a check, not bounded)
+
+    finite = ("kl_probe", "alpha", "kl_heldout")
 
 
 @dataclasses.dataclass
@@ -211,6 +242,7 @@ class Addition(Method):
     within a KL budget (module doc)."""
 
     config = AdditionConfig
+    details = AdditionDetails
 
     def plan(self, call: Call, cfg: Any) -> Plan:
         budget = cfg.budget
@@ -236,33 +268,30 @@ class Addition(Method):
             strength_choice = "kl" if not judged else f"kl (at {scan_kl:g}: {why})"
             if judged:
                 log.info("choose='judged' fell back to the KL rule: %s", why)
-        calibration = {"kind": "kl", "choose": cfg.choose, "strength_choice": strength_choice,
-                       "max_kl": budget if strength_choice == "judged" or not judged else scan_kl,
-                       "kl_probe": found.kl, "alpha": found.gain,
-                       "layers": best["layers"], "positions": cfg.positions, "message": found.message,
-                       "concept_token_ids": planner.mass_ids, "probe_prompts": len(planner.probe.select),
-                       "budget_bounds": "KL(base || steered) per token, teacher-forced on the base model's "
-                                        "continuations of the probe (selection) prompts",
-                       "layer_choice": layer_choice, "scan_max_kl": scan_kl,
-                       "scan": [{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan]
-                       if len(scan) > 1 else None,
-                       "strength_search": None if search is None else search.to_dict(),
-                       # the KL rule's gain at the scan's budget (what choose="kl" gives), beside the judged one
-                       "kl_rule": {"max_kl": scan_kl, "alpha": best["alpha"], "kl_probe": best["kl"]}}
-        return Plan(edits=edits, direction_source=dsource.to_dict(), choice=found, measure="kl",
-                    calibration=calibration, heldout_layer=min(best["layers"]))
+        details = AdditionDetails(
+            layers=best["layers"], positions=cfg.positions,
+            max_kl=budget if strength_choice == "judged" or not judged else scan_kl, kl_probe=found.kl,
+            alpha=found.gain, target_reached=found.reached, curve=[list(p) for p in found.curve], choose=cfg.choose,
+            strength_choice=strength_choice, concept_token_ids=planner.mass_ids,
+            probe_prompts=len(planner.probe.select),
+            budget_bounds="KL(base || steered) per token, teacher-forced on the base model's continuations of the "
+                          "probe (selection) prompts",
+            layer_choice=layer_choice, scan_max_kl=scan_kl,
+            scan=[{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan] if len(scan) > 1 else None,
+            strength_search=None if search is None else search.to_dict(),
+            # the KL rule's gain at the scan's budget (what choose="kl" gives), beside the judged one
+            kl_rule={"max_kl": scan_kl, "alpha": best["alpha"], "kl_probe": best["kl"]})
+        return Plan(edits=edits, direction_source=dsource.to_dict(), message=found.message, details=details,
+                    heldout_layer=min(best["layers"]))
 
     def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
         """The probe's KL at the gain found and, on the held-out sentences, the KL (into the
         calibration) and the state cosine."""
-        found = plan.choice
-        measured = {"kl": found.kl, "kl_kind": "teacher-forced on the probe prompts' base continuations"}
-        kl_heldout = None
+        measured = {"kl": plan.details.kl_probe, "kl_kind": "teacher-forced on the probe prompts' base continuations"}
         if held is not None:
-            after = held.after(call.model, plan.edits[0].u, found.gain)
+            after = held.after(call.model, plan.edits[0].u, plan.details.alpha)
             measured["state_cosine"] = after["state_cosine"]
-            kl_heldout = after["kl"]
-        plan.calibration = {**plan.calibration, "kl_heldout": kl_heldout}
+            plan.details.kl_heldout = after["kl"]
         return measured
 
     # ---- words -------------------------------------------------------------------------------
@@ -271,7 +300,7 @@ class Addition(Method):
         the layer scan, the evaluation when one ran."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
-        cal = record.calibration or {}
+        cal = record.details.to_dict()
         how = "; ".join(f"layer {e.layer}: {e.module} " + ("bias += c v (exact)" if e.solve.get("method") == "bias"
                         else f"+ gain u a, a.z = {e.solve.get('fit_mean', float('nan')):.3f} "
                              f"(cv {e.solve.get('fit_cv', float('nan')):.3f}) on the probe")
@@ -295,7 +324,7 @@ class Addition(Method):
                          + ", ".join(f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
                                      for p in ss["points"]) + f"; chosen: {cal.get('strength_choice')}")
         if cal.get("budget_bounds"):
-            held = cal.get("kl_report_answers")
+            held = (record.evaluation or {}).get("kl")
             lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
                          "questions' answers: " + (f"{held:.3g}" if held is not None else
                                                    "not measured (evaluate_record / --evaluate)"))
@@ -311,11 +340,49 @@ class Addition(Method):
                 f"after block {e.layer}")
 
     def gain_text(self, record: Any) -> str:
-        cal = record.calibration or {}
-        if cal.get("alpha") is None:
-            return Method.gain_text(self, record)
         per = ", ".join(f"layer {e.layer}: γ = {float(added_vector(e).norm()):.4g}" for e in record.edits)
-        return f"{cal['alpha']:.4g} × residual norm ({per})"
+        return f"{record.details.alpha:.4g} × residual norm ({per})"
+
+    def facts(self, record: Any) -> list[tuple[str, str]]:
+        """How the gain and the layer were chosen, what the budget bounds, the KL on held-out text."""
+        d = record.details
+        ev = record.evaluation or {}
+        chosen = (f"the largest gain whose KL on the probe continuations stays within the KL budget of {d.max_kl} "
+                  f"nats/token, after layer(s) {d.layers}" + (f" (layer: {d.layer_choice})" if d.layer_choice else "")
+                  + (f"; KL on the report questions' answers {ev['kl']:.3f} (a check, not bounded)"
+                     if ev.get("kl") is not None else "") + f" — {record.message}")
+        return [("chosen by", chosen), ("gain α", f"{d.alpha:.4g} × the residual norm"),
+                ("KL on held-out sentences (a check, not bounded)",
+                 "n/a" if d.kl_heldout is None else f"{d.kl_heldout:.4g}")]
+
+    def report_section(self, record: Any) -> dict:
+        """The layer scan (each layer calibrated to the budget, then chosen) and what the dose curve
+        marks: the budget, and the probe's KL along the gain search (× the chosen gain)."""
+        d = record.details
+        section: dict = {"title": "Layer scan", "dose": {
+            "budget": d.max_kl,
+            "probe": sorted((a / d.alpha, k) for a, k in d.curve if d.alpha and a is not None and k is not None),
+            "note": "The gain was chosen as the largest whose KL on the probe's text stays within the budget, so "
+                    "every strength up to 1 × lies inside it (green band); the KL on the report answers is measured "
+                    "on other text and may differ."}}
+        if not d.scan:
+            section["text"] = f"No layer scan: layer(s) {d.layers} ({d.layer_choice or 'given'})."
+            return section
+        judged = any(r.get("judged") for r in d.scan)  # the judged layer choice rated each layer's answers
+        section["text"] = f"Each layer calibrated to the KL budget, then chosen by: {d.layer_choice}."
+        section["table"] = {
+            "header": ["layer(s)", "gain α (× residual norm)", "probe KL", "concept-token probability"]
+            + (["judged aggregate", "good", "concept", "relevance", "fluency"] if judged else []) + [""],
+            "rows": [[", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"), r.get("concept_mass")]
+                     + ([(r.get("judged") or {}).get(k) for k in ("aggregate", "good", "concept", "relevance", "fluency")]
+                        if judged else [])
+                     + ["✓ chosen" if list(r.get("layers", [])) == list(d.layers) else ""] for r in d.scan]}
+        return section
+
+    def plot(self, record: Any, directory: Any) -> list:
+        """The probe KL against the gain α of the search → ``steering_curve.png``."""
+        d = record.details
+        return gain_curve_figure(directory, d.curve, d.alpha, "mean KL (kl)")
 
     def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
         layer = call_config.layer
@@ -329,7 +396,7 @@ class Addition(Method):
 
 register_method("addition", Addition)
 
-__all__ = ["Addition", "KLPlanner", "kl_curve"]
+__all__ = ["Addition", "AdditionDetails", "KLPlanner", "kl_curve"]
 
 
 def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, token: str | None = None,

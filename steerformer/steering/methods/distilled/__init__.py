@@ -19,7 +19,7 @@
 * **Strength** (``strength.py``): γ, a scale on ΔW, chosen on the SELECTION questions' answers — the
   best judged aggregate with KL ≤ ``kl_ceiling`` — from ``gains``.
 * **Record**: the data's sha256, the instruction, the objective, layers, rank, steps, the losses,
-  the judged scores of every strength tried, the split and the seconds (``record.calibration``).
+  the judged scores of every strength tried, the split and the seconds (``record.details.training``).
 
 Options: :class:`~.config.DistilledConfig` (``config.py``, torch-free). Measured on SmolLM2 in
 docs/steering-chat.md, "The distilled method". Registered by ``method.py``; this package imports

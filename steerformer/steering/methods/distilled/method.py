@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -11,7 +12,8 @@ from ....configs import select_layers
 from ....errors import bad_argument
 from ....prompts import REPORT_QUESTIONS, SELECTION_QUESTIONS
 from ...lifecycle import Call, Plan
-from ..registry import Method, register_method
+from ...record import Details
+from ...registry import Method, register_method
 from .config import DistilledConfig, default_layers
 from .strength import choose_strength
 from .teacher import data_sha256, read_questions, teacher_examples, training_questions
@@ -96,6 +98,14 @@ def summary_of(info: dict) -> list[str]:
     ]
 
 
+@dataclasses.dataclass
+class DistilledDetails(Details):
+    """What a distilled edit's record adds to the core: its training and strength choice
+    (``distilled_steering``'s information: the teacher's data, the losses, every strength tried)."""
+
+    training: dict
+
+
 @register_method("distilled")
 class Distilled(Method):
     """``sf.steer(model, method="distilled", token="ocean", tokenizer=tok)``: the distilled edit
@@ -103,6 +113,7 @@ class Distilled(Method):
     ``layer=``) overrides the config's layers; ``prompts=`` the teacher's questions."""
 
     config = DistilledConfig
+    details = DistilledDetails
 
     def plan(self, call: Call, cfg: Any) -> Plan:
         from ...measure import head_kind
@@ -135,8 +146,8 @@ class Distilled(Method):
         message = (f"distilled {info['objective']} edit of layers {info['layers']}, rank {info['rank']}; strength "
                    f"x{info['gain']:g} chosen on the selection questions (KL {chosen['kl']:.3f})")
         u = edits[0].u
-        return Plan(edits=edits, direction_source=source, message=message, calibration=info, heldout_layer=None,
-                    direction=u if u.ndim == 1 else u[:, 0], extra={"selection": chosen})
+        return Plan(edits=edits, direction_source=source, message=message, details=DistilledDetails(info),
+                    heldout_layer=None, direction=u if u.ndim == 1 else u[:, 0], extra={"selection": chosen})
 
     def measure(self, call: Call, plan: Plan, held: Any) -> dict:
         """The KL the ceiling bounds: on the selection questions' base answers, teacher-forced."""
@@ -146,7 +157,7 @@ class Distilled(Method):
     # ---- words -------------------------------------------------------------------------------
     def summary_lines(self, record: Any) -> list[str]:
         """What was trained, on what, the strength chosen and its judged scores, the evaluation when one ran."""
-        lines = summary_of(record.calibration or {})
+        lines = summary_of(record.details.training)
         return lines + self.evaluation_lines(record)
 
     def card_formula(self, record: Any) -> str:
@@ -155,10 +166,13 @@ class Distilled(Method):
     def gain_text(self, record: Any) -> str:
         return f"γ = {record.gain:g} × the learned ΔW (the strength chosen on the selection questions)"
 
+    def facts(self, record: Any) -> list[tuple[str, str]]:
+        return [("chosen by", f"{record.details.training['chosen_by']} — {record.message}")]
+
     def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
         cfg = DistilledConfig(**cfg) if isinstance(cfg, dict) else cfg  # the CLI passes the options it was given
         return (f"distilled: the teacher's answers, {cfg.steps} training steps, then {len(cfg.gains)} strengths "
                 "judged on the selection questions (minutes on a CPU; --quiet hides these lines) ...")
 
 
-__all__ = ["Distilled", "distilled_steering", "summary_of"]
+__all__ = ["Distilled", "DistilledDetails", "distilled_steering", "summary_of"]

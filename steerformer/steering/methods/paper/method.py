@@ -1,5 +1,5 @@
 """``paper``: the papers' rank-1 edit of one attention layer's output matrix (docs/math.md §5; the
-algebra in ``steering/algebra.py``), the default for every model that is not a causal LM:
+algebra in ``algebra.py`` beside it), the default for every model that is not a causal LM:
 
     W_O' = W_O + γ u (wᵀV⁺)
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import torch
@@ -21,15 +22,71 @@ from ....configs import progress_bar
 from ....errors import InvalidArgumentError, bad_argument
 from ....loading import open_source
 from ....matrices import read_attention_weights, select_layers
-from ... import algebra
+from ...algebra import check_value_map, delta_output
 from ...chain import retie, steering_of, untie
-from ...common import CountedCurve, stores_transposed
+from ...common import CountedCurve, cosine, non_finite, stores_transposed, vector_hash
 from ...edit import Edit, check_layer_materialized, edited_stored
 from ...lifecycle import Call, Plan
-from ...measure import DynamicsProbe, HeldOut, compensate, dynamics_probe, encode, mean_abs_cos, model_probe
+from ...measure import HeldOut, encode, mean_abs_cos, model_probe
+from ...record import Details, gain_curve_figure
+from ...registry import Method, register_method
 from ...sources import check_vector, resolve_direction
-from ..registry import Method, register_method
+from . import algebra
 from .config import PaperConfig
+from .probes import DynamicsProbe, compensate, dynamics_probe, predicted_u_shift, split_inputs
+
+
+@dataclasses.dataclass
+class PaperDetails(Details):
+    """What a paper edit's record adds to the core (docs/math.md §5): the target and left vectors, the
+    solve, the strength, how the gain was chosen, the controlled dynamics and the spectrum of F before
+    and after, the FFN pre-compensation, the honest-reporting quantities of §5b and the side of u."""
+
+    target: list  # u* the alignment is measured against (= the direction unless through_ffn)
+    left: list  # w (unit)
+    left_sha256: str
+    solve: dict  # method ("solve" | "lstsq" | "ridge"), cond_V, alpha, fit_error
+    strength: float | None = None  # γ / |λ1(F_L)|
+    # how the gain was chosen ("model" | "dynamics"; None: gain or strength given)
+    measure: str | None = None
+    target_alignment: float | None = None
+    target_reached: bool | None = None
+    curve: list = dataclasses.field(default_factory=list)  # (gain, alignment) evaluated by the search
+    alignment_dynamics_before: float | None = None
+    alignment_dynamics_after: float | None = None
+    spectrum_before: dict | None = None  # lambda1, lambda2, gap of F_L
+    spectrum_after: dict | None = None
+    through_ffn: dict | None = None
+    # honest reporting (docs/math.md §5b): the left vector actually applied and what it means
+    w_eff_cos: float | None = None  # cos(w_eff, w), w_eff = Vᵀaᵀ (1 for an exact solve of a regular V)
+    effective_strength: float | None = None  # γ |w_effᵀu| / |λ1|: comparable with the paper's s
+    bias_shift_norm: float | None = None  # ‖γ (a·b_V) u‖: shift of every token's attention output
+    compensate_bias: bool = False  # the shift was removed through b_O
+    # which side of u: the signed mean cos of the final states, and whether the edit moved them to
+    # the side that F' = F + γ u w_effᵀ predicts (sign of γ·mean w_effᵀx); False/None: agrees/unknown
+    signed_alignment_model_before: float | None = None
+    signed_alignment_model_after: float | None = None
+    predicted_u_shift: float | None = None
+    sign_disagreement: bool | None = None
+
+    finite = ("strength", "alignment_dynamics_after", "w_eff_cos", "effective_strength", "bias_shift_norm")
+
+
+def paper_details(edit: Edit, target: torch.Tensor, abs_lambda1: float | None, spectrum_before: dict | None, *,
+                  choice: Any = None, cfg: PaperConfig | None = None, through_ffn: dict | None = None) -> PaperDetails:
+    """The details of the planned ``edit`` (its measured fields are filled by :meth:`Paper.measure`)."""
+    u, w = edit.u.to(torch.float64), edit.w.to(torch.float64)
+    return PaperDetails(
+        target=target.to(torch.float64).tolist(), left=w.tolist(), left_sha256=vector_hash(w), solve=dict(edit.solve),
+        strength=float(edit.gain) / abs_lambda1 if abs_lambda1 else None,
+        measure=cfg.measure if choice is not None else None,
+        target_alignment=float(cfg.target) if choice is not None and cfg.target is not None else None,
+        target_reached=choice.reached if choice is not None else None,
+        curve=[list(p) for p in choice.curve] if choice is not None else [],
+        spectrum_before=spectrum_before, through_ffn=through_ffn, w_eff_cos=cosine(edit.w_eff, w),
+        effective_strength=abs(float(edit.gain)) * abs(float(edit.w_eff.to(torch.float64) @ u)) / abs_lambda1
+        if abs_lambda1 else None,
+        bias_shift_norm=edit.bias_shift_norm, compensate_bias=bool(edit.compensate_bias))
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +95,7 @@ class Paper(Method):
     """The papers' rank-1 output-matrix edit (module doc)."""
 
     config = PaperConfig
+    details = PaperDetails
 
     def plan(self, call: Call, cfg: Any) -> Plan:
         model = call.model
@@ -74,8 +132,8 @@ class Paper(Method):
         chain = steering_of(model)
         plan.direction_source = dsource.to_dict()
         plan.untied = untied if untied is not None else (chain.untie if chain is not None else None)
-        if plan.choice is not None and not plan.choice.reached:
-            log.warning("%s", plan.choice.message)
+        if plan.details.target_reached is False:
+            log.warning("%s", plan.message)
         return plan
 
     def plan_on_disk(self, source: Any, call_config: Any, options: dict, config: Any = None, *, direction: Any = None,
@@ -95,7 +153,7 @@ class Paper(Method):
         w = u if left is None else check_vector(left, adapter.d_model, name="left", model_name=source.model_id)
         weights = read_attention_weights(source, [L], parts=("vo",))[L]  # float64 copies of V and W_O only
         V = weights.value_matrix()
-        algebra.check_value_map(V, L, source.model_id)
+        check_value_map(V, L, source.model_id)
         row = algebra.exact_row(V, w)
         if row.method == "lstsq":
             log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
@@ -107,24 +165,30 @@ class Paper(Method):
                     kind="steer", solve=row.to_dict(), w=w.clone(), w_eff=V.T @ row.a,
                     bias_coef=None if b_V is None else float(row.a @ b_V.to(torch.float64)),
                     transposed=stores_transposed(adapter))
-        return Plan(edits=[edit], direction_source=dsource.to_dict(), abs_lambda1=abs_l1,
-                    spectrum_before=spec_before), cfg
+        return Plan(edits=[edit], direction_source=dsource.to_dict(),
+                    details=paper_details(edit, u, abs_l1, spec_before)), cfg
 
     def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
         """The held-out alignment and price, the predicted side of u, the controlled dynamics and
         the spectrum of F_layer after the edit."""
         if held is None:
             return {}
-        model, adapter, edit = call.model, call.adapter, plan.edits[0]
-        measured = held.after(model, plan.target, edit.gain)
-        if plan.through_ffn is None:  # the prediction is about u itself, not a pre-compensated target
-            measured["predicted_u_shift"] = held.predicted_u_shift(edit.w_eff, edit.gain)
+        model, adapter, edit, d = call.model, call.adapter, plan.edits[0], plan.details
+        measured = held.after(model, plan.target, edit.gain, signed=True)
+        d.signed_alignment_model_before = measured.pop("signed_alignment_model_before")
+        d.signed_alignment_model_after = measured.pop("signed_alignment_model_after")
+        if d.through_ffn is None:  # the prediction is about u itself, not a pre-compensated target
+            d.predicted_u_shift = predicted_u_shift(held.probe, edit.w_eff, edit.gain)
+            d.sign_disagreement = bool(d.predicted_u_shift * (d.signed_alignment_model_after
+                                                              - d.signed_alignment_model_before) < 0)
         dynamics = plan.extra["dynamics"]
-        measured["alignment_dynamics_before"] = dynamics.alignment(torch.zeros_like(edit.delta()), edit.u)
-        measured["alignment_dynamics_after"] = dynamics.alignment(edit.delta(), edit.u)
+        d.alignment_dynamics_before = dynamics.alignment(torch.zeros_like(edit.delta()), edit.u)
+        d.alignment_dynamics_after = dynamics.alignment(edit.delta(), edit.u)
         param = model.base_model.get_parameter(edit.module)
         W_new = adapter.output_weight_from_stored(param.detach().to(torch.float64).cpu())
-        measured["spectrum_after"] = algebra.top_summary(None, factors=(W_new, plan.extra["V"]))
+        d.spectrum_after = algebra.top_summary(None, factors=(W_new, plan.extra["V"]))
+        if not all(math.isfinite(float(x)) for x in d.spectrum_after["lambda1"]):
+            raise non_finite("record.details.spectrum_after", "record values")
         return measured
 
     # ---- words -------------------------------------------------------------------------------
@@ -133,28 +197,29 @@ class Paper(Method):
         the spectrum, the bias shift and a sign disagreement, when there is one."""
         f = lambda x: "n/a" if x is None else f"{x:.4f}"  # noqa: E731
         g = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+        d = record.details
         lines = [
-            f"layer {record.layer} ({record.module}), solve {record.solve['method']} (cond V = {record.solve['cond_V']:.3g})",
-            f"gain {record.gain:.6g} = strength {g(record.strength)} x |lambda1| (nominal); effective strength "
-            f"{g(record.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(record.w_eff_cos)}",
-            f"alignment, controlled dynamics: {f(record.alignment_dynamics_before)} -> {f(record.alignment_dynamics_after)}",
+            f"layer {record.layer} ({record.module}), solve {d.solve['method']} (cond V = {d.solve['cond_V']:.3g})",
+            f"gain {record.gain:.6g} = strength {g(d.strength)} x |lambda1| (nominal); effective strength "
+            f"{g(d.effective_strength)} = gain |w_eff.u| / |lambda1|, cos(w_eff, w) = {f(d.w_eff_cos)}",
+            f"alignment, controlled dynamics: {f(d.alignment_dynamics_before)} -> {f(d.alignment_dynamics_after)}",
             f"alignment, real model final states: {f(record.alignment_model_before)} -> {f(record.alignment_model_after)}",
             f"weight change |dW_O|/|W_O| = {record.weight_change:.4g}; KL ({record.kl_kind}) = {f(record.kl)}; "
             f"state cosine = {f(record.state_cosine)}",
         ]
-        if record.spectrum_before and record.spectrum_after:
-            lines.append(f"lambda1 {record.spectrum_before['lambda1'][0]:.4g} -> {record.spectrum_after['lambda1'][0]:.4g}, "
-                         f"gap {record.spectrum_before['gap']:.4g} -> {record.spectrum_after['gap']:.4g}")
-        if record.bias_shift_norm is not None:
-            lines.append(f"bias shift |gain (a.b_V) u| = {record.bias_shift_norm:.4g} on every token's attention output"
-                         + (" (compensated through b_O)" if record.compensate_bias else ""))
+        if d.spectrum_before and d.spectrum_after:
+            lines.append(f"lambda1 {d.spectrum_before['lambda1'][0]:.4g} -> {d.spectrum_after['lambda1'][0]:.4g}, "
+                         f"gap {d.spectrum_before['gap']:.4g} -> {d.spectrum_after['gap']:.4g}")
+        if d.bias_shift_norm is not None:
+            lines.append(f"bias shift |gain (a.b_V) u| = {d.bias_shift_norm:.4g} on every token's attention output"
+                         + (" (compensated through b_O)" if d.compensate_bias else ""))
         if len(record.layers_changed) > 1:
             lines.append(f"shared weights: layers {record.layers_changed} all changed")
-        if record.sign_disagreement:
+        if d.sign_disagreement:
             lines.append(f"SIGN DISAGREEMENT: F' = F + gain u w_eff^T predicts a shift toward "
-                         f"{'+' if record.predicted_u_shift > 0 else '-'}u, but the final states moved to the other "
-                         f"side (signed cos {record.signed_alignment_model_before:+.3f} -> "
-                         f"{record.signed_alignment_model_after:+.3f}); with solve='exact' the heads' different "
+                         f"{'+' if d.predicted_u_shift > 0 else '-'}u, but the final states moved to the other "
+                         f"side (signed cos {d.signed_alignment_model_before:+.3f} -> "
+                         f"{d.signed_alignment_model_after:+.3f}); with solve='exact' the heads' different "
                          "attention and the value bias can outweigh w^T x (docs/statistics.md)")
         if record.message:
             lines.append(record.message)
@@ -164,7 +229,31 @@ class Paper(Method):
         return "W_O' = W_O + γ u (wᵀV⁺)  ⇒  F' = F + γ u wᵀ (the attention output, F = W_O·V; paper §2.3)"
 
     def gain_text(self, record: Any) -> str:
-        return f"γ = {record.gain:.6g}" + (f" = {record.strength:.4g} × abs(λ1)" if record.strength else "")
+        strength = record.details.strength
+        return f"γ = {record.gain:.6g}" + (f" = {strength:.4g} × abs(λ1)" if strength else "")
+
+    def facts(self, record: Any) -> list[tuple[str, str]]:
+        """The solve, how the gain was chosen, the controlled dynamics and λ1 before and after."""
+        d = record.details
+        f = lambda x, spec=".4f": "n/a" if x is None else format(x, spec)  # noqa: E731
+        l1 = lambda s: f(s["lambda1"][0], ".4g") if s else "n/a"  # noqa: E731
+        cond = d.solve.get("cond_V")
+        chosen = (f"target alignment {d.target_alignment} in the {d.measure} — {record.message}" if d.measure
+                  else "given gain/strength")
+        return [("solve for wᵀV⁺", str(d.solve.get("method")) + (f" (cond V = {cond:.3g})" if cond is not None else "")),
+                ("chosen by", chosen),
+                ("alignment, controlled dynamics", f"{f(d.alignment_dynamics_before)} → {f(d.alignment_dynamics_after)}"),
+                ("λ1 before → after", f"{l1(d.spectrum_before)} → {l1(d.spectrum_after)}")]
+
+    def alignment_target(self, record: Any) -> list:
+        """u*: the direction asked for (before any FFN pre-compensation)."""
+        return record.details.target
+
+    def plot(self, record: Any, directory: Any) -> list:
+        """The alignment-vs-gain curve of the gain search, when one ran → ``steering_curve.png``."""
+        d = record.details
+        return gain_curve_figure(directory, d.curve, record.gain, f"mean alignment ({d.measure})",
+                                 target=d.target_alignment)
 
     def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
         return "steering: the rank-1 edit (gain search on the alignment where needed) ..."
@@ -209,7 +298,7 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
     # the weight's device from u and a moved there once (edit.edited_stored)
     weights = read_attention_weights(source, [L], parts=("vo",), device="cpu")[L]
     V = weights.value_matrix()
-    algebra.check_value_map(V, L, source.model_id)
+    check_value_map(V, L, source.model_id)
     bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
     b_V = getattr(weights, "b_V", None)
     if cfg.compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
@@ -227,7 +316,7 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
         if row.method == "lstsq":
             log.warning("V of layer %d is singular (cond %.3g): a = wᵀV⁺ by least squares", L, row.cond)
     else:
-        row = algebra.ridge_row(V, w, *probe.split_inputs())
+        row = algebra.ridge_row(V, w, *split_inputs(probe))
     transposed = stores_transposed(adapter)
 
     def stored(u: torch.Tensor, g: float | torch.Tensor) -> torch.Tensor:
@@ -246,7 +335,7 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
 
         def evaluate(g: float) -> float:
             if floor <= 0 and cfg.measure == "dynamics":
-                values[g] = dyn.alignment(algebra.delta_output(u, row.a, g), u)
+                values[g] = dyn.alignment(delta_output(u, row.a, g), u)
                 return values[g]
             with torch.no_grad():
                 final = probe.final_states({name: stored(u, g)})
@@ -254,7 +343,7 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
             if cosines[g] < floor:
                 values[g] = -1.0  # beyond the damage budget: never the choice
             elif cfg.measure == "dynamics":
-                values[g] = dyn.alignment(algebra.delta_output(u, row.a, g), u)
+                values[g] = dyn.alignment(delta_output(u, row.a, g), u)
             else:
                 with torch.no_grad():
                     values[g] = float(mean_abs_cos(final, u_target, probe.mask))
@@ -303,9 +392,10 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
                 kind="steer", solve=row.to_dict(), w=w.detach().cpu().clone(), w_eff=V.T @ row.a.cpu(),
                 bias_coef=bias_coef, bias_module=bias_name if cfg.compensate_bias else None,
                 compensate_bias=bool(cfg.compensate_bias), transposed=transposed)
-    return Plan(edits=[edit], direction_source={}, target=u_target, choice=choice, measure=cfg.measure,
-                target_alignment=cfg.target, abs_lambda1=abs_l1, spectrum_before=spec_before, through_ffn=ffn_info,
-                heldout_layer=L, extra={"V": V, "dynamics": dyn})
+    return Plan(edits=[edit], direction_source={}, target=u_target,
+                message=choice.message if choice is not None else "", heldout_layer=L,
+                details=paper_details(edit, u_target, abs_l1, spec_before, choice=choice, cfg=cfg, through_ffn=ffn_info),
+                extra={"V": V, "dynamics": dyn})
 
 
 def state_cosine(final: torch.Tensor, probe: Any) -> float:
@@ -321,8 +411,6 @@ def within_budget(curve: Any, cosines: dict[float, float], values: dict[float, f
     """The target alignment is out of reach within the damage budget: the largest gain whose final
     states keep a mean cosine >= ``floor`` (bisection on log γ between the largest gain evaluated
     inside the budget and the smallest outside it), said in the choice's message."""
-    import math
-
     inside = [g for g, c in cosines.items() if c >= floor and g > 0]
     outside = [g for g, c in cosines.items() if c < floor and g > 0]
     lo = max(inside) if inside else min(outside) * 1e-6
@@ -353,4 +441,4 @@ def _has_param(base: Any, name: str) -> bool:
 
 register_method("paper", Paper)
 
-__all__ = ["Paper", "check_lazy", "plan_edit", "searching"]
+__all__ = ["Paper", "PaperDetails", "check_lazy", "paper_details", "plan_edit", "searching"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ...matrices import select_layers
-from ..activation import activation_steering
-from .evaluate import HELDOUT_QUESTIONS, evaluate_steering
+from ..matrices import select_layers
+from .activation import activation_steering
+from .evaluation.evaluate import HELDOUT_QUESTIONS, evaluate_steering
 
 
 def steer_and_hooks(model: Any, tokenizer: Any, token: str, *, layers: Sequence[int] | None = None,
@@ -20,9 +20,9 @@ def steer_and_hooks(model: Any, tokenizer: Any, token: str, *, layers: Sequence[
     run-time activation-addition hook at each layer of ``layers`` (default: the addition's scan
     layers of this model) for each coefficient of ``coeffs`` (in residual norms), on the first
     ``questions`` held-out questions. ``say``: one line per phase."""
-    from ...loading import open_source
-    from ..methods.addition.calibrate import addition_vectors, default_scan_layers
-    from ..steer import steered
+    from ..loading import open_source
+    from .methods.addition.calibrate import addition_vectors, default_scan_layers
+    from .steer import steered
 
     n_layers = open_source(model).adapter.n_layers
     hook_layers = select_layers(list(layers), n_layers, name="layers") if layers is not None \

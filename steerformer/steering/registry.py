@@ -11,8 +11,8 @@ import dataclasses
 import importlib
 from typing import Any, ClassVar
 
-from ...configs import Config, MethodConfig, SteerConfig
-from ...errors import bad_argument
+from ..configs import Config, MethodConfig, SteerConfig
+from ..errors import bad_argument
 
 
 @dataclasses.dataclass
@@ -22,14 +22,18 @@ class NoOptions(Config):
 
 class Method:
     """A steering method: its options (``config``, a :class:`~steerformer.configs.Config` dataclass;
-    none by default), its plan (what to edit, with what gain) and its words (the record's summary,
-    the model card's formula and gain, the CLI's phase line), each with a generic default. Subclass
-    it, write :meth:`plan`, and register it with :func:`register_method`."""
+    none by default), its plan (what to edit, with what gain), the facts it adds to its records
+    (``details``, a :class:`~steerformer.steering.record.Details` dataclass; none by default) and its
+    words (the record's summary, the model card's formula, gain and rows, the report page's section,
+    the CLI's phase line), each with a generic default. Subclass it, write :meth:`plan`, and register
+    it with :func:`register_method`."""
 
     #: the registered name (set by :func:`register_method`)
     name: ClassVar[str] = ""
     #: the options of the method: a dataclass subclassing steerformer.configs.Config
     config: ClassVar[type] = NoOptions
+    #: what the method's records add to the core (``record.details``): a Details dataclass, or None
+    details: ClassVar[type | None] = None
 
     def plan(self, call: Any, cfg: Any) -> Any:
         """The edits of this call (a :class:`~steerformer.steering.lifecycle.Plan`) and what the
@@ -39,9 +43,18 @@ class Method:
     def measure(self, call: Any, plan: Any, held: Any) -> dict:
         """Record fields of the edited model (``record.MEASURED``); ``held``: the held-out probe
         measured before the edit (None when ``report=False`` or ``plan.heldout_layer`` is None)."""
-        from ..measure import default_measure
+        from .measure import default_measure
 
         return default_measure(call, plan, held)
+
+    def alignment_target(self, record: Any) -> list:
+        """What ``record.alignment_model_*`` were measured against (``verify`` recomputes it): the
+        direction itself by default."""
+        return record.direction
+
+    def plot(self, record: Any, directory: Any) -> list:
+        """The method's figures of ``record`` in ``directory`` (``SteeringRecord.plot``): none by default."""
+        return []
 
     # ---- words -------------------------------------------------------------------------------
     def summary_lines(self, record: Any) -> list[str]:
@@ -80,6 +93,18 @@ class Method:
         """The gain in the unit the CLI printed, for the model card."""
         return f"γ = {record.gain:.6g}"
 
+    def facts(self, record: Any) -> list[tuple[str, str]]:
+        """The method's rows of the model card's and the report page's table of the edit (how the gain
+        was chosen, what it bounds...), beside the rows every record has: none by default."""
+        return []
+
+    def report_section(self, record: Any) -> dict | None:
+        """The method's own section of the report page, as data the page renders (no HTML here):
+        ``{"title", "text", "table": {"header", "rows"}, "dose": {"budget", "probe", "note"}}``, every
+        key optional (``dose``: what the evaluation's dose curve marks — the budget, the probe's KL
+        at each strength as (x × the chosen gain, KL), a note). None: no section."""
+        return None
+
     def phase_line(self, cfg: Any, call_config: Any, layers: Any, *, causal: bool, concept: bool) -> str:
         """The line ``steer`` says before its long silent work (when progress is shown)."""
         return f"steering with the {self.name} method ..."
@@ -91,10 +116,10 @@ _METHODS: dict[str, type] = {}
 #: or None). The plan module is imported on first use of the name (steering a causal LM imports
 #: ``addition`` only); the config modules are read by the CLI and by :func:`choose_method`.
 BUILT_IN: dict[str, tuple[str, str | None]] = {
-    "paper": (".paper.method", ".paper.config"),
-    "addition": (".addition.method", ".addition.config"),
-    "ablation": (".ablation.method", ".ablation.config"),
-    "distilled": (".distilled.method", ".distilled.config"),
+    "paper": (".methods.paper.method", ".methods.paper.config"),
+    "addition": (".methods.addition.method", ".methods.addition.config"),
+    "ablation": (".methods.ablation.method", ".methods.ablation.config"),
+    "distilled": (".methods.distilled.method", ".methods.distilled.config"),
 }
 
 
@@ -147,6 +172,13 @@ def get_method(name: str) -> Method:
         raise bad_argument("method", name, f"one of {', '.join(method_names())}",
                            "A method from outside steerformer registers with register_method(name, cls) first.")
     return _METHODS[name]()
+
+
+def details_of(name: Any) -> type | None:
+    """The details dataclass of the registered method ``name`` (None: none, or not registered here)."""
+    if not isinstance(name, str) or name not in set(method_names()):
+        return None
+    return type(get_method(name)).details
 
 
 def method_of(record: Any) -> Method:
@@ -262,5 +294,5 @@ def method_config(method: Method, options: dict, config: Any = None) -> Any:
     return dataclasses.replace(base, **options) if options else base
 
 
-__all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "get_method",
-           "method_config", "method_names", "method_of", "register_method"]
+__all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "details_of",
+           "get_method", "method_config", "method_names", "method_of", "register_method"]
