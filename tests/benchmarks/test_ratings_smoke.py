@@ -118,3 +118,20 @@ def test_harmonic_aggregate_is_zero_when_an_axis_is_zero() -> None:
         sys.path.remove(str(RATINGS))
     assert collect.harmonic(2, 2, 0) == 0
     assert collect.harmonic(1, 2, 2) == pytest.approx(3 / (1 + 0.5 + 0.5))
+
+
+def test_the_set_has_16_new_concepts_split_in_halves_and_16_questions_used_nowhere_else() -> None:
+    concepts = json.loads((RATINGS / "concepts.json").read_text())
+    assert len(concepts) == 16 and sum(c["half"] == "choose" for c in concepts) == 8
+    assert sum(c["half"] == "report" for c in concepts) == 8 and len({c["name"] for c in concepts}) == 16
+    used_before = {"ocean", "music", "coffee", "dragon", "mountain", "cats", "cat", "fire", "space", "chess", "winter",
+                   "gold"}
+    assert not used_before & {c["name"] for c in concepts}
+    questions = json.loads((RATINGS / "questions.json").read_text())
+    assert len(questions) == len(set(questions)) == 16
+    elsewhere = [ROOT / "steerformer" / "prompts.py"] + [p for p in (ROOT / "benchmarks").rglob("*")
+                                                         if p.is_file() and RATINGS not in p.parents
+                                                         and p.suffix in (".py", ".md", ".json", ".jsonl")]
+    for path in elsewhere:
+        text = path.read_text(errors="replace")
+        assert not [q for q in questions if q in text], path
