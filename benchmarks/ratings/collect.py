@@ -6,7 +6,8 @@ Every rater must rate every item once: a missing, unknown, repeated or out-of-ra
 naming the rater, the file, the line and the id, and nothing is computed (never a silent 0).
 
 Writes into --out (default <run>/results/):
-    agreement.json/.csv   per axis: exact agreement and Cohen's kappa for every rater pair, and their mean
+    agreement.json/.csv   per axis: exact agreement and Cohen's kappa for every rater pair, and their mean;
+                          each rater's agreement with itself on items holding the same answer (json)
     items.csv             per item: the key (concept_name: the concept), each rater's ratings, the raters' mean per axis, the aggregate
                           (harmonic mean of the three axis means; 0 when one is 0), good steer, answer KL
     settings.json/.csv    per setting: aggregate, concept, relevance, fluency, good-steer share, answer KL,
@@ -112,6 +113,21 @@ def agreement(ratings: dict[str, dict], ids: Sequence[str]) -> dict:
     return out
 
 
+def self_agreement(ratings: dict[str, dict], key: dict[str, dict], texts: dict[tuple, str]) -> dict:
+    """Each rater against itself: the exact agreement per axis over the pairs of items that hold the same
+    answer text to the same question for the same concept (settings that gave identical answers)."""
+    groups: dict[tuple, list[str]] = {}
+    for i, k in key.items():
+        t = texts.get((k["setting"], k["concept"], k["question_index"]))
+        groups.setdefault((k["concept"], k["question_index"], t), []).append(i)
+    pairs = [(a, b) for g in groups.values() for n, a in enumerate(g) for b in g[n + 1:]]
+    out: dict = {"pairs": len(pairs), "raters": {}}
+    for r in sorted(ratings):
+        out["raters"][r] = {axis: (sum(ratings[r][a][axis] == ratings[r][b][axis] for a, b in pairs) / len(pairs)
+                                   if pairs else None) for axis in data.AXES}
+    return out
+
+
 def item_table(key: dict[str, dict], ratings: dict[str, dict], kl: dict[tuple, float]) -> list[dict]:
     raters = sorted(ratings)
     rows = []
@@ -203,6 +219,11 @@ def markdown(agree: dict, boot: dict, facts: dict[str, dict], concepts: list[dic
         mean = f"{a['mean']['exact']:.2f} / {a['mean']['kappa']:.2f}" if a["mean"] else "n/a"
         counts = "; ".join(f"{r}: {'/'.join(map(str, c))}" for r, c in a["counts_0_1_2"].items())
         lines.append(f"| {axis} | " + " | ".join(cells) + f" | {mean} | {counts} |")
+    me = agree.get("self")
+    if me and me["pairs"]:
+        lines += ["", f"Each rater against itself on {me['pairs']} pairs of items holding the same answer to the same "
+                  "question for the same concept (exact agreement, concept / relevance / fluency): " + "; ".join(
+                      f"{r}: " + " / ".join(f"{v[a]:.2f}" for a in data.AXES) for r, v in me["raters"].items())]
     ref = next((r["aggregate_minus_reference"]["reference"] for r in boot["settings"].values()
                 if "aggregate_minus_reference" in r), None)
     lines += ["", f"## Per setting (mean of raters per item; 95% bootstrap intervals over {len(boot['concepts'])} "
@@ -281,10 +302,13 @@ def collect(run: Path, ratings_dir: Path, out: Path, raters: Sequence[str] | Non
     header = json.loads((run / "run.json").read_text())
     order = [s["name"] for s in header["settings"]]
     families = {s["name"]: s["family"] for s in header["settings"]}
-    kl = {(a["setting"], a["concept"], a["question_index"]): a["answer_kl"] for a in data.read_jsonl(run / "answers.jsonl")}
+    answers = data.read_jsonl(run / "answers.jsonl")
+    kl = {(a["setting"], a["concept"], a["question_index"]): a["answer_kl"] for a in answers}
+    texts = {(a["setting"], a["concept"], a["question_index"]): a["answer"] for a in answers}
     facts_rows = data.read_jsonl(run / "settings.jsonl")
     ids = list(key)
     agree = agreement(got, ids)
+    agree["self"] = self_agreement(got, key, texts)
     items = item_table(key, got, kl)
     settings = [s for s in order if any(r["setting"] == s for r in items)]
     if reference not in settings:

@@ -99,7 +99,7 @@ def test_collect_refuses_missing_or_bad_ratings_and_tables_complete_ones(run: Pa
                   "--reps", "100")
     assert done.returncode == 0, done.stderr[-3000:]
     agree = json.loads((tmp_path / "res" / "agreement.json").read_text())
-    assert set(agree["axes"]) == {"concept", "relevance", "fluency"}
+    assert set(agree["axes"]) == {"concept", "relevance", "fluency"} and set(agree["self"]["raters"]) == {"A", "B", "C"}
     for a in agree["axes"].values():
         assert set(a["pairs"]) == {"A-B", "A-C", "B-C"} and 0 < a["mean"]["kappa"] <= 1
     table = json.loads((tmp_path / "res" / "settings.json").read_text())["settings"]
