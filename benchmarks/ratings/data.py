@@ -154,10 +154,20 @@ def all_settings(fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:
     return s
 
 
+#: the opt-in rules the package carried when the set was made, rated beside the default on the report half
+#: (issue 40: each either beats the chosen default there or is removed): ``sf.steer`` with these options
+STEER_OPTIONS = {"judged": {"choose": "judged"}, "distilled": {"method": "distilled"}}
+
+
+def steer_settings() -> list[Setting]:
+    return [Setting(name, "steer", f"rec = sf.steer(model, token=name, tokenizer=tok, {', '.join(f'{k}={v!r}' for k, v in opts.items())}); "
+                    "its rec.edits (the model unsteered again)") for name, opts in STEER_OPTIONS.items()]
+
+
 def select_settings(names: str | None, fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:
-    every = all_settings(fixed_layers)
+    every = all_settings(fixed_layers) + steer_settings()
     if not names:
-        return every
+        return all_settings(fixed_layers)
     by_name = {s.name: s for s in every}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in by_name]

@@ -268,6 +268,13 @@ def plan(setting: data.Setting, work: ConceptWork) -> tuple[str, Any, dict]:
     if fam == "norm":
         edits = work.scaled(setting.alpha)
         return "edits", edits, edit_facts(edits, setting.alpha)
+    if fam == "steer":  # the package's own rule, end to end; its edits are applied by the caller
+        import steerformer as sf
+
+        rec = sf.steer(work.model, token=work.concept.name, tokenizer=work.tok, **data.STEER_OPTIONS[setting.name])
+        sf.unsteer(work.model)
+        return "edits", rec.edits, {"layers": sorted({int(e.layer) for e in rec.edits}), "gain": float(rec.gain),
+                                    "kl_record": rec.kl, "message": rec.message}
     made = {"dir-more": lambda: work.dir_more, "dir-desc": lambda: work.dir_desc, "split2": lambda: work.split2}[fam]()
     p = point_of(made["curve"], setting.budget)
     return "edits", p["edits"], {**edit_facts(p["edits"], p["alpha"]), "kl_probe_search": p["kl_probe"], **made["info"]}
