@@ -159,9 +159,18 @@ def all_settings(fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:
 STEER_OPTIONS = {"judged": {"choose": "judged"}, "distilled": {"method": "distilled"}}
 
 
+#: the peer package, at the same mean probe KL as the chosen default's budget (iso-KL: methods compared
+#: at one price, as iso-KL calibration does)
+PEER_ISO_KL = 0.5
+
+
 def steer_settings() -> list[Setting]:
     return [Setting(name, "steer", f"rec = sf.steer(model, token=name, tokenizer=tok, {', '.join(f'{k}={v!r}' for k, v in opts.items())}); "
-                    "its rec.edits (the model unsteered again)") for name, opts in STEER_OPTIONS.items()]
+                    "its rec.edits (the model unsteered again)") for name, opts in STEER_OPTIONS.items()] + [
+        Setting("steering-vectors", "peer", "steering-vectors 0.12.2 as its docs show: train_steering_vector(model, "
+                "tok, bench_chat_steering's contrast pairs of the concept, layers=[n_layers // 2], read_token_index=-1); "
+                f"`with vec.apply(model, multiplier=m)`, m the largest with mean probe KL <= {PEER_ISO_KL} (iso-KL)",
+                budget=PEER_ISO_KL)]
 
 
 def select_settings(names: str | None, fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:

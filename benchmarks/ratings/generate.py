@@ -268,6 +268,25 @@ def plan(setting: data.Setting, work: ConceptWork) -> tuple[str, Any, dict]:
     if fam == "norm":
         edits = work.scaled(setting.alpha)
         return "edits", edits, edit_facts(edits, setting.alpha)
+    if fam == "peer":  # steering-vectors (the bench extra), at the same probe KL as the default's budget
+        import sys
+
+        from steering_vectors import train_steering_vector
+
+        sys.path.insert(0, str(data.ROOT / "benchmarks"))
+        from _steering_peers import contrast_pairs
+
+        layer = work.model.config.num_hidden_layers // 2
+        vec = train_steering_vector(work.model, work.tok, contrast_pairs(work.concept.name), layers=[layer],
+                                    read_token_index=-1, show_progress=False)
+
+        def kl_at(m: float) -> float:
+            with vec.apply(work.model, multiplier=m):
+                return work.m.probe_kl()["mean"]
+
+        m, kl = largest_gain(kl_at, setting.budget, 1.0, smallest=1e-3, largest=64.0)
+        return "context", (lambda: vec.apply(work.model, multiplier=m)), {
+            "layers": [layer], "multiplier": m, "iso_kl": setting.budget, "probe_kl_search": kl}
     if fam == "steer":  # the package's own rule, end to end; its edits are applied by the caller
         import steerformer as sf
 
@@ -394,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
                 probe_rows = chat_rows(tok, [what.format(question=q, description=concept.description)
                                              for q in measure.probe.questions])
                 got, pk = measure.answers(rows), measure.probe_kl(probe_rows)
+            elif kind == "context":
+                with what():
+                    pk = measure.probe_kl()
+                    got = measure.answers()
             else:
                 with edits_applied(model, what):
                     pk = measure.probe_kl()
@@ -401,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"setting": setting.name, "family": setting.family, "concept": concept.name,
                    "description": concept.description, "probe_kl": pk["mean"], "probe_kl_p95": pk["p95"],
                    "probe_kl_max": pk["max"], "answer_kl": got["kl"], **info}
-            if "kl_probe_search" in row and abs(row["kl_probe_search"] - pk["mean"]) > 1e-6:
+            if "kl_probe_search" in row and abs(row["kl_probe_search"] - pk["mean"]) > 1e-6 and kind != "context":
                 log(f"  note: {setting.name}/{concept.name}: probe KL {pk['mean']:.6f} here, "
                     f"{row['kl_probe_search']:.6f} in the gain search")
             data.append_jsonl(answers_path, [
@@ -409,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                  "answer": text, "n_tokens": len(ids), "answer_kl": kl}
                 for i, (q, text, ids, kl) in enumerate(zip(questions, got["texts"], got["ids"], got["kl_each"]))])
             data.append_jsonl(facts_path, [row])
-            where = f"layers {row['layers']}, alpha {row['alpha']:.4g}, " if "layers" in row else ""
+            where = (f"layers {row['layers']}, " if "layers" in row else "") + \
+                (f"alpha {row['alpha']:.4g}, " if row.get("alpha") is not None else "")
             log(f"[{n}/{len(units)}] {concept.name} {setting.name}: {where}probe KL {pk['mean']:.3f} "
                 f"(p95 {pk['p95']:.2f}), answer KL {got['kl']:.3f} | {got['texts'][0][:70]!r}")
     return summarize(out)
