@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from steerformer.configs import DEFAULT_MAX_KL
+
 from steerformer.steering import save_steered, steer
 from tests.models import make_model
 
@@ -35,9 +37,9 @@ def test_kl_edit_as_a_bias_card_names_the_bias_and_alpha_times_residual_norm(tmp
     assert "W_O' = W_O + γ u (wᵀV⁺)" not in card  # not the paper's attention edit
     delta = float(torch.linalg.vector_norm(rec.edits[0].bias_delta))
     assert f"{rec.details.alpha:.4g} × residual norm (layer 1: γ = {delta:.4g})" in card
-    assert "KL on the probe continuations stays within the KL budget of 0.3" in card  # which KL the budget bounds
+    assert f"KL on the probe continuations stays within the KL budget of {DEFAULT_MAX_KL}" in card  # which KL the budget bounds
     assert "KL on held-out sentences (a check, not bounded)" in card
-    assert "the one the budget 0.3 bounds" in rec.summary() and "(a check, not bounded)" in rec.summary()
+    assert f"the one the budget {DEFAULT_MAX_KL:g} bounds" in rec.summary() and "(a check, not bounded)" in rec.summary()
 
 
 def test_kl_edit_as_a_weight_card_names_the_weight(tmp_path) -> None:

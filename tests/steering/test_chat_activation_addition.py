@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from steerformer.configs import DEFAULT_MAX_KL
+
 import steerformer as sf
 from steerformer.errors import SteerformerError
 
@@ -81,7 +83,7 @@ def test_kl_calibrated_steer_keeps_the_probe_kl_within_budget_and_undoes_bit_for
 
 def test_kl_is_the_default_calibration_of_a_causal_lm_and_alignment_of_an_encoder() -> None:
     rec = sf.steer(make_model("gpt2"), random_vector(64, seed=1), layer=0)
-    assert rec.method == "addition" and rec.details.max_kl == 0.3
+    assert rec.method == "addition" and rec.details.max_kl == DEFAULT_MAX_KL == 0.5
     rec = sf.steer(make_model("gpt2"), random_vector(64, seed=1), target_alignment=0.5)  # the paper's edit
     assert rec.method == "paper" and rec.edits[0].kind == "steer" and rec.layer == 1
 
