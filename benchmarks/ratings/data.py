@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from steerformer.prompts import CARRIERS, OTHER_NOUNS  # import-light: no torch
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 HALVES = ("choose", "report")
@@ -31,30 +33,12 @@ AXBENCH_REPO_PROMPT = ("{question} You must answer the question with content rel
 #: words of a description that carry no concept (dropped when the description's words make a direction)
 STOP_WORDS = frozenset("references expressions of to and or the a an its their such as with them parts".split())
 
-#: (a) "more carriers and contrast nouns": added to steerformer.prompts.CARRIERS / OTHER_NOUNS (each carrier ends
-#: right before the word; no noun names or neighbours a concept of concepts.json)
-EXTRA_CARRIERS = (
-    "We spent the afternoon learning about",
-    "The next chapter of the book is about",
-    "Her favourite topic of conversation is",
-    "Nobody in the room wanted to discuss",
-    "The museum has a whole floor dedicated to",
-    "I asked my grandfather to tell me about",
-    "The podcast episode this week is about",
-    "They made a short film about",
-    "The teacher gave a lesson on",
-    "Everyone at the party was talking about",
-    "I read an interesting article about",
-    "The children drew pictures of",
-    "He has strong opinions about",
-    "The exhibition was all about",
-    "We had a long debate about",
-    "She asked a question about",
-)
-EXTRA_NOUNS = ("garden", "kitchen", "tree", "phone", "shoe", "shirt", "door", "bottle", "chair", "lamp", "road",
-               "bridge", "village", "market", "office", "letter", "movie", "plan", "language", "science", "art",
-               "friend", "child", "teacher", "number", "stone", "glass", "furniture", "color", "island", "pencil",
-               "idea")
+#: (a) "more carriers and contrast nouns": the templated contrast over steerformer.prompts' 24 carriers and 48 nouns.
+#: When the choosing half was generated the package read 8 carriers and 16 nouns (the "kl-*", "layer*", "p95-*",
+#: "norm-*" and "split2-*" settings there use those); the extra 16 and 32 (each carrier ends right before the word;
+#: no noun names or neighbours a concept of concepts.json) made (a), which won and became the package's own.
+FIRST_CARRIERS, FIRST_NOUNS = 8, 16
+EXTRA_CARRIERS, EXTRA_NOUNS = CARRIERS[FIRST_CARRIERS:], OTHER_NOUNS[FIRST_NOUNS:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +140,9 @@ def all_settings(fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:
 
 #: the opt-in rules the package carried when the set was made, rated beside the default on the report half
 #: (issue 40: each either beats the chosen default there or is removed): ``sf.steer`` with these options
-STEER_OPTIONS = {"judged": {"choose": "judged"}, "distilled": {"method": "distilled"}}
+STEER_OPTIONS = {"judged": {"choose": "judged"}, "distilled": {"method": "distilled"},
+                 # the default chosen on the choosing half (dir-more-kl0.5), as the package ships it
+                 "steer-default": {}}
 
 
 #: the peer package, at the same mean probe KL as the chosen default's budget (iso-KL: methods compared

@@ -196,16 +196,14 @@ class ConceptWork:
         from steerformer.prompts import CARRIERS, OTHER_NOUNS
 
         k = self.scan_layer
-        self.log(f"  {self.concept.name}: direction over {len(CARRIERS) + len(data.EXTRA_CARRIERS)} carriers ...")
-        own = hidden_contrast(self.model, self.tok, [self.concept.name], CARRIERS, OTHER_NOUNS, [k])[k]
-        more = hidden_contrast(self.model, self.tok, [self.concept.name], CARRIERS + data.EXTRA_CARRIERS,
-                               OTHER_NOUNS + data.EXTRA_NOUNS, [k])[k]
+        self.log(f"  {self.concept.name}: direction over {len(CARRIERS)} carriers ...")
+        own = more = hidden_contrast(self.model, self.tok, [self.concept.name], CARRIERS, OTHER_NOUNS, [k])[k]
         default_u = self.default_point(0.3)["edits"][0].u
         check = float(own @ default_u.to(own))
         if check < 0.999:
             self.log(f"  WARNING {self.concept.name}: the hidden-state contrast differs from steer's direction "
                      f"(cos {check:.4f})")
-        info = {"carriers": len(CARRIERS) + len(data.EXTRA_CARRIERS), "nouns": len(OTHER_NOUNS) + len(data.EXTRA_NOUNS),
+        info = {"carriers": len(CARRIERS), "nouns": len(OTHER_NOUNS),
                 "cos_default": float(more @ default_u.to(more)), "check_cos_own_vs_steer": check}
         return {"curve": self.direction_curve(more, info), "info": info}
 
