@@ -32,12 +32,19 @@ RATERS = ("A", "B", "C")
 ITEM_FIELDS = ("id", "concept_description", "question", "answer")
 
 
-def items_of(run: Path, *, allow_partial: bool = False) -> list[dict]:
+def items_of(run: Path, *, allow_partial: bool = False, settings: list[str] | None = None) -> list[dict]:
     """The run's answers in a fixed order (settings as run.json lists them, concepts, questions); refused
-    when a (setting, concept, question) of run.json has no answer, unless ``allow_partial``."""
+    when a (setting, concept, question) of run.json has no answer, unless ``allow_partial``. ``settings``:
+    only these (the report half rates the chosen rule beside the baselines, not every candidate)."""
     header = json.loads((run / "run.json").read_text())
     answers = data.read_jsonl(run / "answers.jsonl")
     order = {s["name"]: i for i, s in enumerate(header["settings"])}
+    if settings is not None:
+        unknown = sorted(set(settings) - set(order))
+        if unknown:
+            raise SystemExit(f"--settings: {unknown} are not settings of {run} ({', '.join(order)})")
+        order = {s: i for s, i in order.items() if s in settings}
+        answers = [a for a in answers if a["setting"] in order]
     descriptions = {c["name"]: c["description"] for c in header["concepts"]}
     seen = {(a["setting"], a["concept"], a["question_index"]) for a in answers}
     expected = {(s, c, q) for s in order for c in descriptions for q in range(len(header["questions"]))}
@@ -71,8 +78,8 @@ def chunks(seq: list, size: int) -> list[list]:
 
 
 def make(run: Path, raters: list[str], *, chunk: int = 400, seed: int = 0, allow_partial: bool = False,
-         force: bool = False) -> dict:
-    items = items_of(run, allow_partial=allow_partial)
+         force: bool = False, settings: list[str] | None = None) -> dict:
+    items = items_of(run, allow_partial=allow_partial, settings=settings)
     ids = assign_ids(len(items), seed)
     key_path, folder = run / "key.jsonl", run / "raters"
     key = [{"id": i, "setting": a["setting"], "concept": a["concept"], "question_index": a["question_index"],
@@ -119,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--allow-partial", action="store_true", help="make files although some answers are missing")
     ap.add_argument("--force", action="store_true", help="replace a key.jsonl made for other items")
+    ap.add_argument("--settings", default=None, help="comma-separated settings to rate (default: every one of the run)")
     ap.add_argument("--smoke", action="store_true", help="a smoke run of generate.py into a temporary folder first")
     args = ap.parse_args(argv)
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
@@ -133,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         generate.main(["--smoke", "--out", args.run])
         args.chunk = min(args.chunk, 25)
     run = Path(args.run) if args.run else data.default_run("choose")
-    made = make(run, raters, chunk=args.chunk, seed=args.seed, allow_partial=args.allow_partial, force=args.force)
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()] if args.settings else None
+    made = make(run, raters, chunk=args.chunk, seed=args.seed, allow_partial=args.allow_partial, force=args.force,
+                settings=settings)
     print(f"{made['items']} items -> {run / 'raters'} (key: {run / 'key.jsonl'})")
     for r, parts in made["raters"].items():
         print(f"  rater {r}: " + ", ".join(f"{name} ({n})" for name, n in parts))
