@@ -247,6 +247,10 @@ def markdown(agree: dict, boot: dict, facts: dict[str, dict], concepts: list[dic
     return "\n".join(lines) + "\n"
 
 
+#: families whose settings are different methods or wordings, not one construction at several doses: not joined
+UNJOINED = ("base", "prompt", "steer", "peer")
+
+
 def figure(boot: dict, settings: Sequence[str], families: dict[str, str], path: Path) -> None:
     import matplotlib
 
@@ -264,15 +268,18 @@ def figure(boot: dict, settings: Sequence[str], families: dict[str, str], path: 
                          key=lambda p: (p[0], p[2]))
             if not pts:
                 continue
-            xs = [max(p[0], 1e-3) for p in pts]  # the base model's KL 0 drawn at 1e-3 on the log axis
+            xs = [p[0] for p in pts]
             ys = [p[1]["mean"] for p in pts]
             err = [[p[1]["mean"] - p[1]["lo"] for p in pts], [p[1]["hi"] - p[1]["mean"] for p in pts]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=2, color=colors[fam], label=fam,
-                        linestyle="-" if len(pts) > 1 else "none")
-            for x, y, p in zip(xs, ys, pts):
-                ax.annotate(p[2], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_xlabel("answer KL(base || steered), nats/token (base drawn at 1e-3)")
+                        linestyle="-" if len(pts) > 1 and fam not in UNJOINED else "none")
+            # every point named where few are drawn; else the dose family's, the prompts' and the base's only
+            # (the others are told apart by colour: their names overlap at one KL)
+            if len(settings) <= 10 or fam in ("kl", "prompt", "base"):
+                for x, y, p in zip(xs, ys, pts):
+                    ax.annotate(p[2], (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.set_xlim(left=-0.02)
+        ax.set_xlabel("answer KL(base || steered), nats/token")
         ax.set_ylabel(f"rated {metric} (0-2, mean of raters)")
         ax.set_ylim(-0.05, 2.05)
         ax.grid(alpha=0.3)
