@@ -6,8 +6,8 @@ Used by ``bench_chat_steering.py`` (the one entry point). Per concept, the quest
 * SELECTION — every strength of every method is measured here, and only here are choices made;
 * REPORT (≥ 10 questions, never used to choose anything) — the chosen settings are measured here.
 
-For each method and concept: the best setting among those with selection KL ≤ 0.3, and among those
-with KL ≤ 0.6 (by mean aggregate, then good-steer share, then lower KL); and one fixed setting per
+For each method and concept: the best setting among those with selection KL ≤ 0.5, and among those
+with KL ≤ 0.7 (``BUDGETS``; by mean aggregate, then good-steer share, then lower KL); and one fixed setting per
 method across concepts (the strength whose mean over concepts is best, with mean selection KL ≤ 0.6).
 
 Judged per answer (``judge``, offline by default): concept, relevance, fluency (0–2), aggregate
@@ -55,7 +55,7 @@ PROMPT_AXBENCH = ("{question} You must include content related to {concept} in y
 PROMPT_USER = "{question} In your answer, mention {concept}."
 PROMPT_SYSTEM = "You are a helpful assistant. In every answer, mention {concept}."
 
-BUDGETS = (0.3, 0.6)
+BUDGETS = (0.5, 0.7)
 FIXED_BUDGET = 0.6
 
 
@@ -125,7 +125,6 @@ class Bench:
         from steerformer.steering.evaluation.evaluate import PROBE_QUESTIONS
 
         self.model, self.tok, self.judge, self.log, self.smoke = model, tok, judge, log, smoke
-        self.default_states: dict = {}  # concept -> the default steer's state (KLSteer reads its KL rule)
         self.partial: Path | None = None  # where run() writes the selection sweep after each concept
         self.max_new_tokens = max_new_tokens
         self.source = sf.open_source(model)
@@ -221,10 +220,8 @@ class Method:
 
 
 class SteerChosen(Method):
-    """A method run by ``sf.steer`` as a user calls it, choosing its own strength on the selection
-    questions: its record's dose curve (``calibration["strength_search"]``, steering/strength.py)
-    gives its choice within each budget (the record's edits scaled by that strength ÷ the chosen one:
-    the strength is a gain factor of the edits); a record without a dose curve is one setting."""
+    """A method run by ``sf.steer`` as a user calls it, choosing its own strength: its edits as the
+    record holds them, one setting (within a budget when its KL is)."""
 
     chooses_itself = True
     method: str | None = None  # the registered name (None: the default of a causal LM)
@@ -251,119 +248,33 @@ class SteerChosen(Method):
         return rec, seconds
 
     def prepare(self, bench, concept):
-        return self.state(bench, concept, *self.steer(bench, concept, **self.options))
-
-    def state(self, bench, concept, rec, seconds) -> dict:
-        cal = rec.details.to_dict()
-        state = {"record": rec, "seconds": seconds, "curve": cal.get("strength_search"),
-                 "layers": cal.get("layers"), "alpha": cal.get("alpha"), "choice": cal.get("strength_choice"),
-                 "kl_rule": cal.get("kl_rule")}
+        rec, seconds = self.steer(bench, concept, **self.options)
+        cal = rec.details.to_dict() if rec.details is not None else {}
+        state = {"record": rec, "seconds": seconds, "layers": cal.get("layers"), "alpha": cal.get("alpha")}
         bench.log(f"  {self.name} on {concept}: {seconds:.0f} s; " + (rec.message or "").splitlines()[0][:160])
         if self.method is None:
             bench.last_steer = state  # the throughput check reuses the last concept's edit
-            bench.default_states[concept] = state
         return state
 
     def choice(self, bench, state, budget):
-        from steerformer.steering.evaluation.strength import choose
-
-        curve, rec = state["curve"], state["record"]
-        if not curve:
-            kl = rec.kl if rec.kl is not None else 0.0
-            return (1.0, {"split": "selection", "kl_probe": kl, "source": "the method's own choice"}) \
-                if kl <= budget else (None, None)
-        chosen = curve["points"][curve["chosen"]] if curve.get("chosen") is not None else None
-        if state["choice"] != "judged" or chosen is None:  # the KL rule decided (the judge saw nothing)
-            return 1.0, {"split": "selection", "kl_probe": rec.kl, "source": state["choice"]}
-        from steerformer.steering.evaluation.strength import StrengthPoint
-
-        points = [StrengthPoint.from_dict(p) for p in curve["points"]]
-        i = choose(points, budget)
-        if i is None:
-            return None, None
-        p = points[i]
-        sel = {"split": "selection", "kl_probe": p.kl, "aggregate": p.aggregate, "good": p.good,
-               "concept_score": p.concept, "relevance": p.relevance, "fluency": p.fluency,
-               "source": "the method's own judged search", "strength": p.strength}
-        return p.strength / chosen["strength"], sel
+        rec = state["record"]
+        kl = rec.kl if rec.kl is not None else 0.0
+        return (1.0, {"split": "selection", "kl_probe": kl, "source": "the method's own choice"}) \
+            if kl <= budget else (None, None)
 
     def setting(self, bench, state, strength):
         from steerformer.steering import edits_applied
 
         edits = [type(e).from_dict({**e.to_dict(), "gain": e.gain * strength}) for e in state["record"].edits]
         info = {"layers": state["layers"], "alpha": None if state["alpha"] is None else state["alpha"] * strength,
-                "steer_seconds": state["seconds"], "strength_choice": state["choice"]}
+                "steer_seconds": state["seconds"]}
         return Setting(context=lambda: edits_applied(bench.model, edits), label=f"gain x{strength:.3g}", info=info)
 
 
 class DefaultSteer(SteerChosen):
-    name = "steer --choose judged (judged gain)"
-    options = {"choose": "judged"}
-    what = ("sf.steer(model, token=c, tokenizer=tok): addition as weights, the gain chosen by the judge on the "
-            "selection questions within KL 0.6 (within 0.3: the same dose curve's choice)")
-
-
-class KLSteer(SteerChosen):
-    """The KL rule: at 0.3, the default before the judged gain (``choose="kl"``); at 0.6, the largest
-    gain within 0.6 at the same layer. When the default ran on this concept both come from its one
-    call — the record keeps the KL rule's gain at 0.3 (``calibration["kl_rule"]``: the same probe,
-    directions, layer scan and gain search as ``sf.steer(..., choose="kl")``) and its dose curve has
-    the ladder's 0.6 point (the gain search at 0.6 at that layer) — else from ``sf.steer(choose="kl")``."""
-
-    name = "steer (default: the KL rule)"
-    what = ("the largest gain within the budget b (b = 0.3: sf.steer(..., choose='kl'), the default before the "
-            "judged gain; b = 0.6: at the same layer)")
-
-    def prepare(self, bench, concept):
-        state = bench.default_states.get(concept)
-        if state is None:
-            rec, seconds = self.steer(bench, concept, choose="kl")
-            state = self.state(bench, concept, rec, seconds)
-            state["kl_rule"] = {"max_kl": BUDGETS[0], "alpha": state["alpha"], "kl_probe": rec.kl}
-        return state
-
-    def choice(self, bench, state, budget):
-        rule, curve = state["kl_rule"], state["curve"]
-        if budget == rule["max_kl"]:
-            alpha, kl = rule["alpha"], rule["kl_probe"]
-        else:
-            top = [p for p in (curve or {}).get("points", []) if p["level"] == budget]
-            if not top:
-                return None, None
-            alpha, kl = top[0]["strength"], top[0]["kl"]
-        return alpha / state["alpha"], {"split": "selection", "kl_probe": kl, "alpha": alpha,
-                                        "source": f"the KL rule at {budget:g} (largest gain within it)"}
-
-
-class Distilled(Method):
-    name = "distilled"
-    what = "steerformer's distilled edit (steering/methods/distilled/), by its registered name"
-    grid = (0.5, 1.0, 1.5, 2.0)  # x the strength the method chose on the selection questions
-
-    def available(self):
-        try:
-            from steerformer.steering import methods  # noqa: F401
-        except ImportError:
-            return "the distilled method: not on this branch (no steerformer.steering.methods registry); skipped"
-        fn = _registered("distilled")
-        return None if fn is not None else "the distilled method: no method registered as 'distilled'; skipped"
-
-    def prepare(self, bench, concept):
-        import steerformer as sf
-
-        t0 = time.perf_counter()
-        rec = sf.steer(bench.model, token=concept, tokenizer=bench.tok, method="distilled", report=False)
-        seconds = time.perf_counter() - t0
-        bench.log(f"  distilled on {concept} in {seconds:.0f} s")
-        sf.unsteer(bench.model)
-        return {"record": rec, "seconds": seconds}
-
-    def setting(self, bench, state, strength):
-        from steerformer.steering import edits_applied
-
-        edits = [type(e).from_dict({**e.to_dict(), "gain": e.gain * strength}) for e in state["record"].edits]
-        return Setting(context=lambda: edits_applied(bench.model, edits), label=f"gain x{strength:g}",
-                       info={"train_seconds": state["seconds"]})
+    name = "steer (default)"
+    what = ("sf.steer(model, token=c, tokenizer=tok): addition as weights, the largest gain within the default KL "
+            "budget (0.5)")
 
 
 def _registered(name: str):
@@ -505,11 +416,9 @@ class SystemPrompting(Prompting):
         return Setting(prompts=prompts, label="system prompt")
 
 
-# the distilled method runs last: it takes the longest
 METHODS: dict[str, type[Method]] = {
-    "steer": DefaultSteer, "steer-kl": KLSteer, "prompt-axbench": AxBenchPrompting, "prompt": Prompting,
-    "distilled": Distilled, "diffmean": DiffMean, "steering-vectors": SteeringVectors, "paper": PaperEdit,
-    "repeng": Repeng, "prompt-system": SystemPrompting,
+    "steer": DefaultSteer, "prompt-axbench": AxBenchPrompting, "prompt": Prompting, "diffmean": DiffMean,
+    "steering-vectors": SteeringVectors, "paper": PaperEdit, "repeng": Repeng, "prompt-system": SystemPrompting,
 }
 
 
@@ -555,8 +464,6 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
     for name in method_names:
         m = METHODS[name]()
         why = m.available()
-        if why is None and bench.smoke and name == "distilled":  # its own smoke: bench_distilled.py
-            why = "the distilled method: not run with --smoke (bench_distilled.py --smoke runs it); skipped"
         if why is not None:
             print(why, flush=True)  # the skip is always said, --quiet or not
             skipped[m.name] = why
@@ -642,8 +549,6 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
         "steer_seconds": {c: states[DefaultSteer.name, c]["seconds"] for c in concepts
                           if (DefaultSteer.name, c) in states},
         "seconds": seconds_per_concept(methods, concepts, prep_seconds, sweep, reported),
-        "dose_curves": {c: states[DefaultSteer.name, c]["curve"] for c in concepts
-                        if (DefaultSteer.name, c) in states},
         "kl": "mean over answer tokens of KL(p_base(.|question, a<t) || p_method(.|method's prompt, a<t)), "
               "teacher-forced on the base model's greedy answers of the same split, nats/token",
         "fluency_free": "steered answers' NLL under the base model after an empty user turn / base answers' NLL there",
@@ -651,24 +556,17 @@ def run(bench: Bench, concepts: Sequence[str], method_names: Sequence[str], sele
 
 
 def target_lines(record: dict) -> list[str]:
-    """The default's mean aggregate on the report split against the KL rule at 0.3 (the default
-    before the judged gain) and AxBench's prompt, as ratios (issue 34's targets: >= 1.4 and >= 1.2)."""
+    """The default's mean aggregate on the report split against AxBench's prompt, as a ratio (judged by
+    the offline judge: the rated comparison is benchmarks/ratings/)."""
     rows = {(r["method"], r["choice"]): r for r in summary_rows(record)}
-    new = rows.get((DefaultSteer.name, "best at KL <= 0.6"))
-    old = rows.get((KLSteer.name, "best at KL <= 0.3"))
-    prompt = rows.get((AxBenchPrompting.name, "best at KL <= 0.6"))
-    out = []
-    if new is None:
-        return out
-    for label, ref, target in (("the KL rule at 0.3 (the default before)", old, 1.4),
-                               ("AxBench's prompt", prompt, 1.2)):
-        if ref is not None and ref["aggregate"] > 0:
-            out.append(f"ratio of mean aggregates, default (judged, KL {new['kl']:.3f}) / {label} (KL {ref['kl']:.3f}): "
-                       f"{new['aggregate']:.3f} / {ref['aggregate']:.3f} = {new['aggregate'] / ref['aggregate']:.2f} "
-                       f"(target >= {target:g})")
-        elif ref is not None:
-            out.append(f"ratio of mean aggregates, default / {label}: {new['aggregate']:.3f} / 0 (target >= {target:g})")
-    return out
+    new = rows.get((DefaultSteer.name, f"best at KL <= {BUDGETS[0]:g}"))
+    prompt = rows.get((AxBenchPrompting.name, f"best at KL <= {BUDGETS[0]:g}"))
+    if new is None or prompt is None:
+        return []
+    if not prompt["aggregate"] > 0:
+        return [f"ratio of mean aggregates, default / AxBench's prompt: n/a (the prompt's aggregate is 0)"]
+    return [f"ratio of mean aggregates, default (KL {new['kl']:.3f}) / AxBench's prompt (KL {prompt['kl']:.3f}): "
+            f"{new['aggregate'] / prompt['aggregate']:.2f}"]
 
 
 def seconds_per_concept(methods: Sequence[Method], concepts: Sequence[str], prep: dict, sweep: dict,
@@ -696,7 +594,7 @@ def seconds_table(record: dict) -> str:
     return "\n".join(lines)
 
 
-def samples_markdown(record: dict, n: int = 2, choice: str = "best at KL <= 0.6", width: int = 220) -> str:
+def samples_markdown(record: dict, n: int = 2, choice: str = f"best at KL <= {BUDGETS[-1]:g}", width: int = 220) -> str:
     """The first ``n`` report questions of each concept: the base answer and each method's answer at
     its choice ``choice`` (cut at ``width`` characters)."""
     base = record["base"]["report"]
@@ -761,7 +659,7 @@ def markdown_table(record: dict) -> str:
     return "\n".join(lines)
 
 
-def per_concept_table(record: dict, choice_prefix: str = "best at KL <= 0.6") -> str:
+def per_concept_table(record: dict, choice_prefix: str = f"best at KL <= {BUDGETS[-1]:g}") -> str:
     """Good-steer share (aggregate) on the report split per concept for one choice."""
     concepts = record["concepts"]
     methods = list(dict.fromkeys(c["method"] for c in record["choices"]))
@@ -801,7 +699,7 @@ def plot(record: dict, path: Path, title: str) -> Path:
     axes = (fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2))
     methods = list(dict.fromkeys(p["method"] for p in record["sweep"]))
     colors = {m: f"C{i}" for i, m in enumerate(methods)}
-    markers = {"best at KL <= 0.3": "o", "best at KL <= 0.6": "s"}
+    markers = {f"best at KL <= {b:g}": mk for b, mk in zip(BUDGETS, "os")}
     for ax, field, label, top in ((axes[0], "good", "good steers (share of answers rated >= 1 on all three)", 1),
                                   (axes[1], "aggregate", "aggregate (harmonic mean of the three ratings, 0-2)", 2)):
         for m in methods:
@@ -822,7 +720,7 @@ def plot(record: dict, path: Path, title: str) -> Path:
                 if got:
                     ax.scatter([max(g["kl"], 1e-3) for g in got], [g[field] for g in got], marker=mk, s=30,
                                color=colors[m], edgecolor="k", linewidth=0.5, zorder=3)
-        for b in (0.3, 0.6):
+        for b in BUDGETS:
             ax.axvline(b, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_ylim(-0.03 * top, 1.03 * top)

@@ -1,22 +1,20 @@
-"""Steering a chat model (SmolLM2-135M-Instruct): steerformer's methods and its peers, as real packages,
-on the same questions with the same judge (issues 27 and 34; docs/steering-chat.md, "Peers").
+"""Steering a chat model (SmolLM2-135M-Instruct): steerformer's default and its peers, as real packages,
+on the same questions with the offline judge (docs/steering-chat.md, "Peers"). A quick, unrated
+comparison: steering decisions rest on the blind-rated development set (``benchmarks/ratings/``).
 
 Methods (``--methods``, run in this order): ``steer`` (the default ``sf.steer(model, token=c,
-tokenizer=tok)``: addition as weights, its gain chosen by the judge on the selection questions within
-KL 0.6; within 0.3: the same dose curve's choice), ``steer-kl`` (``choose="kl"``: the largest gain
-within the budget, the default before issue 34), ``prompt-axbench`` (AxBench's prompt baseline: "You
-must include content related to {c} in your answer, while still answering the question."),
-``prompt`` ("In your answer, mention {c}."), ``distilled`` (the method registered as "distilled", its
-own judged strength; skipped with one line where it is not registered), ``diffmean`` (a plain
-mean-difference vector of contrastive texts at the middle layer, ``sf.activation_steering``),
+tokenizer=tok)``: addition as weights, the largest gain within the KL budget 0.5),
+``prompt-axbench`` (the prompt baseline: "You must include content related to {c} in your answer,
+while still answering the question."), ``prompt`` ("In your answer, mention {c}."), ``diffmean`` (a
+plain mean-difference vector of contrastive texts at the middle layer, ``sf.activation_steering``),
 ``steering-vectors`` (the package, as its docs show; the ``bench`` extra, installed with --no-deps),
 ``paper`` (the paper's rank-1 edit of the last layer, ``strength=``), ``repeng`` (skipped with one
 line where it does not import: 0.4 fails on NumPy 2), ``prompt-system`` (the instruction in a system
-prompt), ``trained``.
+prompt).
 
 SELECTION (the 8 selection questions, ``prompts.SPLITS``) is where every choice is made: a swept
-method's strengths are measured there and the best at selection KL <= 0.3 and <= 0.6 is taken; the
-default and the distilled method choose on them by themselves (their judged search). REPORT (the 16
+method's strengths are measured there and the best at selection KL <= 0.5 and <= 0.7 is taken; the
+default chooses by itself. REPORT (the 16
 report questions, never used to choose) is where the choices are measured. Judged per answer
 (``steerformer.steering.evaluation.judge``, the offline judge by default): concept, relevance, fluency (0-2),
 aggregate, good steer; plus concept rate, KL (teacher-forced on the base answers) and fluency (free).
@@ -24,7 +22,7 @@ Also: the default steer's time / one forward pass, seconds per concept (to choos
 answers, and generate tokens/s steered / base. Outputs in --out: peers.json, peers.csv, peers.png; the
 markdown tables on stdout.
 
-Run:  python benchmarks/bench_chat_steering.py --out runs/peers [--concepts ocean,music] [--methods steer,steer-kl,prompt-axbench]
+Run:  python benchmarks/bench_chat_steering.py --out runs/peers [--concepts ocean,music] [--methods steer,prompt-axbench]
       python benchmarks/bench_chat_steering.py --smoke     (seconds: tiny random Llama, stub judge)
       python benchmarks/bench_chat_steering.py --classic [--smoke]   (the issue-17 table: the default against
                                                                      the hook at its layer and the paper's edit)

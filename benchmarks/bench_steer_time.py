@@ -1,7 +1,7 @@
-"""The time of the default ``steer`` on a chat model, its gain chosen by the judge (issue 34: <= 60 s on
-SmolLM2 on an idle 2-core machine), beside the KL rule (``choose="kl"``, the default before) and one
-forward pass over the probe prompts: seconds and ratios, per concept, and where the judged call spends
-its time (the scan and gain searches vs the judged strength search: its candidates, KL and seconds).
+"""The time of the default ``steer`` on a chat model in memory (issue 40: <= 30 s end to end on SmolLM2
+on an idle 2-core machine; the whole command with its start, load and save: bench_steer_phases.py),
+beside one forward pass over the probe prompts: seconds and their ratio, per concept, with the layer
+and the KL it chose.
 
 Run:  python benchmarks/bench_steer_time.py [--concepts ocean,music] [--threads 2]
       python benchmarks/bench_steer_time.py --smoke     (seconds: tiny random Llama, one concept)
@@ -46,22 +46,14 @@ def main() -> None:
         model(**probe.batch.inputs())
         t_fwd = time.perf_counter() - t0
     print(f"one forward pass over the probe prompts ({tuple(probe.batch.input_ids.shape)} tokens): {t_fwd:.3f} s")
-    print("| concept | default (judged) s | ratio to one forward | candidates | search s | chosen KL | "
-          "--choose kl s | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| concept | default steer s | ratio to one forward | layer | probe KL |")
+    print("|---|---|---|---|---|")
     for c in concepts:
         t0 = time.perf_counter()
         rec = sf.steer(model, token=c, tokenizer=tok, report=False, **kw)
-        t_judged = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
         sf.unsteer(model)
-        search = rec.details.strength_search or {}
-        t0 = time.perf_counter()
-        sf.steer(model, token=c, tokenizer=tok, report=False, choose="kl", **kw)
-        t_kl = time.perf_counter() - t0
-        sf.unsteer(model)
-        print(f"| {c} | {t_judged:.1f} | {t_judged / t_fwd:.0f} | {len(search.get('points', []))} | "
-              f"{search.get('seconds', float('nan')):.1f} | {rec.kl:.3f} ({rec.details.strength_choice}) | "
-              f"{t_kl:.1f} | {t_kl / t_fwd:.0f} |", flush=True)
+        print(f"| {c} | {seconds:.1f} | {seconds / t_fwd:.0f} | {rec.details.layers} | {rec.kl:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def steer_cmd(
     addition as weights after a scanned layer, the largest gain within --max-kl; every other model, or
     --target-alignment/--gain/--strength, the paper's rank-1 edit of the last attention layer;
     --method ablation (or --scale/--writers/...) removes directions from every writer's weights); print
-    the cost. --choose judged: the gain the judge rates best on the selection questions.
+    the cost.
 
     Example: steerformer steer minilm --token the --strength 2 --out runs/minilm-steered
     """
@@ -78,10 +78,6 @@ def steer_cmd(
         chosen = steering.choose_method(cfg, given)  # options of two methods, or one the method refuses: before loading
         if chosen is not None:
             steering.config_of(chosen)(**given)  # the method's own rules, before loading
-        if given.get("layer_choice") == "judged" and direction is not None:
-            raise bad_argument("--layer-choice", "judged", "no judged layer choice beside --direction (a given "
-                               "direction is added at one layer: nothing is scanned for the judge to choose)",
-                               "Drop --layer-choice, or drop --direction to have the layers scanned.")
         inputs = [model, direction, src.positive, src.negative, src.pairs]
         check_input_files(positive=src.positive, negative=src.negative, pairs=src.pairs)
         check_direction_file(direction)
@@ -139,8 +135,9 @@ def say_phases(say, m, cfg: SteerConfig, given: dict, layers, *, concept: bool) 
     is shown."""
     if cfg.progress:
         head = steering.head_kind(m)
-        method = steering.get_method(steering.choose_method(cfg, given, head))
-        say(method.phase_line(given, cfg, layers, causal=head == "causal-lm", concept=concept))
+        name = steering.choose_method(cfg, given, head)
+        method_cfg = steering.config_of(name)(**given)  # the method's options, as its plan will get them
+        say(steering.get_method(name).phase_line(method_cfg, cfg, layers, causal=head == "causal-lm", concept=concept))
 
 
 def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge_model: Optional[str]):

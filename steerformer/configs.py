@@ -304,10 +304,6 @@ POSITIONS = ("skip-first", "all")
 #: continuations: chosen on the rated development set (benchmarks/ratings/; docs/steering-chat.md, "The
 #: default, chosen on rated answers"), where 0.5 rated best of 0.3 / 0.5 / 0.7 / 1.0
 DEFAULT_MAX_KL = 0.5
-#: the KL ceiling of a strength chosen by the judge (steering/evaluation/strength.py; the addition's
-#: ``choose="judged"``): the blind comparison of issue 34 rated the addition best near a probe KL of
-#: 0.5 (0.46 aggregate, against 0.31 at the 0.3 budget)
-DEFAULT_JUDGED_MAX_KL = 0.6
 
 
 def check_positions(positions: Any) -> str:
@@ -340,11 +336,6 @@ class MethodConfig(Config):
 
     def check(self) -> None:
         """Refuse a bad value of this method's own fields (bad_argument naming the field)."""
-
-    @classmethod
-    def check_call(cls, call: Any, options: dict) -> None:
-        """Refuse a combination of the call's options (a :class:`SteerConfig`) and this method's
-        ``options`` (those given) that cannot apply — naming both — before any model loads."""
 
     def __post_init__(self) -> None:
         self.check_types()

@@ -113,42 +113,12 @@ PROBE_QUESTIONS = (
     "How do I plan a small vegetable garden?",
 )
 
-#: training questions: the data of a trained method (the distilled method's teacher answers them);
-#: disjoint from the selection and report questions (a test checks it)
-TRAIN_QUESTIONS = (
-    "How do I make a good first impression?",
-    "What are some easy ways to eat healthier?",
-    "How can I get better at public speaking?",
-    "What should I do on a rainy weekend?",
-    "How do I start a small business?",
-    "What are some tips for a long flight?",
-    "How can I motivate myself to exercise?",
-    "How do I write a short story?",
-    "What is a good way to learn to cook?",
-    "How can I make my home feel cozier?",
-    "What should I know before adopting a dog?",
-    "How do I prepare for a marathon?",
-    "What are some fun things to do with kids?",
-    "How can I save time on household chores?",
-    "How do I ask for a raise?",
-    "What makes a good team leader?",
-    "How can I learn to draw?",
-    "What should I bring to a picnic?",
-    "How do I keep a journal?",
-    "What are some tips for moving to a new city?",
-    "How can I be more creative?",
-    "How do I plan a road trip?",
-    "What is a good hobby to pick up?",
-    "How can I make a small apartment look bigger?",
-)
-
-#: the split, in one place (AxBench): a trained method learns on the train questions; every
-#: automatic choice of a steering call (the KL probe, the layer scan, the judged layer choice, a
-#: strength) sees the selection questions only; evaluations report on the report questions
-#: (tests/steering/test_selection_split.py checks they never meet)
+#: the split, in one place (AxBench): every automatic choice of a steering call (the KL probe, the
+#: layer scan, the gain) sees the selection questions only; evaluations report on the report
+#: questions (tests/steering/test_selection_split.py checks they never meet)
 SELECTION_QUESTIONS = PROBE_QUESTIONS
 REPORT_QUESTIONS = HELDOUT_QUESTIONS
-SPLITS = {"train": TRAIN_QUESTIONS, "selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
+SPLITS = {"selection": SELECTION_QUESTIONS, "report": REPORT_QUESTIONS}
 
 
 # ---- the templated contrast of a concept (steering/methods/addition/calibrate.py) ----------------------------------

@@ -17,11 +17,11 @@ def _result_types():
     from steerformer import AnalysisReport, CollapseResult, DecodeResult, SetupResult
     from steerformer.stats import AlignmentStats, PowerMethodReport
 
-    from steerformer.steering import SteeringEvaluation, SteeringRecord, StrengthSearch
+    from steerformer.steering import SteeringEvaluation, SteeringRecord
     from steerformer.sweep import SweepResult
 
     return [AnalysisReport, AlignmentStats, PowerMethodReport, CollapseResult, DecodeResult, SetupResult,
-            SteeringEvaluation, SteeringRecord, StrengthSearch, SweepResult]
+            SteeringEvaluation, SteeringRecord, SweepResult]
 
 
 @pytest.mark.parametrize("cls", _result_types(), ids=lambda c: c.__name__)

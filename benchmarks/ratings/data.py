@@ -138,11 +138,11 @@ def all_settings(fixed_layers: Sequence[int] = SMOLLM2_LAYERS) -> list[Setting]:
     return s
 
 
-#: the opt-in rules the package carried when the set was made, rated beside the default on the report half
-#: (issue 40: each either beats the chosen default there or is removed): ``sf.steer`` with these options
-STEER_OPTIONS = {"judged": {"choose": "judged"}, "distilled": {"method": "distilled"},
-                 # the default chosen on the choosing half (dir-more-kl0.5), as the package ships it
-                 "steer-default": {}}
+#: ``sf.steer`` as the package ships it, rated on the report half. The report half also holds the two
+#: opt-in rules the package carried then, ``choose="judged"`` and ``method="distilled"`` (generated at
+#: commit dfce240 with ``{"choose": "judged"}`` and ``{"method": "distilled"}``): both lost to the
+#: default there (issue 40) and were removed, so a new run cannot make them
+STEER_OPTIONS = {"steer-default": {}}
 
 
 #: the peer package, at the same mean probe KL as the chosen default's budget (iso-KL: methods compared

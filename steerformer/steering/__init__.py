@@ -21,12 +21,11 @@ Modules, each one noun (lower ones never import higher ones):
     activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
     chat        what calibration and evaluation share from a chat model: templating, generation
     evaluation  the harness: the judge (``evaluation/judge.py``, its HTTP in ``evaluation/judge_client.py``), held-out answers judged
-                (``evaluation/evaluate.py``: ``evaluate_steering``), the choices made on the selection
-                questions (``evaluation/selection.py``), the strength of any method chosen by
-                the judge within a KL ceiling (``evaluation/strength.py``: the dose curve)
+                (``evaluation/evaluate.py``: ``evaluate_steering``), the judge against labelled answers
+                (``evaluation/agreement.py``)
     lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
-    methods     the steering methods by name, one folder each (paper, addition — with its KL calibration —,
-                ablation; trained), ``register_method``, ``get_method``, ``choose_method``
+    methods     the steering methods, one folder each (paper, addition — with its KL calibration —, ablation),
+                registered by name (``registry``: ``register_method``, ``get_method``, ``choose_method``)
     steer       ``steer`` (chooses a method, runs the lifecycle), ``steered``
     exports     the output formats of a steered checkpoint, registered by name (``steerformer export``)
     hub         ``push_to_hub``
@@ -64,7 +63,6 @@ _EXPORTS: dict[str, str] = {
     "ChatJudge": ".evaluation.judge", "JudgeError": ".evaluation.judge", "JudgeItem": ".evaluation.judge", "OfflineJudge": ".evaluation.judge",
     "Rating": ".evaluation.judge", "judge_answers": ".evaluation.judge", "make_judge": ".evaluation.judge",
     "kl_curve": ".methods.addition.method",
-    "StrengthSearch": ".evaluation.strength", "judged_strength": ".evaluation.strength",
     "verify_checkpoint": ".verify",
     "ExportFormat": ".exports", "export_steered": ".exports", "format_names": ".exports", "get_format": ".exports",
     "register_format": ".exports",
@@ -79,8 +77,7 @@ __all__ = [
     "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
     "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
     "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
-    "judged_strength", "Conversation", "StrengthDial", "check_strength", "record_section",
+    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "Conversation", "StrengthDial", "check_strength", "record_section",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
@@ -107,7 +104,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .methods.addition.method import kl_curve
     from .evaluation.evaluate import check_generates, DOSE_SCALES, HELDOUT_QUESTIONS, Baseline, SteeringEvaluation, evaluate_record, evaluate_steering
     from .methods.addition.calibrate import addition_vectors
-    from .evaluation.strength import StrengthSearch, judged_strength
     from .verify import verify_checkpoint
     from .exports import ExportFormat, export_steered, format_names, get_format, register_format
     from .comparison import steer_and_hooks

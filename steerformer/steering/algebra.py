@@ -1,7 +1,7 @@
 """The steering math every method may share, on plain tensors (no model objects): the edit ΔW = γ u a
 of a rank-1 (or rank-k) edit, the check that a layer's value map is not all zero, and the largest gain
-within a KL budget (``search_gain``: secant steps on any gain -> KL function; the addition's calibration
-and the judged strength's KL ladder both use it). A method's own math is in its folder
+within a KL budget (``search_gain``: secant steps on any gain -> KL function; the addition's calibration).
+A method's own math is in its folder
 (``methods/paper/algebra.py``: a = wᵀV⁺ and the gain from a target alignment;
 ``methods/ablation/algebra.py``: the ablation of directions).
 
@@ -40,7 +40,7 @@ def delta_output(u: torch.Tensor, a: torch.Tensor, gain: float) -> torch.Tensor:
     return D
 
 
-# ---- the gain within a KL budget (the addition's calibration, the judged strength's ladder) -------------------------------------------------------------------------------------
+# ---- the gain within a KL budget (the addition's calibration) ------------------------------------
 @dataclasses.dataclass
 class GainSearch:
     """The KL budget search of one candidate: the gain, its KL and the curve evaluated."""

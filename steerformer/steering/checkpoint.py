@@ -600,7 +600,7 @@ def steer_checkpoint(
     ``strength`` (×|λ1(F_layer)|), ``layer``, ``solve`` ("exact", the default here); any other
     option, and ``token``/``text`` (they need a forward pass), is refused. Returns the record
     (also saved in ``out/steerformer/record.json``)."""
-    cfg, own, given_config = call_options(config, None, dict(options), "steer_checkpoint")
+    cfg, own, given_config = call_options(config, None, dict(options))
     method = lazy_method(choose_method(cfg, own))
     if token is not None or text is not None:
         raise bad_argument("token" if token is not None else "text", token if token is not None else text,

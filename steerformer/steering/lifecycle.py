@@ -103,7 +103,7 @@ def run(method: Any, call: Call, cfg: Any) -> SteeringRecord:
 def dispatch(model: Any, direction: Any, config: Config | None, method: str | None, options: dict, where: str,
              **request: Any) -> SteeringRecord:
     """Choose the method, build its options, open the model once and run the lifecycle."""
-    cfg, own, given_config = call_options(config, method, dict(options), where)
+    cfg, own, given_config = call_options(config, method, dict(options))
     chosen_name = choose_method(cfg, own)  # bad options are refused before the model is touched
     method_config(get_method(chosen_name), own, given_config) if chosen_name is not None else None
     model = model_object(model, where)

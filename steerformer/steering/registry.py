@@ -119,7 +119,6 @@ BUILT_IN: dict[str, tuple[str, str | None]] = {
     "paper": (".methods.paper.method", ".methods.paper.config"),
     "addition": (".methods.addition.method", ".methods.addition.config"),
     "ablation": (".methods.ablation.method", ".methods.ablation.config"),
-    "distilled": (".methods.distilled.method", ".methods.distilled.config"),
 }
 
 
@@ -242,9 +241,6 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
             key = next(iter(options))
             raise bad_argument(key, options[key], f"a {need} model: {key} is an option of the {chosen} method, which "
                                f"this {head} model cannot run", f"Drop {key}; this model gets another method.")
-        check_call = getattr(cls, "check_call", None)
-        if check_call is not None:
-            check_call(call_config, options)
         for key in getattr(cls, "refuses", ()):
             value, default = getattr(call_config, key), _default(SteerConfig, key)
             if value != default:
@@ -257,7 +253,7 @@ def _default(cls: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
-def call_options(config: Any, method: str | None, options: dict, where: str) -> tuple[SteerConfig, dict, Any]:
+def call_options(config: Any, method: str | None, options: dict) -> tuple[SteerConfig, dict, Any]:
     """(the call's SteerConfig, the method's options by keyword, a method config given as ``config``)
     from ``steer``'s ``config``, ``method`` and keywords. ``config`` may be a SteerConfig or a
     method's config (it names the method unless ``method`` does)."""
@@ -276,10 +272,6 @@ def call_options(config: Any, method: str | None, options: dict, where: str) -> 
                                    "method", f"Registered: {', '.join(method_names())}.")
     if method is not None:
         options["method"] = method
-    names = fields
-    unknown = sorted(set(options) - names)
-    if unknown:  # not reached: non-fields were taken out above
-        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
     base = base if base is not None else SteerConfig()
     return (dataclasses.replace(base, **options) if options else base), own, given_config
 

@@ -39,13 +39,8 @@ def steer(
     By default **a causal LM** gets ``addition``: activation addition written as weights after the
     layer(s) ``layer``/``layers`` (default: a scan of middle layers), along the direction taken at
     that layer (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``),
-    with its gain chosen by ``choose``: "kl" (the default: the largest gain whose teacher-forced
-    KL on probe prompts stays within ``max_kl``, default 0.3) or "judged" (opt-in: the gain whose
-    greedy answers to the selection questions the judge rates best, mean aggregate, among the gains
-    reaching a ladder of KL levels up to ``max_kl``, default 0.6 nats/token;
-    ``steering/evaluation/strength.py``, the dose curve in ``record.calibration["strength_search"]``;
-    the KL rule without a chat template, a concept word or the bundled MiniLM; on SmolLM2 it lost to
-    the KL rule, docs/steering-chat.md); ``positions="skip-first"``
+    with the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (default
+    0.5 nats/token: the rule chosen on rated answers, docs/steering-chat.md); ``positions="skip-first"``
     leaves the first token alone.
     **Every other model**, or any of ``gain``, ``strength``, ``target_alignment``, ``through_ffn``,
     ``solve``... gets ``paper``: W_O' = W_O + γ u (wᵀV⁺) of one layer (``layer``, default -1).
@@ -71,8 +66,8 @@ def steer(
 
     The call's own options come as a :class:`~steerformer.configs.SteerConfig` or by keyword
     (``method``, ``layer``, ``report=True``, ``progress``); a method's options as its config
-    (``config=PaperConfig(...)``) or by keyword (the addition's ``max_kl``, ``choose="judged"``,
-    ``positions="skip-first", layer_choice``; the paper's ``target_alignment (0.99), strength, gain, solve="min-norm",
+    (``config=PaperConfig(...)``) or by keyword (the addition's ``max_kl``,
+    ``positions="skip-first"``; the paper's ``target_alignment (0.99), strength, gain, solve="min-norm",
     measure="model", through_ffn, untie_last, compensate_bias, min_state_cosine, dynamics_n_prompts=30,
     dynamics_tokens=10, seed=0``; the ablation's ``scale=1.0, writers, bias, norm_preserving``). The
     record stores them (``record.config``).

@@ -49,9 +49,8 @@ def bench_chat_steering(out: str, folder: Path) -> None:
     assert (folder / "peers.png").stat().st_size > 0 and (folder / "peers.csv").read_text().count("\n") > 5
     assert not set(record["selection_questions"]) & set(record["report_questions"])
     ran = set(record["methods"])
-    assert {"steer --choose judged (judged gain)", "steer (default: the KL rule)", "prompt (AxBench)", "prompt (mention)",
-            "DiffMean hook", "prompt (system)"} <= ran
-    for name in ("distilled", "steering-vectors", "repeng", "paper edit (last layer)"):
+    assert {"steer (default)", "prompt (AxBench)", "prompt (mention)", "DiffMean hook", "prompt (system)"} <= ran
+    for name in ("steering-vectors", "repeng", "paper edit (last layer)"):
         assert name in ran or name in record["skipped"] or any(k.startswith(name) for k in record["skipped"]), name
     for choice in record["choices"]:
         if choice["report"] is not None:

@@ -20,7 +20,7 @@ def one_line(res) -> str:
 
 @pytest.mark.parametrize("args,words", [
     (["steer", "MODEL", "--min-state-cosine", "abc"], ["--min-state-cosine='abc' is invalid: expected a number"]),
-    (["steer", "MODEL", "--layer-choice", "best"], ["--layer-choice='best' is invalid: expected one of judged, concept"]),
+    (["steer", "MODEL", "--positions", "best"], ["--positions='best' is invalid: expected one of skip-first, all"]),
     (["evaluate", "MODEL", "--token", "x", "--out", "o", "--max-new-tokens", "1e3"],
      ["--max-new-tokens='1e3' is invalid: expected a whole number"]),
     (["steer", "MODEL", "--layer=1.5"], ["--layer='1.5' is invalid: expected a whole number"]),

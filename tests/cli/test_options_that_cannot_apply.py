@@ -4,7 +4,6 @@ would have come too late), and --model-hint is checked."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from steerformer.errors import InvalidArgumentError
@@ -25,7 +24,6 @@ def refused(args) -> str:
 @pytest.mark.parametrize("args, flags", [
     (["--min-state-cosine", "0.8", "--gain", "2"], ("--min-state-cosine", "gain")),
     (["--min-state-cosine", "0.8", "--strength", "2"], ("--min-state-cosine", "strength")),
-    (["--layer-choice", "judged", "--layer", "1"], ("--layer-choice", "layer")),
     (["--max-kl", "0.5", "--gain", "2"], ("max-kl", "gain")),
     (["--max-kl", "0.5", "--target-alignment", "0.5"], ("max-kl", "target-alignment")),
     (["--max-kl", "0.5", "--solve", "exact"], ("max-kl", "solve")),
@@ -34,12 +32,6 @@ def test_a_combination_that_cannot_apply_names_both_flags(args, flags) -> None:
     line = refused(["steer", NO_MODEL, "--token", "x", *args])
     for flag in flags:
         assert flag.replace("_", "-") in line.replace("_", "-"), line
-
-
-def test_a_judged_layer_choice_beside_a_direction_is_refused(tmp_path) -> None:
-    np.save(tmp_path / "u.npy", np.ones(8))
-    line = refused(["steer", NO_MODEL, "--direction", tmp_path / "u.npy", "--layer-choice", "judged"])
-    assert "--layer-choice" in line and "--direction" in line
 
 
 @pytest.mark.parametrize("hint", ["", "a\x00b", "x" * 100_000, "llama 3", "../x"])

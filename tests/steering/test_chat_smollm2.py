@@ -40,7 +40,7 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
     probe = ContinuationProbe.of(model, sf.open_source(model).adapter, tok, ["How do I clean a laptop keyboard?"],
                                  n_new=6)
     rec = sf.steer(model, token="ocean", tokenizer=tok, layer=19, max_kl=0.3, report=False,
-                   prompts=PROBE_QUESTIONS[:3], choose="kl")
+                   prompts=PROBE_QUESTIONS[:3])
     try:
         assert 0 < rec.kl <= 0.3 and rec.edits[0].writer == "mlp"
         # the search re-runs blocks 19… from cached inputs: a full forward must give the same KL
@@ -72,8 +72,7 @@ def test_default_steer_raises_the_concept_rate_within_the_kl_budget(smol) -> Non
 def test_a_phrase_is_used_whole_and_undo_is_bit_exact(smol) -> None:
     model, tok = smol
     before = _hashes(model)
-    rec = sf.steer(model, token="ice cream", tokenizer=tok, layer=15, report=False, prompts=["Tell me a story."],
-                   choose="kl")
+    rec = sf.steer(model, token="ice cream", tokenizer=tok, layer=15, report=False, prompts=["Tell me a story."])
     src = rec.direction_source
     assert src["phrase"] == "ice cream" and len(src["pieces"]) == 2 and src["read_at"] == "last token of the phrase"
     sf.unsteer(model)

@@ -13,7 +13,7 @@ from tests.test_package_layout import _imports, _modules
 
 ROOT = Path(__file__).resolve().parents[2]
 STEERING = ROOT / "steerformer" / "steering"
-METHODS = ("paper", "addition", "ablation", "distilled")
+METHODS = ("paper", "addition", "ablation")
 KINDS = ("steer", "add", "ablate", "lora")  # an edit's kinds (edit.py), one per method
 
 

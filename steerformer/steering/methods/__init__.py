@@ -6,8 +6,6 @@ LM and ``paper`` for every other model).
     paper     the papers' rank-1 edit of an attention layer's output matrix, W_O' = W_O + γ u (wᵀV⁺)
     addition  activation addition written as weights, its gain the largest within a KL budget
     ablation  directional ablation of the residual-stream writers, W' = (I − s UUᵀ) W
-    distilled a low-rank edit of residual writers trained so that the unprompted model imitates the
-              same model told the concept (Prompt Baking's KL / PSR's states)
 
 Contrastive prompts are not a method but a **direction source** (``steering/sources.py``:
 ``contrastive_direction``): they say *where u comes from* — the difference of the mean activations
@@ -30,9 +28,10 @@ registration; nothing outside it names the method)::
 * ``plan(call, cfg)``: a :class:`~steerformer.steering.lifecycle.Plan` — the edits as values
   (:class:`~steerformer.steering.edit.Edit`: module, layer, slot, u, a, gain; every other field
   optional, ``kind`` included), and optionally where u came from (``direction_source``: a
-  JSON-able dict, default ``{}``) and what the record shows (a gain search as ``choice``,
-  ``calibration``, ``message``, ``target``, ``heldout_layer``: where the held-out probe starts, None
-  for no held-out measurement). It must not change the model; it raises ``bad_argument`` naming
+  JSON-able dict, default ``{}``) and what the record shows (``direction``: what was asked for,
+  ``target``: what the held-out alignment is measured against, ``message``: how the gain was
+  chosen, ``details``: the method's own record fields, an instance of its ``details`` dataclass,
+  ``heldout_layer``: where the held-out probe starts, None for no held-out measurement). It must not change the model; it raises ``bad_argument`` naming
   the option for bad input. ``call.config`` is the call's
   :class:`~steerformer.configs.SteerConfig` (``method``, ``layer``, ``report``, ``progress``).
 * ``config`` (optional): the method's options, a dataclass subclassing
@@ -41,15 +40,22 @@ registration; nothing outside it names the method)::
   ``sf.steer(model, method="toy", coeff=2.0)`` (or ``config=ToyConfig(...)``) builds it from the
   keywords that are not SteerConfig fields and passes it as ``cfg``; without one, ``cfg`` is an
   empty :class:`~.registry.NoOptions`.
+* ``details`` (optional): a :class:`~steerformer.steering.record.Details` dataclass of what the
+  method's records add to the core every record has (``record.details``; saved, reloaded and
+  checked field by field with the record).
 * Words (optional, generic by default): ``summary_lines(record)`` (``record.summary()``),
-  ``card_formula(record)`` and ``gain_text(record)`` (the model card), ``phase_line(cfg,
-  call_config, layers, causal=, concept=)`` (what ``steer`` says before its work).
-* ``measure(call, plan, held)`` (optional): record fields measured on the edited model (default: the
-  held-out alignment with the target, the KL and the state cosine).
+  ``card_formula(record)``, ``gain_text(record)`` and ``facts(record)`` (the model card's table and
+  the report page's), ``report_section(record)`` (its own section of the report page, as data),
+  ``plot(record, dir)`` (its figures), ``alignment_target(record)`` (what ``verify`` recomputes the
+  alignment against), ``phase_line(cfg, call_config, layers, causal=, concept=)`` (what ``steer``
+  says before its work).
+* ``measure(call, plan, held)`` (optional): the core's measured fields of the edited model (default:
+  the held-out alignment with the target, the KL and the state cosine); it may complete
+  ``plan.details``.
 * A built-in method is a folder ``<name>/`` with ``config.py`` (its options, importable without torch:
   ``steer --help`` makes them flags, and an option of one method chooses it), ``method.py`` (the
   plan, the words, the registration) and its helpers, plus one ``BUILT_IN`` entry in
-  ``registry.py``. A method registered from elsewhere runs on the command line with ``--method NAME``
+  ``steering/registry.py``. A method registered from elsewhere runs on the command line with ``--method NAME``
   and its config's defaults.
 * Everything else — applying the edits bit-exactly with rollback, the record, the chain, save,
   reload, ``unsteer``, ``verify``, the exports — is the one lifecycle (``steering/lifecycle.py``)
@@ -60,7 +66,7 @@ from ..registry import (
     Method, NoOptions, built_in_configs, call_options, choose_method, config_of, get_method, method_config, method_names,
     method_of, register_method,
 )
-# the built-in methods (paper, addition, ablation, distilled) register on first use of their name
+# the built-in methods (paper, addition, ablation) register on first use of their name
 # (registry.BUILT_IN), so that a call imports the one method it runs; this package imports no torch
 
 __all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "get_method",

