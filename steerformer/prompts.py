@@ -152,7 +152,10 @@ SPLITS = {"train": TRAIN_QUESTIONS, "selection": SELECTION_QUESTIONS, "report": 
 
 
 # ---- the templated contrast of a concept (steering/methods/addition/calibrate.py) ----------------------------------
-#: carriers of the templated contrast: each ends right before the concept (or another noun)
+#: carriers of the templated contrast: each ends right before the concept (or another noun). 24 of
+#: them and 48 contrast nouns: on the rated development set (benchmarks/ratings/, the choosing half)
+#: the direction read over these steered better than over the first 8 and 16 at the same KL
+#: (docs/steering-chat.md, "The default, chosen on rated answers")
 CARRIERS = (
     "I have always been fascinated by",
     "Today we are going to talk about",
@@ -162,9 +165,28 @@ CARRIERS = (
     "The documentary was entirely about",
     "He spent the whole evening reading about",
     "There is nothing more beautiful than",
+    "We spent the afternoon learning about",
+    "The next chapter of the book is about",
+    "Her favourite topic of conversation is",
+    "Nobody in the room wanted to discuss",
+    "The museum has a whole floor dedicated to",
+    "I asked my grandfather to tell me about",
+    "The podcast episode this week is about",
+    "They made a short film about",
+    "The teacher gave a lesson on",
+    "Everyone at the party was talking about",
+    "I read an interesting article about",
+    "The children drew pictures of",
+    "He has strong opinions about",
+    "The exhibition was all about",
+    "We had a long debate about",
+    "She asked a question about",
 )
 OTHER_NOUNS = ("city", "table", "paper", "window", "car", "book", "family", "history", "work", "school", "food",
-               "money", "computer", "weather", "health", "law")
+               "money", "computer", "weather", "health", "law", "garden", "kitchen", "tree", "phone", "shoe", "shirt",
+               "door", "bottle", "chair", "lamp", "road", "bridge", "village", "market", "office", "letter", "movie",
+               "plan", "language", "science", "art", "friend", "child", "teacher", "number", "stone", "glass",
+               "furniture", "color", "island", "pencil", "idea")
 
 
 def check_fits(n_tokens: int, max_positions: int | None, *, name: str, value: Any, what: str = "text",

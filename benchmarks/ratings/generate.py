@@ -49,7 +49,7 @@ class Measure:
         """Mean and 95th percentile of the per-token KL(base || model as it is now) on the probe's
         continuations (``rows``: other prompts for the same continuations, e.g. a prompted user turn)."""
         import torch
-        from steerformer.steering.measure import kl_per_token
+        from steerformer.steering.probe import kl_per_token
 
         lp = self.ev.answer_logprobs(self.model, rows or self.probe.prompts, self.probe.answers)
         per = torch.cat([kl_per_token(b, s) for b, s in zip(self.probe.logprobs, lp)])

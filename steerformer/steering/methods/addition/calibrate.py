@@ -103,6 +103,8 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
 
 
 # ---- directions ----------------------------------------------------------------------------------
+#: carrier sentences run through the model at once when a direction is read
+CHUNK = 64
 def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
     """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
     ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
@@ -121,20 +123,24 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
         raise bad_argument("token", phrase, "a non-empty word or phrase")
     others = [o for o in OTHER_NOUNS if o != word.lower()]
     texts = [f"{c} {w}" for c in CARRIERS for w in [word, *others]]
-    batch = PromptBatch.from_texts(texts, tokenizer)
-    check_fits(batch.input_ids.shape[1], adapter.max_positions, name=name, value=words_of(word),
+    longest = max(len(r) for r in tokenizer([f"{c} {word}" for c in CARRIERS])["input_ids"])
+    check_fits(longest, adapter.max_positions, name=name, value=words_of(word),
                what="a phrase, inside its carrier sentences,", fix="Shorten it to a few words: the direction is "
                "read at its last token.")
     if adapter.shares_weights:
         raise bad_argument("layer", max(layers), "a model whose blocks each run once (shared weights: ALBERT)")
-    batch = batch.to(model_device(model))
-    calls = capture(model, adapter, batch, outputs=layers).outputs
-    mask = batch.attention_mask.to(torch.float64).cpu()
-    last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
+    states: dict[int, list] = {k: [] for k in layers}
+    for start in range(0, len(texts), CHUNK):  # in chunks: the states of 24 x 49 sentences need not sit at once
+        batch = PromptBatch.from_texts(texts[start:start + CHUNK], tokenizer).to(model_device(model))
+        outs = capture(model, adapter, batch, outputs=layers).outputs
+        mask = batch.attention_mask.to(torch.float64).cpu()
+        last = (mask * torch.arange(mask.shape[1], dtype=torch.float64)).argmax(1)
+        for k in layers:
+            states[k].append(outs[k].to("cpu", torch.float64)[torch.arange(len(last)), last])
     is_word = torch.tensor([i % (1 + len(others)) == 0 for i in range(len(texts))])
     dirs = {}
     for k in layers:
-        h = calls[k].to("cpu", torch.float64)[torch.arange(len(texts)), last]
+        h = torch.cat(states[k])
         diff = h[is_word].mean(0) - h[~is_word].mean(0)
         dirs[k] = diff / torch.linalg.vector_norm(diff)
     pieces = phrase_pieces(tokenizer, word)
