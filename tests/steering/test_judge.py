@@ -88,10 +88,19 @@ def test_offline_rules_on_answers_a_reader_rates_at_a_glance(offline) -> None:
     assert empty == Rating(0, 0, 0)
 
 
-def test_broken_text_by_its_nll_gets_fluency_zero(offline) -> None:
-    item = JudgeItem(question=Q, answer="Budget money month ocean tips saving the wave careful spend each",
-                     concept="ocean", base_answer=BASE, nll_free=2.5, base_nll_free=1.0)
-    assert offline([item])[0].fluency == 0
+def test_broken_text_is_rated_by_its_nll(offline) -> None:
+    """Word salad without a repeat: its fluency score (only the NLL after an empty turn given) is
+    5.1561·ln ν + 0.9063·0 + 8.6631·0 + 11.558·0 − 0.6134·ρ + 2.433·s(a, c): above cut_1 = 1.613 at ν = 2.5
+    (4.72 − 0.6134·ρ + 2.433·s), above cut_0 = 8.6807 only when ν is far higher (ν = 8: 10.72 − ...)."""
+    salad = "Budget money month ocean tips saving the wave careful spend each"
+    items = [JudgeItem(question=Q, answer=salad, concept="ocean", base_answer=BASE, nll_free=nu, base_nll_free=1.0)
+             for nu in (2.5, 8.0)]
+    f = offline.features(items)
+    assert f[0]["repetition"] == f[0]["repetition_4"] == f[0]["doubled"] == 0 and f[0]["nll_ratio_question"] is None
+    rho, s = f[0]["relevance_ratio"], f[0]["concept_sim"]
+    z = [5.1561 * math.log(nu) - 0.6134 * rho + 2.433 * s for nu in (2.5, 8.0)]
+    assert 1.613 < z[0] < 8.6807 < z[1]
+    assert [r.fluency for r in offline(items)] == [1, 0]
 
 
 # ---- the LLM judge against a stub server ---------------------------------------------------------

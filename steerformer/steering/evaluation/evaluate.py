@@ -118,6 +118,7 @@ class Baseline:
     sample: bool
     seed: int
     nll_free_each: list[float] = dataclasses.field(default_factory=list)  # per base answer, after an empty turn
+    nll_each: list[float] = dataclasses.field(default_factory=list)  # per base answer, after its question
 
     @classmethod
     def of(cls, model: Any, tokenizer: Any, questions: Sequence[str] | None = None, *, chat: bool | None = None,
@@ -134,7 +135,7 @@ class Baseline:
                    texts=[tokenizer.decode(a, skip_special_tokens=True) for a in answers], logprobs=lp,
                    nll=mean_nll(lp, answers), nll_free=mean_nll(lp_free, answers),
                    chat=use_chat, max_new_tokens=int(max_new_tokens), sample=bool(sample), seed=int(seed),
-                   nll_free_each=answer_nlls(lp_free, answers))
+                   nll_free_each=answer_nlls(lp_free, answers), nll_each=answer_nlls(lp, answers))
 
 
 @dataclasses.dataclass
@@ -161,6 +162,7 @@ class AnswerScore:
     ratings: list = dataclasses.field(default_factory=list)  # per answer [concept, relevance, fluency]; None: not rated
     unrated: int = 0  # answers the judge left without a rating on some axis (reported, never counted as 0)
     nll_free_each: list = dataclasses.field(default_factory=list)  # per answer, under the base model
+    nll_each: list = dataclasses.field(default_factory=list)  # the same after the question
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -191,11 +193,14 @@ def score_answers(model: Any, tokenizer: Any, baseline: Baseline, words: Sequenc
 def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]], *,
                point: AnswerScore | None = None) -> tuple[float, float]:
     """(fluency, fluency_free) of ``answers`` under ``model`` (the base model: call it unsteered);
-    ``point``: also store each answer's NLL after an empty user turn there (the judge's fluency)."""
-    nll = mean_nll(answer_logprobs(model, baseline.prompts, answers), answers)
+    ``point``: also store each answer's NLL after its question and after an empty user turn there
+    (what the judge's fluency reads)."""
+    lp = answer_logprobs(model, baseline.prompts, answers)
+    nll = mean_nll(lp, answers)
     lp_free = answer_logprobs(model, baseline.free_prompts, answers)
     if point is not None:
         point.nll_free_each = answer_nlls(lp_free, answers)
+        point.nll_each = answer_nlls(lp, answers)
     return nll / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
 
 
@@ -205,19 +210,27 @@ def concept_description(concept: str | Sequence[str]) -> str:
 
 
 def judge_items(baseline: Baseline, texts: Sequence[str], concept: str | Sequence[str], words: Sequence[str],
-                nll_free_each: Sequence[float] | None = None) -> list[JudgeItem]:
-    """One :class:`~.judge.JudgeItem` per answer (question, base answer, NLLs after an empty turn)."""
-    nlls = list(nll_free_each or [])
+                nll_free_each: Sequence[float] | None = None, nll_each: Sequence[float] | None = None
+                ) -> list[JudgeItem]:
+    """One :class:`~.judge.JudgeItem` per answer (question, base answer, and the answers' NLLs under the
+    base model after an empty turn and after the question, where given, beside the base answers')."""
+    def each(values: Sequence[float] | None, base: float) -> list:
+        values = list(values or [])
+        ok = math.isfinite(base)
+        return [values[i] if ok and i < len(values) and math.isfinite(values[i]) else None for i in range(len(texts))]
+
+    free, ctx = each(nll_free_each, baseline.nll_free), each(nll_each, baseline.nll)
     return [JudgeItem(question=q, answer=a, concept=concept_description(concept), terms=tuple(words),
-                      base_answer=b, nll_free=nlls[i] if i < len(nlls) and math.isfinite(nlls[i]) else None,
-                      base_nll_free=baseline.nll_free if math.isfinite(baseline.nll_free) else None)
+                      base_answer=b, nll_free=free[i], base_nll_free=baseline.nll_free if free[i] is not None else None,
+                      nll=ctx[i], base_nll=baseline.nll if ctx[i] is not None else None)
             for i, (q, a, b) in enumerate(zip(baseline.questions, texts, baseline.texts))]
 
 
 def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[str], words: Sequence[str],
                 judge: Any) -> list[Rating]:
     """Rate ``point``'s answers with ``judge`` and store the means, the aggregate and good steers."""
-    ratings = judge_answers(judge_items(baseline, point.answers, concept, words, point.nll_free_each), judge)
+    ratings = judge_answers(judge_items(baseline, point.answers, concept, words, point.nll_free_each, point.nll_each),
+                            judge)
     s = summarize(ratings)
     point.judge_concept, point.judge_relevance, point.judge_fluency = s["concept"], s["relevance"], s["fluency"]
     point.aggregate, point.good, point.unrated = s["aggregate"], s["good"], s["unrated"]
@@ -439,7 +452,7 @@ def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], po
     base_judged = {}
     if judge is not None:
         items = judge_items(baseline, baseline.texts, words if concept is None else concept, words,
-                            baseline.nll_free_each)
+                            baseline.nll_free_each, baseline.nll_each)
         ratings = judge_answers(items, judge)
         base_judged = {**summarize(ratings), "ratings": [[r.concept, r.relevance, r.fluency] for r in ratings]}
     return SteeringEvaluation(
@@ -540,7 +553,7 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         judge_point(point, baseline, concept, words, judge)
     ev = evaluation_of(model_id=open_source(model).model_id, baseline=baseline, words=words, points=[point],
                        concept=concept, judge=judge)
-    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k not in ("info", "nll_free_each")},
+    record.evaluation = {**{k: v for k, v in point.to_dict().items() if k not in ("info", "nll_free_each", "nll_each")},
                          "words": words, "base_concept_rate": ev.base_concept_rate, "base_answers": baseline.texts,
                          "questions": baseline.questions, "sample": sample, "seed": seed, "judge": ev.judge,
                          "base_judged": ev.base_judged}

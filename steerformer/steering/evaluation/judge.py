@@ -10,17 +10,20 @@ Public API (other modules build on exactly these names):
                                           there), .aggregate (harmonic mean of the three, 0 if any is 0;
                                           None unless rated), .good (all three ≥ 1; None unless rated),
                                           to_dict/from_dict
-    JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None)
+    JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None,
+              nll=None, base_nll=None)
                                           one answer to judge; concept: the concept's description (a
                                           word, a phrase or a sentence); terms: the words that count as
                                           a mention (empty: the concept's simple forms); nll_free /
                                           base_nll_free: the answer's mean per-token NLL under the base
-                                          model after an empty user turn, and the base answers' (what
-                                          the offline fluency rule reads)
+                                          model after an empty user turn, and the base answers'; nll /
+                                          base_nll: the same after the question (what the offline
+                                          fluency score reads; each pair optional)
     Judge                                 any callable judge(items: Sequence[JudgeItem]) -> list[Rating]
     OfflineJudge(embedder=None, rules=OfflineRules())
                                           the default: whole-word terms + the bundled MiniLM + NLL and
-                                          repetition; rules and thresholds in OfflineRules (math.md)
+                                          repetition; thresholds and fluency scores (FluencyScore) in
+                                          OfflineRules (math.md)
     ChatJudge(url, model="default", timeout=60.0)
                                           an LLM over an OpenAI-compatible /v1/chat/completions server
                                           (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted;
@@ -33,7 +36,8 @@ Public API (other modules build on exactly these names):
     summarize(ratings) -> dict            mean concept/relevance/fluency (over the answers rated on
                                           each), mean aggregate and good share (over the answers rated
                                           on all three), n, and unrated (answers missing a rating)
-    harmonic_mean(values), repetition(text), word_forms(word), concept_words(concept), mentions(texts, words)
+    harmonic_mean(values), repetition(text), doubled_words(text), fluency_inputs(features), word_forms(word),
+    concept_words(concept), mentions(texts, words)
     JudgeError                            an LLM judge that did not answer (one line)
 
 This module imports no other part of steering (evaluate builds on it, never the other way).
@@ -102,24 +106,6 @@ def doubled_words(text: str) -> int:
     "strugg strugg"), any case; hyphenated and apostrophe words count as one word."""
     w = re.findall(r"\w+(?:[-'’]\w+)*", text.lower())
     return sum(a == b for a, b in zip(w, w[1:]))
-
-
-def list_restarts(text: str) -> int:
-    """How many numbered list markers ("3." or "3)" at a line's start or after a space) do not count
-    up from the marker before them — a "1. 1. 1." loop; a list that counts 1, 2, 3 gives 0."""
-    nums = [int(m) for m in re.findall(r"(?:^|\s)(\d{1,2})[.)](?=\s|$)", text)]
-    return sum(b <= a for a, b in zip(nums, nums[1:]))
-
-
-#: slips a fluent writer does not make: "a" before a vowel ("a incredible", "a adult"; not "a one",
-#: "a user", "a euro"), and a contraction with the wrong verb ("I're", "you'm", "they's")
-_SLIPS = re.compile(r"\ba (?!one|once|u[sn]i|use|eu)[aeio]\w*|\b(?:i['’]re|you['’]m|we['’]m|they['’]m|he['’]re|she['’]re|"
-                    r"it['’]re|they['’]s)\b", re.IGNORECASE)
-
-
-def slips(text: str) -> int:
-    """How many grammar slips of the kinds in :data:`_SLIPS` ``text`` has (a steered model's typical ones)."""
-    return len(_SLIPS.findall(text))
 
 
 def sentences(text: str) -> list[str]:
@@ -222,6 +208,8 @@ class JudgeItem:
     base_answer: str | None = None
     nll_free: float | None = None
     base_nll_free: float | None = None
+    nll: float | None = None
+    base_nll: float | None = None
 
     def __post_init__(self) -> None:
         if not str(self.concept).strip():
@@ -304,11 +292,61 @@ class MiniLM:
 
 
 @dataclasses.dataclass(frozen=True)
+class FluencyScore:
+    """A linear fluency score: z = Σ_k w_k·x_k over the features named in ``weights`` (the names of
+    :func:`fluency_inputs`); fluency 0 when z > ``cut_0``, 1 when z > ``cut_1``, else 2 (a larger z:
+    less fluent text)."""
+
+    weights: tuple[tuple[str, float], ...]
+    cut_1: float
+    cut_0: float
+
+    def __post_init__(self) -> None:
+        names = {n for n, _ in self.weights}
+        if not self.weights or names - set(FLUENCY_INPUTS) or len(names) != len(self.weights):
+            raise bad_argument("weights", self.weights, f"(name, weight) pairs, each name once, of {FLUENCY_INPUTS}")
+        values = [w for _, w in self.weights] + [self.cut_1, self.cut_0]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise bad_argument("weights", self.weights, "finite weights and cuts")
+        if not self.cut_1 < self.cut_0:
+            raise bad_argument("cut_0", self.cut_0, f"a cut above cut_1 = {self.cut_1}")
+
+    def z(self, inputs: Mapping[str, float]) -> float:
+        return sum(w * inputs[n] for n, w in self.weights)
+
+    def rate(self, inputs: Mapping[str, float]) -> int:
+        z = self.z(inputs)
+        return 0 if z > self.cut_0 else 1 if z > self.cut_1 else 2
+
+
+#: what a :class:`FluencyScore` reads (:func:`fluency_inputs`)
+FLUENCY_INPUTS = ("repetition", "repetition_4", "doubled_3", "ln_nll_ratio", "ln_nll_ratio_question",
+                  "relevance_ratio", "concept_sim")
+
+
+def fluency_inputs(f: Mapping) -> dict[str, float]:
+    """The variables of the fluency scores from :meth:`OfflineJudge.features`: R and R4 (the shares of
+    repeated word 2-grams and 4-grams), min(D, 3) (doubled words, capped), ln ν and ln ν_q (the NLL
+    ratios after an empty user turn and after the question; 0 where not given), ρ (the relevance ratio;
+    1 without a base answer) and s(a, c)."""
+    def ln(x):
+        return math.log(max(x, 1e-3)) if x is not None else 0.0
+
+    rho = f.get("relevance_ratio")
+    return {"repetition": f["repetition"], "repetition_4": f["repetition_4"], "doubled_3": min(f["doubled"], 3),
+            "ln_nll_ratio": ln(f.get("nll_ratio")), "ln_nll_ratio_question": ln(f.get("nll_ratio_question")),
+            "relevance_ratio": 1.0 if rho is None else rho, "concept_sim": f["concept_sim"]}
+
+
+@dataclasses.dataclass(frozen=True)
 class OfflineRules:
-    """The offline judge's thresholds (docs/math.md §5d), fitted to hand ratings of SmolLM2 answers on
-    the fit half of ``benchmarks/data/judge_labels/`` (PROTOCOL.md there; the held-out half's agreement:
-    docs/steering-chat.md, "The judge"). s(x, y): MiniLM cosine. A threshold set very high turns its
-    rule off (e.g. ``doubled_1=1e9``)."""
+    """The offline judge's thresholds and fluency scores (docs/math.md §5d), in one place. Where they
+    came from: ``python benchmarks/bench_judge_fit.py`` on the choose half of the development rating
+    set (benchmarks/ratings/choose: 2560 SmolLM2 answers, 8 concepts, three raters; the target is the
+    median of the three ratings). The concept and relevance thresholds are round three's (fitted to one
+    rater's labels): refitting them to the three raters did not raise their leave-one-concept-out κ;
+    the fluency scores are that benchmark's ordinal fits (docs/steering-chat.md, "The judge").
+    s(x, y): MiniLM cosine. A threshold set very high turns its rule off."""
 
     #: concept 1 without the word: the best sentence's s(sentence, concept) at least this
     concept_sim_1: float = 0.325
@@ -325,33 +363,34 @@ class OfflineRules:
     #: relevance without a base answer: s(question, answer) at least this for 1, and for 2
     relevance_abs_1: float = 0.25
     relevance_abs_2: float = 0.55
-    #: fluency 0: a loop (repeated word 2-gram share at least this) ...
-    repetition_0: float = 0.3
-    #: ... or unlikely text (NLL after an empty user turn ÷ the base answers' at least this) ...
-    nll_0: float = 1.6
-    #: ... or both in part (repetition and NLL ratio at least these two) ...
-    broken_repetition: float = 0.3
-    broken_nll: float = 1.3
-    #: ... or this many doubled words ("strugg strugg strugg")
-    doubled_0: float = 2
-    #: fluency 1: repeats in part, or awkward (NLL ratio at least this) ...
-    repetition_1: float = 0.25
-    nll_1: float = 1.25
-    #: ... or a doubled word ("cat-friendly cat-friendly"), or a numbered list that restarts ("1. 1. 1.") ...
-    doubled_1: float = 1
-    list_restarts_1: float = 1e9
-    #: ... or a sudden jump to the concept: the first sentence answers the question and a later one
-    #: is about the concept instead (min(s(first, q), max over later sentences of s(sent, c) − s(sent, q))
-    #: at least this)
-    jump_1: float = 1e9
-    #: ... or this many grammar slips ("a incredible", "I're": :func:`slips`)
-    slips_1: float = 1e9
+    #: fluency with both NLLs of the answer under the base model (after an empty user turn and after its
+    #: question): leave-one-concept-out κ 0.61 on the choose half
+    fluency: FluencyScore = FluencyScore(weights=(
+        ("repetition", 8.067), ("repetition_4", 12.0145), ("doubled_3", 0.8775), ("ln_nll_ratio", 2.8468),
+        ("ln_nll_ratio_question", 2.357), ("relevance_ratio", 0.3284), ("concept_sim", 1.7036)),
+        cut_1=3.1018, cut_0=10.1964)
+    #: fluency with the NLL after an empty user turn only (the judged layer and strength choices): 0.58
+    fluency_free: FluencyScore = FluencyScore(weights=(
+        ("repetition", 8.6631), ("repetition_4", 11.558), ("doubled_3", 0.9063), ("ln_nll_ratio", 5.1561),
+        ("relevance_ratio", -0.6134), ("concept_sim", 2.433)), cut_1=1.613, cut_0=8.6807)
+    #: fluency from the text alone (no NLL given): 0.55
+    fluency_text: FluencyScore = FluencyScore(weights=(
+        ("repetition", 6.4079), ("repetition_4", 10.6218), ("doubled_3", 0.8469), ("relevance_ratio", 0.5057),
+        ("concept_sim", 4.8365)), cut_1=1.6134, cut_0=8.2232)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if isinstance(v, FluencyScore):
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise bad_argument(f.name, v, "a finite threshold >= 0")
+
+    def fluency_score(self, f: Mapping) -> FluencyScore:
+        """The score an item's features allow: both NLL ratios, the one after an empty turn, or none."""
+        if f.get("nll_ratio") is not None and f.get("nll_ratio_question") is not None:
+            return self.fluency
+        return self.fluency_free if f.get("nll_ratio") is not None else self.fluency_text
 
 
 class OfflineJudge:
@@ -365,13 +404,12 @@ class OfflineJudge:
     * relevance — ρ = s(question, answer) ÷ s(question, base answer): 2 when ρ ≥ ``relevance_2``,
       1 when ρ ≥ ``relevance_1``, else 0 (no base answer: s(question, answer) against absolute
       thresholds); an empty answer: 0;
-    * fluency — 0 when the answer loops (repeated word 2-gram share ≥ ``repetition_0``, or
-      ``doubled_0`` doubled words: "fire fire fire"), or its NLL under the base model after an empty
-      user turn is ≥ ``nll_0`` × the base answers', or both are high in part (≥ ``broken_repetition``
-      and ≥ ``broken_nll``); 1 when it repeats in part (≥ ``repetition_1``), the NLL ratio is
-      ≥ ``nll_1``, it doubles a word (``doubled_1``), or (rules off by default: the fit found no gain)
-      a numbered list restarts, the answer jumps to the concept, or it has grammar slips; else 2
-      (no NLL given: the text rules alone).
+    * fluency — a linear score of the answer's repetition (word 2-gram and 4-gram shares), doubled
+      words, its NLL under the base model after an empty user turn and after its question (each ÷ the
+      base answers'), its relevance ratio and its closeness to the concept (an answer that jumps to
+      the concept reads as less fluent to the raters), cut at two values (:class:`FluencyScore`);
+      the score without the NLL after the question when only the one after an empty turn is given,
+      and from the text alone when neither is.
 
     ``embedder``: texts -> (n, d) unit vectors (default :class:`MiniLM`, loaded on first use)."""
 
@@ -389,7 +427,8 @@ class OfflineJudge:
         return self._embedder
 
     def features(self, items: Sequence[JudgeItem]) -> list[dict]:
-        """What the rules read, per item: mentions, similarities, relevance ratio, repetition, NLL ratio."""
+        """What the rules read, per item: mentions, similarities, relevance ratio, repetition, doubled
+        words, NLL ratios (None where not given)."""
         items = list(items)
         if not items:
             return []
@@ -410,16 +449,13 @@ class OfflineJudge:
             sents = sentences(it.answer)
             ratio = None if s_base is None else s_q / max(s_base, 1e-3)
             nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
-            jump = 0.0
-            if len(sents) > 1:  # the first sentence answers, a later one is about the concept instead
-                later = max(sim(x, it.concept) - sim(x, it.question) for x in sents[1:])
-                jump = max(0.0, min(sim(sents[0], it.question), later))
+            nll_q = None if it.nll is None or not it.base_nll else it.nll / it.base_nll
             out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
                         "concept_sim_sentence": max((sim(s, it.concept) for s in sents), default=0.0),
                         "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
-                        "repetition": repetition(it.answer, 2), "repetition_3": repetition(it.answer), "nll_ratio": nll, "empty": not it.answer.strip(),
-                        "doubled": doubled_words(it.answer), "list_restarts": list_restarts(it.answer), "jump": jump,
-                        "slips": slips(it.answer)})
+                        "repetition": repetition(it.answer, 2), "repetition_4": repetition(it.answer, 4),
+                        "nll_ratio": nll, "nll_ratio_question": nll_q, "empty": not it.answer.strip(),
+                        "doubled": doubled_words(it.answer)})
         return out
 
     def rate(self, f: Mapping) -> Rating:
@@ -439,18 +475,7 @@ class OfflineJudge:
         else:
             x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
         relevance = 2 if x >= hi else 1 if x >= lo else 0
-        nll = f["nll_ratio"]
-        # features of older feature dicts (before the doubled-word, list and jump rules) count as absent
-        doubled, restarts, jump = f.get("doubled", 0), f.get("list_restarts", 0), f.get("jump", 0.0)
-        slipped = f.get("slips", 0)
-        if f["repetition"] >= r.repetition_0 or doubled >= r.doubled_0 or (nll is not None and (
-                nll >= r.nll_0 or (f["repetition"] >= r.broken_repetition and nll >= r.broken_nll))):
-            fluency = 0
-        elif (f["repetition"] >= r.repetition_1 or (nll is not None and nll >= r.nll_1) or doubled >= r.doubled_1
-              or restarts >= r.list_restarts_1 or jump >= r.jump_1 or slipped >= r.slips_1):
-            fluency = 1
-        else:
-            fluency = 2
+        fluency = r.fluency_score(f).rate(fluency_inputs(f))
         return Rating(concept, relevance, fluency)
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
