@@ -6,7 +6,8 @@ What a script changes in the process is put back afterwards, whether it returns,
 ``sys.argv``, ``sys.path``, the working folder, the environment, torch's thread count, default dtype and
 gradient mode, and the modules it imported from its own folder or from a folder it put on ``sys.path``
 (two scripts' ``data.py`` or ``_common.py`` in one worker are then two modules, never the first one's
-for both). A script that must be a fresh process (one that counts its own imports, or measures its own
+for both); a module of the same name that the process loaded from elsewhere is set aside while the
+script runs, as a fresh ``python SCRIPT`` would not see it. A script that must be a fresh process (one that counts its own imports, or measures its own
 memory) starts that process itself."""
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def _imported_from(paths: list[str], before: set[str]) -> list[str]:
     return sorted(mine)
 
 
+def _shadowing(folder: Path) -> dict:
+    """The modules loaded from elsewhere under a name the script's folder holds (a ``data`` imported by
+    another test): set aside while the script runs, as a fresh ``python SCRIPT`` would not see them."""
+    folder = folder.resolve()
+    tops = {name for name in sys.modules if "." not in name
+            and ((folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file())}
+    tops = {t for t in tops if Path(getattr(sys.modules[t], "__file__", None) or "/").resolve().parent
+            not in (folder, folder / t)}
+    return {n: m for n, m in sys.modules.items() if n.partition(".")[0] in tops}
+
+
 def run_script_result(script: str | os.PathLike, args: list[str] = (), *, cwd: str | os.PathLike | None = None,
                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``script`` with ``args`` as its command line; its exit status (0, or a ``SystemExit``'s code,
@@ -47,6 +59,9 @@ def run_script_result(script: str | os.PathLike, args: list[str] = (), *, cwd: s
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     saved_env, threads = dict(os.environ), torch.get_num_threads()
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    aside = _shadowing(script.parent)
+    for name in aside:
+        del sys.modules[name]
     modules = set(sys.modules)
     out, err = io.StringIO(), io.StringIO()
     code: object = 0
@@ -68,6 +83,7 @@ def run_script_result(script: str | os.PathLike, args: list[str] = (), *, cwd: s
         added = [p for p in sys.path if p not in saved_path] + [str(script.parent)]
         for name in _imported_from(added, modules):
             del sys.modules[name]
+        sys.modules.update(aside)
         os.chdir(saved_cwd)
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.environ.clear()
