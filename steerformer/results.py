@@ -103,9 +103,26 @@ def json_text(obj: Any, path: str | os.PathLike | None = None) -> str:
 MAX_JSON_DEPTH = 64
 
 
-def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
+class _KeyTwice(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _pairs_once(pairs: list) -> dict:
+    seen: dict = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _KeyTwice(k)
+        seen[k] = v
+    return seen
+
+
+def parse_json(text: str | bytes, where: str | os.PathLike, *, unique_keys: bool = False) -> Any:
     """The one JSON reader: ``text`` decoded, or a :class:`~steerformer.errors.FileFormatError`
-    naming ``where`` when it does not parse or nests deeper than :data:`MAX_JSON_DEPTH`."""
+    naming ``where`` when it does not parse or nests deeper than :data:`MAX_JSON_DEPTH`;
+    ``unique_keys``: an object that gives one key twice is refused too (Python keeps the last one
+    in silence; for a file written by people, which one was meant is not known)."""
     from .errors import FileFormatError
 
     def bad(reason: str) -> FileFormatError:
@@ -116,9 +133,11 @@ def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
     too_deep = bad(f"nested more than {MAX_JSON_DEPTH} levels deep (no file steerformer or transformers writes "
                    "that: corrupt or hostile)")
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_pairs_once if unique_keys else None)
     except RecursionError:
         raise too_deep from None
+    except _KeyTwice as exc:
+        raise bad(f"an object that gives the key {exc.key[:60]!r} twice (which value counts is ambiguous)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad(f"not valid JSON ({str(exc).splitlines()[0][:160]})") from None
     stack = [(value, 1)] if isinstance(value, (dict, list)) else []

@@ -131,3 +131,50 @@ def test_conversion_draws_no_bar_while_progress_bars_are_off(gguf_file, capfd) -
         hf_logging.enable_progress_bar()
     err = capfd.readouterr().err
     assert "Converting and de-quantizing" not in err and "Loading weights" not in err, err
+
+
+TWO_LOADERS = """
+import os, sys
+from pathlib import Path
+import steerformer.gguf_source as gguf_source
+real = gguf_source._convert
+def counted(path, folder, model_id):
+    Path(os.environ["CONVERSIONS"], f"converted-by-{os.getpid()}").touch()
+    real(path, folder, model_id)
+gguf_source._convert = counted
+print("ready", flush=True)
+sys.stdin.readline()  # both processes start loading at the same moment
+print(gguf_source.converted_checkpoint(Path(sys.argv[1])), flush=True)
+"""
+
+
+def test_two_processes_loading_one_new_gguf_at_once_convert_it_once_and_read_the_same_entry(gguf_file, tmp_path) -> None:
+    """Two test workers (or two terminals) sharing one cache: one converts, the other waits on the
+    entry's writer lock and reads it; no temporary, lock file or second copy is left."""
+    from steerformer.gguf_source import cache_entry_problem
+
+    marks = tmp_path / "conversions"
+    marks.mkdir()
+    env = {**os.environ, "CONVERSIONS": str(marks), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_LOADERS, str(gguf_file)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-2000:]
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    folders = {Path(out.strip().splitlines()[-1]) for out, _ in outs}
+    assert len(folders) == 1 and len(list(marks.iterdir())) == 1  # one conversion, one entry for both
+    folder = folders.pop()
+    assert folder.name == sha(gguf_file) and cache_entry_problem(folder, folder.name) is None
+    cache = Path(os.environ["STEERFORMER_CACHE"])
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == sorted([folder.name, "hashes.json"])
+    assert not any((cache / "locks").iterdir())  # each lock file removed by the holder that made it

@@ -50,9 +50,14 @@ def harmonic(c: float, r: float, f: float) -> float:
 
 # ---- reading and checking --------------------------------------------------------------------------
 def read_ratings(folder: Path, raters: Sequence[str], key: dict[str, dict]) -> tuple[dict, list[str]]:
-    """{rater: {id: {axis: int}}} and the problems found (one line each)."""
+    """{rater: {id: {axis: int}}} and the problems found (one line each). Each file is read by
+    ``data.jsonl_lines``: a FIFO, a link out of ``folder``, a file or line over the size limit, bytes that
+    are not UTF-8, a line that is not one JSON object (or gives a key twice) is a problem of its own."""
     problems: list[str] = []
     got: dict[str, dict] = {}
+    if not folder.is_dir():
+        problems.append(f"--ratings {folder}: no such folder (the raters' ratings_<R>_NN.jsonl go there)")
+        return got, problems
     for r in raters:
         files = sorted(p for p in folder.glob(f"ratings_{r}*.jsonl") if re.fullmatch(rf"ratings_{r}(_\w+)?\.jsonl", p.name))
         if not files:
@@ -61,28 +66,29 @@ def read_ratings(folder: Path, raters: Sequence[str], key: dict[str, dict]) -> t
         mine: dict[str, dict] = {}
         where: dict[str, str] = {}
         for path in files:
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if not line.strip():
-                    continue
+            try:
+                lines = list(data.jsonl_lines(path, inside=folder))
+            except data.RunError as exc:
+                problems.append(f"rater {r}: {exc.message}")
+                continue
+            for n, row in lines:
                 at = f"rater {r}: {path.name}:{n}"
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    problems.append(f"{at}: not JSON ({e.msg}): {line[:60]!r}")
+                if isinstance(row, str):
+                    problems.append(f"{at}: {row}")
                     continue
-                if not isinstance(row, dict) or "id" not in row:
-                    problems.append(f"{at}: no \"id\": {line[:60]!r}")
+                i = row.get("id")
+                if not isinstance(i, str):
+                    problems.append(f"{at}: \"id\" = {i!r:.60} (expected the item's id, a string)")
                     continue
-                i = str(row["id"])
                 if i not in key:
-                    problems.append(f"{at}: id {i!r} is no item of key.jsonl")
+                    problems.append(f"{at}: id {i[:60]!r} is no item of key.jsonl")
                     continue
                 if i in mine:
                     problems.append(f"{at}: id {i} rated twice (first in {where[i]})")
                     continue
                 bad = [a for a in data.AXES if type(row.get(a)) is not int or row.get(a) not in (0, 1, 2)]
                 if bad:
-                    problems.append(f"{at}: id {i}: " + ", ".join(f"{a} = {row.get(a)!r}" for a in bad)
+                    problems.append(f"{at}: id {i}: " + ", ".join(f"{a} = {row.get(a)!r:.20}" for a in bad)
                                     + " (each axis: an integer 0, 1 or 2)")
                     continue
                 mine[i] = {a: row[a] for a in data.AXES}
@@ -293,11 +299,19 @@ def figure(boot: dict, settings: Sequence[str], families: dict[str, str], path: 
 
 def collect(run: Path, ratings_dir: Path, out: Path, raters: Sequence[str] | None, *, reps: int = 2000, seed: int = 0,
             reference: str | None = "kl-0.3") -> int:
-    key_rows = data.read_jsonl(run / "key.jsonl")
+    if reps < 1:
+        raise data.RunError(f"--reps {reps}: at least 1 bootstrap resample (2000 for the reported intervals)")
+    the_run = data.read_run(run, key=True)
+    key_rows = the_run.key
     key = {k["id"]: k for k in key_rows}
     raters = list(raters) if raters else sorted({r for k in key_rows for r in k.get("files", {})})
-    if len(raters) < 2:
-        raise SystemExit(f"--raters {raters}: at least two raters (agreement is between raters)")
+    if len(set(raters)) != len(raters) or not all(r.isalnum() for r in raters) or len(raters) < 2:
+        raise data.RunError(f"--raters {','.join(raters)!r}: at least two distinct raters, each a name of letters and "
+                            "digits (agreement is between raters)")
+    unrated = len(the_run.answers) - len(key_rows)
+    if unrated:
+        print(f"note: {unrated} answers of {run / 'answers.jsonl'} are no item of key.jsonl (made after the rater "
+              "files): the tables leave them out", file=sys.stderr)
     got, problems = read_ratings(ratings_dir, raters, key)
     if problems:
         shown = problems[:30]
@@ -306,13 +320,13 @@ def collect(run: Path, ratings_dir: Path, out: Path, raters: Sequence[str] | Non
             print(f"... and {len(problems) - len(shown)} more problems", file=sys.stderr)
         print(f"{len(problems)} problems in the ratings of {ratings_dir}: nothing computed", file=sys.stderr)
         return 2
-    header = json.loads((run / "run.json").read_text())
+    header = the_run.header
     order = [s["name"] for s in header["settings"]]
     families = {s["name"]: s["family"] for s in header["settings"]}
-    answers = data.read_jsonl(run / "answers.jsonl")
-    kl = {(a["setting"], a["concept"], a["question_index"]): a["answer_kl"] for a in answers}
+    answers = the_run.answers
+    kl = {(a["setting"], a["concept"], a["question_index"]): a.get("answer_kl") for a in answers}
     texts = {(a["setting"], a["concept"], a["question_index"]): a["answer"] for a in answers}
-    facts_rows = data.read_jsonl(run / "settings.jsonl")
+    facts_rows = the_run.facts
     ids = list(key)
     agree = agreement(got, ids)
     agree["self"] = self_agreement(got, key, texts)
@@ -331,7 +345,10 @@ def collect(run: Path, ratings_dir: Path, out: Path, raters: Sequence[str] | Non
                         "family": families.get(s)}
             boot["settings"][s]["facts"] = facts[s]
     concepts = concept_table(items, settings)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise data.RunError(f"--out {out}: not a folder that can be written ({exc.strerror or exc})") from None
     data.write_text(out / "agreement.json", json.dumps(agree, indent=1) + "\n")
     data.write_text(out / "agreement.csv", csv_text([
         {"axis": axis, "pair": p, **v} for axis, a in agree["axes"].items()
@@ -370,6 +387,7 @@ def fake_ratings(run: Path, folder: Path, *, seed: int = 0, drop: int = 0) -> No
             data.write_jsonl(folder / name, rows)
 
 
+@data.one_line_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default=None, help="the run folder (default benchmarks/ratings/choose)")

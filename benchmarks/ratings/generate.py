@@ -316,10 +316,12 @@ def check_run(out: Path, header: dict) -> None:
 
     path = out / "run.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = data.read_json(path)
+        if not isinstance(old, dict):
+            raise data.RunError(f"--out {out}: its run.json is no JSON object; use another --out, or delete it")
         for key in ("model", "half", "questions", "tokens", "probe_questions"):
             if old.get(key) != header.get(key):
-                raise SystemExit(f"--out {out}: it holds a run with another {key} ({old.get(key)!r}); "
+                raise data.RunError(f"--out {out}: it holds a run with another {key} ({old.get(key)!r}); "
                                  "use another --out, or delete it to start again")
         known = {s["name"]: s for s in old.get("settings", [])}
         header["settings"] = list(known.values()) + [s for s in header["settings"] if s["name"] not in known]
@@ -328,6 +330,7 @@ def check_run(out: Path, header: dict) -> None:
     data.write_text(path, json.dumps(header, indent=1, ensure_ascii=False) + "\n")
 
 
+@data.one_line_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--half", default="choose", choices=data.HALVES, help="which concepts (concepts.json)")
@@ -347,13 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     out = Path(args.out) if args.out else data.default_run(args.half)
     if args.smoke and not args.out:
-        raise SystemExit("--smoke needs --out (the committed run folders hold real answers)")
+        raise data.RunError("--smoke needs --out (the committed run folders hold real answers)")
     concepts = data.load_concepts(args.half)
     if args.concepts:
         wanted = [c.strip() for c in args.concepts.split(",") if c.strip()]
         unknown = sorted(set(wanted) - {c.name for c in concepts})
         if unknown:
-            raise SystemExit(f"--concepts: {unknown} are not {args.half} concepts ({', '.join(c.name for c in concepts)})")
+            raise data.RunError(f"--concepts: {unknown} are not {args.half} concepts ({', '.join(c.name for c in concepts)})")
         concepts = [c for c in concepts if c.name in wanted]
     questions = data.load_questions()
     tokens = args.tokens

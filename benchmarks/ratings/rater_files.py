@@ -15,9 +15,9 @@ Run:  python benchmarks/ratings/rater_files.py --run benchmarks/ratings/choose
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -34,15 +34,16 @@ ITEM_FIELDS = ("id", "concept_description", "question", "answer")
 
 def items_of(run: Path, *, allow_partial: bool = False, settings: list[str] | None = None) -> list[dict]:
     """The run's answers in a fixed order (settings as run.json lists them, concepts, questions); refused
-    when a (setting, concept, question) of run.json has no answer, unless ``allow_partial``. ``settings``:
-    only these (the report half rates the chosen rule beside the baselines, not every candidate)."""
-    header = json.loads((run / "run.json").read_text())
-    answers = data.read_jsonl(run / "answers.jsonl")
+    when a (setting, concept, question) of run.json has no answer, unless ``allow_partial``. The folder is
+    read and checked by ``data.read_run``. ``settings``: only these (the report half rates the chosen rule
+    beside the baselines, not every candidate)."""
+    made = data.read_run(run, key=False)
+    header, answers = made.header, list(made.answers)
     order = {s["name"]: i for i, s in enumerate(header["settings"])}
     if settings is not None:
         unknown = sorted(set(settings) - set(order))
         if unknown:
-            raise SystemExit(f"--settings: {unknown} are not settings of {run} ({', '.join(order)})")
+            raise data.RunError(f"--settings: {unknown} are not settings of {run} ({', '.join(order)})")
         order = {s: i for s, i in order.items() if s in settings}
         answers = [a for a in answers if a["setting"] in order]
     descriptions = {c["name"]: c["description"] for c in header["concepts"]}
@@ -50,12 +51,34 @@ def items_of(run: Path, *, allow_partial: bool = False, settings: list[str] | No
     expected = {(s, c, q) for s in order for c in descriptions for q in range(len(header["questions"]))}
     missing = sorted(expected - seen)
     if missing and not allow_partial:
-        raise SystemExit(f"{run}: {len(missing)} of {len(expected)} answers are not made yet (first: {missing[0]}); "
-                         "finish generate.py, or pass --allow-partial")
-    if len(seen) != len(answers):
-        raise SystemExit(f"{run}/answers.jsonl: a (setting, concept, question) appears twice")
+        raise data.RunError(f"{run}: {len(missing)} of {len(expected)} answers are not made yet (first: {missing[0]}); "
+                            "finish generate.py, or pass --allow-partial")
     answers.sort(key=lambda a: (order.get(a["setting"], len(order)), a["concept"], a["question_index"]))
     return [{**a, "description": descriptions[a["concept"]]} for a in answers]
+
+
+def written_here(path: Path, rater: str) -> bool:
+    """Whether ``path`` (in raters/``rater``/) is a file this script wrote, judged by its name and its
+    content: ``INSTRUCTIONS.md``, or a ``rater_<R>_NN.jsonl`` whose every line is an item with exactly the
+    fields a rater is shown. A file the rater filled in (ratings added to the items), or any other file,
+    is not: it is never removed."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if path.name == "INSTRUCTIONS.md":
+        return True
+    if re.fullmatch(rf"rater_{rater}_\d+\.jsonl", path.name) is None:
+        return False
+    try:
+        return all(not isinstance(row, str) and set(row) == set(ITEM_FIELDS)
+                   for _, row in data.jsonl_lines(path, inside=path.parent))
+    except data.RunError:
+        return False
+
+
+def returned_ratings(run: Path) -> list[Path]:
+    """The raters' returned files in <run>/ratings/ (what collect.py reads)."""
+    folder = run / "ratings"
+    return sorted(folder.glob("ratings_*.jsonl")) if folder.is_dir() else []
 
 
 def assign_ids(n: int, seed: int) -> list[str]:
@@ -84,21 +107,32 @@ def make(run: Path, raters: list[str], *, chunk: int = 400, seed: int = 0, allow
     key_path, folder = run / "key.jsonl", run / "raters"
     key = [{"id": i, "setting": a["setting"], "concept": a["concept"], "question_index": a["question_index"],
             "question": a["question"], "files": {}} for i, a in zip(ids, items)]
-    if key_path.exists() and not force:
-        old = [(k["id"], k["setting"], k["concept"], k["question_index"]) for k in data.read_jsonl(key_path)]
+    if key_path.exists() or key_path.is_symlink():
+        old = [(k.get("id"), k.get("setting"), k.get("concept"), k.get("question_index"))
+               for k in data.read_jsonl(key_path)]
         if old != [(k["id"], k["setting"], k["concept"], k["question_index"]) for k in key]:
-            raise SystemExit(f"{key_path} exists for other items (ratings made against it would no longer match); "
-                             "pass --force to make new ids")
+            returned = returned_ratings(run)
+            if returned:  # --force or not: the key those ratings were made against is theirs
+                raise data.RunError(f"{key_path} is the key of the ratings returned in {returned[0].parent} "
+                                    f"({len(returned)} files, e.g. {returned[0].name}); new ids would leave them "
+                                    "matching nothing. Keep this key (the same --seed and answers), or move the "
+                                    "ratings and the key elsewhere first")
+            if not force:
+                raise data.RunError(f"{key_path} exists for other items (ratings made against it would no longer "
+                                    "match); pass --force to make new ids")
     text = (HERE / "INSTRUCTIONS.md").read_text()
     by_id = {k["id"]: k for k in key}
     shown = {i: {"id": i, "concept_description": a["description"], "question": a["question"], "answer": a["answer"]}
              for i, a in zip(ids, items)}
-    if folder.exists():  # only what this script writes is replaced: returned ratings are never removed
-        other = [p for p in folder.rglob("*") if p.is_file() and not (p.name == "INSTRUCTIONS.md" or
-                                                                      p.name.startswith("rater_"))]
+    if folder.exists() or folder.is_symlink():  # only what this script wrote is replaced: never a returned rating
+        if folder.is_symlink() or not folder.is_dir():
+            raise data.RunError(f"{folder} is not a folder (a link or a file); move it before making the rater files")
+        other = [p for p in sorted(folder.rglob("*")) if not (p.is_dir() and not p.is_symlink() and p.parent == folder)
+                 and not (p.parent.parent == folder and written_here(p, p.parent.name))]
         if other:
-            raise SystemExit(f"{folder} holds files this script did not write ({other[0]}): move them (returned "
-                             "ratings belong in <run>/ratings/) before making the rater files again")
+            raise data.RunError(f"{folder} holds a file this script did not write ({other[0]}: returned ratings, or a "
+                                "rater's notes); move it (returned ratings belong in <run>/ratings/) before making the "
+                                "rater files again")
         shutil.rmtree(folder)
     layout = {}
     for r in raters:
@@ -118,6 +152,7 @@ def make(run: Path, raters: list[str], *, chunk: int = 400, seed: int = 0, allow
     return {"items": len(items), "raters": layout}
 
 
+@data.one_line_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default=None, help="the run folder (default benchmarks/ratings/choose)")
@@ -130,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="a smoke run of generate.py into a temporary folder first")
     args = ap.parse_args(argv)
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
-    if len(set(raters)) != len(raters) or not all(r.isalnum() for r in raters):
-        raise SystemExit(f"--raters {args.raters!r}: distinct letters or names (letters and digits)")
+    if not raters or len(set(raters)) != len(raters) or not all(r.isalnum() for r in raters):
+        raise data.RunError(f"--raters {args.raters!r}: distinct letters or names (letters and digits)")
     if args.chunk < 1:
-        raise SystemExit(f"--chunk {args.chunk}: at least 1 item per file")
+        raise data.RunError(f"--chunk {args.chunk}: at least 1 item per file")
     if args.smoke and args.run is None:
         import generate
 

@@ -24,6 +24,23 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=ENV)
 
 
+def ratings_module(name: str):
+    """benchmarks/ratings/<name>.py imported for its functions, with ``sys.path`` and ``sys.modules`` left as
+    they were (the script puts its folder on the path and imports a module named ``data``: left in the
+    worker, that ``data`` would be every later script's)."""
+    import importlib
+
+    path, modules = sys.path[:], set(sys.modules)
+    sys.path.insert(0, str(RATINGS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = path
+        for n in set(sys.modules) - modules:
+            if n.partition(".")[0] in ("collect", "data", "generate", "rater_files"):
+                del sys.modules[n]
+
+
 def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -74,11 +91,7 @@ def test_rater_files_are_blind_shuffled_and_cover_every_item_once_per_rater(run:
 
 
 def test_collect_refuses_missing_or_bad_ratings_and_tables_complete_ones(run: Path, tmp_path: Path) -> None:
-    sys.path.insert(0, str(RATINGS))
-    try:
-        import collect
-    finally:
-        sys.path.remove(str(RATINGS))
+    collect = ratings_module("collect")
     if not (run / "key.jsonl").exists():
         assert script("rater_files.py", "--run", str(run), "--chunk", "10").returncode == 0
     bad = tmp_path / "bad"
@@ -111,11 +124,7 @@ def test_collect_refuses_missing_or_bad_ratings_and_tables_complete_ones(run: Pa
 
 
 def test_harmonic_aggregate_is_zero_when_an_axis_is_zero() -> None:
-    sys.path.insert(0, str(RATINGS))
-    try:
-        import collect
-    finally:
-        sys.path.remove(str(RATINGS))
+    collect = ratings_module("collect")
     assert collect.harmonic(2, 2, 0) == 0
     assert collect.harmonic(1, 2, 2) == pytest.approx(3 / (1 + 0.5 + 0.5))
 

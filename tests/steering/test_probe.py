@@ -163,7 +163,14 @@ def test_no_hook_is_left_when_a_layer_is_refused_or_the_forward_raises() -> None
     hooks = _hooks(model)
     with pytest.raises(SteerformerError, match="layers"):
         capture(model, adapter, _batch(), outputs=[19])  # refused before any hook
-    bad = PromptBatch.from_rows([[1, 5, 9, 999]], pad_id=0)  # past the vocabulary: the forward raises
-    with pytest.raises(IndexError):
-        capture(model, adapter, bad, inputs=[0, 1])
+
+    def broken(m, args):  # the test's own hook: the forward raises inside block 1
+        raise IndexError("raised inside the forward")
+
+    own = model.model.layers[1].register_forward_pre_hook(broken)
+    try:
+        with pytest.raises(IndexError, match="inside the forward"):
+            capture(model, adapter, _batch(), inputs=[0, 1])
+    finally:
+        own.remove()
     assert _hooks(model) == hooks
