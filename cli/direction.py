@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from steerformer.errors import bad_argument
 from steerformer_cli._common import MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, parse_layers, user_errors
 from steerformer_cli.app import SteerformerCommand, SteerformerGroup, app
 
@@ -41,8 +42,6 @@ def make_cmd(
     from steerformer.steering import contrastive_directions, load_for_steering
 
     with user_errors():
-        from steerformer.errors import bad_argument
-
         chosen = parse_layers(layers)
         check_input_files(positive=positive, negative=negative, pairs=pairs)
         check_cheap_options(out=out, kind="direction", overwrite=overwrite)  # before the model loads
@@ -73,8 +72,6 @@ def export_gguf_cmd(
 
     Example: steerformer direction export-gguf runs/music --out music.gguf
     """
-    from steerformer.errors import bad_argument
-
     with user_errors():
         if model_hint is not None:
             from steerformer.formats import check_model_hint

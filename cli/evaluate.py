@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 from steerformer.configs import check_max_kl
 from steerformer.errors import bad_argument
+from steerformer.outputs import EVALUATE, write_atomically
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_layers_early, library_bars, parse_layers, user_errors,
 )
@@ -15,8 +17,6 @@ from steerformer_cli.app import app
 
 
 def _floats(spec: str, name: str) -> list[float]:
-    import math
-
     try:
         values = [float(x) for x in spec.split(",") if x.strip()]
     except ValueError:
@@ -55,7 +55,6 @@ def evaluate_cmd(
     Example: steerformer evaluate smollm2 --token ocean --out runs/ocean-eval
     """
     from steerformer.loading import load_tokenizer
-    from steerformer.outputs import EVALUATE, write_atomically
     from steerformer.report import PAGE_NAME, add_page
     from steerformer.steering import (
         HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge, steer_and_hooks,

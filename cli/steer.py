@@ -5,6 +5,7 @@ call's ``steerformer.configs.SteerConfig`` and the built-in methods' configs,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -14,6 +15,7 @@ import typer
 from steerformer.configs import (RUN_DTYPES, ContrastiveOptions, HubOptions, OutputOptions, SteerConfig,
                                  torch_dtype)
 from steerformer.errors import bad_argument
+from steerformer.outputs import RECORD, write_output_file
 import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars,
@@ -128,8 +130,6 @@ def check_direction_file(direction: Optional[Path]) -> None:
 def given_options(method_options: dict) -> dict:
     """The method options set on the command line: those not at their declared default (a flag at
     its default says nothing, and the options given choose the method)."""
-    import dataclasses
-
     defaults = {f.name: f.default for c in steering.built_in_configs().values() for f in dataclasses.fields(c)}
     return {k: v for k, v in method_options.items() if v != defaults[k]}
 
@@ -181,8 +181,6 @@ def layers_of(cfg: SteerConfig, layers_opt: Optional[str]):
 
 def write_record(rec, written: dict) -> None:
     """--record (after the checkpoint: a failed save leaves no record behind)."""
-    from steerformer.outputs import RECORD, write_output_file
-
     if written["record"] is not None:
         write_output_file(written["record"], rec.to_json, RECORD, overwrite=written["overwrite"],
                           inputs=written["inputs"], outputs=[written["out"]], name="--record")
