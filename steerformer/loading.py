@@ -11,7 +11,9 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pickle
 import re
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -323,19 +325,14 @@ _INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _TRANSFORMERS_JSON = ("config.json", "generation_config.json")
 
 
-def _allowed_roots(path: Path) -> list[Path]:
-    """Where a checkpoint's weight files may live: its folder and, for a Hugging Face cache
-    snapshot (``…/snapshots/<commit>``), the repo's ``blobs`` its symlinks point to."""
-    root = path.resolve()
-    roots = [root]
+def checkpoint_roots(path: Path) -> list[Path]:
+    """Where any file of checkpoint folder ``path`` may live after symlinks: its folder and, for a
+    Hugging Face cache snapshot (``…/snapshots/<commit>``), the repo's ``blobs`` its symlinks point to."""
+    path = Path(path)
+    roots = [path.resolve()]
     if path.parent.name == "snapshots":
         roots.append((path.parent.parent / "blobs").resolve())
     return roots
-
-
-def checkpoint_roots(path: Path) -> list[Path]:
-    """Where any file of checkpoint folder ``path`` may live after symlinks (see ``_allowed_roots``)."""
-    return _allowed_roots(Path(path))
 
 
 def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint") -> Path:
@@ -351,11 +348,9 @@ def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint"
         resolved = p.resolve(strict=True)
     except (OSError, RuntimeError):
         raise CheckpointError(f"{path}: {shown}, which does not exist; the {kind} is incomplete.") from None
-    if not any(resolved == r or r in resolved.parents for r in _allowed_roots(path)):
+    if not any(resolved == r or r in resolved.parents for r in checkpoint_roots(path)):
         raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the {kind}; "
                               f"refusing to read it (a {kind} may only name its own files).")
-    import stat
-
     mode = os.stat(resolved).st_mode
     if not stat.S_ISREG(mode):
         what_it_is = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
@@ -417,7 +412,7 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
         names.add(f.name)
     for fname in sorted(names) if headers else ():
         if fname.endswith(".safetensors"):
-            read_safetensors_header(confined_file(path, fname, what="the checkpoint"))
+            read_safetensors_file_header(confined_file(path, fname, what="the checkpoint"))
 
 
 def load_config(path: Path):
@@ -476,7 +471,7 @@ def check_tokenizer_files(path: Path) -> None:
     for name in TOKENIZER_SIDE_FILES:
         f = Path(path) / name
         if f.is_symlink() or f.exists():
-            checked_side_file(Path(path), f, _allowed_roots(Path(path)))
+            checked_side_file(Path(path), f, checkpoint_roots(path))
 
 
 def load_tokenizer(model: Any, tokenizer: Any = None):
@@ -540,8 +535,6 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
 def _weight_file_errors(path: Path) -> Iterator[None]:
     """Weight files that transformers cannot read become one CheckpointError naming the file kind:
     a pickled ``.bin`` is never unpickled (transformers loads it with ``weights_only=True``)."""
-    import pickle
-
     try:
         yield
     except Exception as exc:
@@ -608,18 +601,12 @@ _ST_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16":
 _ST_MAX_HEADER = 100_000_000
 
 
-def read_safetensors_header(file: Path) -> tuple[dict, int]:
-    """(tensor entries, data start) of a safetensors file, validated completely against the file
-    size before anything is allocated: header length, JSON object, known dtype, shape of
-    non-negative integers, integer offsets ``0 <= begin <= end <= data size`` matching shape × dtype,
-    no two tensors overlapping. Anything else is one CheckpointError naming the file."""
-    header, _, start = read_safetensors_file_header(file)
-    return header, start
-
-
 def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
-    """(tensor entries, ``__metadata__`` (empty when absent), data start) of a safetensors file,
-    validated as :func:`read_safetensors_header` says — the one parser of safetensors headers."""
+    """(tensor entries, ``__metadata__`` (empty when absent), data start) of a safetensors file — the
+    one parser of safetensors headers —, validated completely against the file size before anything
+    is allocated: header length, JSON object, known dtype, shape of non-negative integers, integer
+    offsets ``0 <= begin <= end <= data size`` matching shape × dtype, no two tensors overlapping.
+    Anything else is one CheckpointError naming the file."""
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
 
@@ -707,7 +694,8 @@ class SafetensorsReader:
     def _header(self, fname: str) -> tuple[dict, int]:
         """(tensor entries of the JSON header, byte offset where the data starts), validated."""
         if fname not in self._headers:
-            self._headers[fname] = read_safetensors_header(self._resolved[fname])
+            tensors, _, start = read_safetensors_file_header(self._resolved[fname])
+            self._headers[fname] = tensors, start
         return self._headers[fname]
 
     def full_key(self, key: str) -> str:
