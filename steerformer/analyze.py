@@ -15,6 +15,7 @@ from .version import __version__
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
 from .configs import EIG_DTYPES, torch_dtype
+from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
@@ -182,8 +183,6 @@ def analyze(
         raise bad_argument("stats", False, "True or a StatsConfig when statistics options are given "
                            f"({', '.join(sorted(stats_options))})")
     tdtype = torch_dtype(dtype, choices=EIG_DTYPES)
-    from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
-
     dev = resolve_device(device)  # cheap checks before any weight is read; the one check of the run
 
     auto_top_k = top_k == "auto" and config is None

@@ -16,6 +16,7 @@ filling memory, and copying a checkpoint's side files without taking anything fr
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Callable, Iterable
@@ -157,8 +158,6 @@ def side_files(root: Path, folder: Path, allowed: Iterable[Path], *,
 
 def copy_side_file(src: Path, dst: Path) -> None:
     """Copy a file checked by :func:`checked_side_file` (re-checked on the open descriptor)."""
-    import shutil
-
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open_regular(src, max_bytes=MAX_SIDE_FILE_BYTES) as fin, open(dst, "wb") as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)

@@ -22,11 +22,15 @@ importing their packages.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
+
+from .errors import FileFormatError
+from .files import read_regular
 
 #: The key under which every result records the steerformer version that wrote it.
 VERSION_KEY = "steerformer_version"
@@ -106,8 +110,6 @@ MAX_JSON_DEPTH = 64
 def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
     """The one JSON reader: ``text`` decoded, or a :class:`~steerformer.errors.FileFormatError`
     naming ``where`` when it does not parse or nests deeper than :data:`MAX_JSON_DEPTH`."""
-    from .errors import FileFormatError
-
     def bad(reason: str) -> FileFormatError:
         err = FileFormatError(f"{where} is {reason}. Replace the file.")
         err.reason = reason
@@ -133,8 +135,6 @@ def parse_json(text: str | bytes, where: str | os.PathLike) -> Any:
 
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file (written by :func:`json_text`, or any other) through :func:`parse_json`."""
-    from .files import read_regular
-
     return parse_json(read_regular(path), path)  # a FIFO or /dev/zero: one error, never a hang
 
 
@@ -175,8 +175,6 @@ def save_figure(fig: Any, path: str | os.PathLike, *, tight: bool = True) -> Pat
 
 def missing_methods(cls: type) -> list[str]:
     """Protocol methods ``cls`` lacks (``load`` must be a classmethod); empty when it conforms."""
-    import inspect
-
     out = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
     if "load" not in out and not isinstance(inspect.getattr_static(cls, "load"), classmethod):
         out.append("load (not a classmethod)")

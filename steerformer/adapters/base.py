@@ -23,6 +23,8 @@ from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import torch
 
+from ..errors import InvalidArgumentError
+
 # Reads one tensor from wherever the weights live (a model in memory, a safetensors file...).
 # Keys are relative to the base model (no ``transformer.`` / ``bert.`` head-class prefix).
 TensorGetter = Callable[[str], torch.Tensor]
@@ -444,8 +446,6 @@ class Adapter(abc.ABC):
         ``layer``: the MLP's output projection of a pre-norm block, with no norm of its own after it
         (where a constant added after the block can be written into weights; docs/math.md §5d). A
         model without one is refused in one line saying why."""
-        from ..errors import InvalidArgumentError
-
         mlp = [w for w in self.block_writers(self.layer_sequence()[layer]) if w.kind == "mlp"]
         why = None
         if self.residual == "post":

@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 import torch
 
+from ..consistency import MissingHeadError
 from ..errors import InvalidArgumentError, bad_argument
+from ..loading import is_pretrained_model, load_model, open_source
 from ..results import json_text, read_json
 from .loop import LoopedModel
 
@@ -136,9 +138,6 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
 
 def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
-    from ..consistency import MissingHeadError
-    from ..loading import is_pretrained_model, load_model, open_source
-
     if open_source(model).adapter.mask(0).kind == "full":
         return None  # an encoder: its LM head (if any) does not continue text
     if is_pretrained_model(model):

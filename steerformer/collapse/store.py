@@ -30,9 +30,12 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, bad_argument
+from ..files import open_regular
 from ..outputs import (
     COLLAPSE, check_output_folder, in_plain_words, is_write_failure, write_failed, write_file_atomically, writer_lock,
 )
+from ..results import json_text, read_json
+from ..schemas import CollapseRun, checked
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
 #: What a finished (or interrupted) run adds: the result's files.
@@ -140,8 +143,6 @@ class RunStore:
 
     def _flush(self) -> None:
         info = {**(self._info or {}), "integrity": self._integrity}
-        from ..results import json_text
-
         _atomic(self.path / RUN_FILE, lambda p: json_text(info, p))
 
     def _integrity_rec(self) -> dict:
@@ -157,15 +158,11 @@ class RunStore:
         self._flush()
 
     def read_run(self) -> dict:
-        from ..results import read_json
-
         try:
             info = read_json(self.path / RUN_FILE)
         except (OSError, FileFormatError) as exc:
             raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
                 from None
-        from ..schemas import CollapseRun, checked
-
         if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
             raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
         try:
@@ -322,8 +319,6 @@ class RunStore:
 
 
 def file_sha256(path: Path) -> str:
-    from ..files import open_regular
-
     h = hashlib.sha256()
     with open_regular(path) as f:  # a FIFO or a link to /dev/zero: one error, never a hang
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -35,6 +35,7 @@ from scipy.integrate import DOP853, RK45
 
 from ..configs import progress_bar
 from ..errors import bad_argument
+from ..tokens import check_tokens
 from .geometry import (
     DTYPE,
     NonFiniteStateError,
@@ -432,8 +433,6 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     """:func:`solve` for an :class:`~steerformer.ode.fields.AttentionField`: checks the tokens
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
     step and the drift record to the field's W."""
-    from ..tokens import check_tokens
-
     W = getattr(field, "W", None)
     y = check_tokens(y0, W=W, normalize="require", name="y0")
     if y.shape[-1] != field.d:

@@ -17,6 +17,7 @@ from ..dynamics import run_dynamics
 from ..configs import SEED, progress_bar
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
+from ..results import json_text, read_json
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
@@ -60,16 +61,12 @@ class PowerMethodReport:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        from ..results import json_text
-
         return json_text(self.to_dict(), path)
 
     @classmethod
     def load(cls, out_dir: str | Path, doc: dict | None = None) -> "PowerMethodReport":
         """The statistics saved in ``out_dir``: ``doc`` is this report's :meth:`to_dict` (read from
         ``power_method.json``, or the ``power_method`` entry of `analyze`'s report.json, when None)."""
-        from ..results import read_json
-
         out = Path(out_dir)
         if doc is None:
             doc = read_json(out / "power_method.json")

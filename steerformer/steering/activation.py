@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -61,8 +62,6 @@ def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any,
 
 
 def check_coeff(coeff: Any) -> float:
-    import math
-
     if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or not math.isfinite(float(coeff)):
         raise bad_argument("coeff", coeff, "a finite number (negative steers away)")
     return float(coeff)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import SteerformerError, bad_argument
+from ..outputs import writer_lock
+from ..results import read_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +54,6 @@ class ExportFormat:
             if target == src or src in target.parents or target in src.parents:
                 raise bad_argument("out", str(out), f"a path outside the export's input {src}",
                                    "Write the export beside the steered checkpoint, not inside it.")
-        from ..outputs import writer_lock
-
         # the output's writer lock around the whole export (its writer takes it again, as its own): a second
         # writer, or a lock file that is a link or a folder, is refused before the checkpoint is read
         with writer_lock(target, "out", str(out), wait=overwrite):
@@ -106,7 +106,6 @@ def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable
 
 def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None],
                lora_rank: int | None = None) -> tuple[Path, str]:
-    from ..results import read_json
     from .checkpoint import load_for_steering, read_steering, save_steered
     from .common import RECORD_FILE, SIDE_DIR
 

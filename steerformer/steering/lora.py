@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from safetensors.torch import save_file
 
 from ..errors import bad_argument
 from ..outputs import STEERED, write_atomically
@@ -202,7 +203,6 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
     """Write the edits of the steered ``model`` as a PEFT LoRA adapter folder (module doc);
     ``lora_rank``: see :func:`lora_factors`; ``name``: the argument errors about ``directory`` name."""
     from huggingface_hub import ModelCardData
-    from safetensors.torch import save_file
 
     tensors, ranks, fan_in_fan_out, factors = lora_tensors(model, lora_rank)
     steering = steering_of(model)
