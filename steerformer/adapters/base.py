@@ -402,13 +402,14 @@ class Adapter(abc.ABC):
     def output_weight_name(self, slot: int) -> str:
         """Key (relative to the base model) of the stored output-projection weight of ``slot``."""
 
-    @abc.abstractmethod
     def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
-        """Canonical concatenated W_O (d, d) → the tensor as stored in the module/checkpoint."""
+        """Canonical concatenated W_O (d, d) → the tensor as stored in the module/checkpoint. Default:
+        ``nn.Linear``, which stores (out, in), already the canonical layout (GPT-2's Conv1D overrides)."""
+        return W_O
 
-    @abc.abstractmethod
     def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`output_weight_to_stored`."""
+        return stored
 
     def pre_attention_norm(self, layer: int) -> str | None:
         """Module path of the LayerNorm applied right before attention (pre-LN models), else None."""
