@@ -24,6 +24,7 @@ call below :data:`ARNOLDI_FROM`, ARPACK per matrix above it (measured: d = 384, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -49,6 +50,18 @@ DEFAULT_TOP_K = 16
 TOP_K_RESIDUAL = 1e-10
 #: :func:`rightmost_eig` uses ARPACK per matrix from this size up (CPU), one batched eig below.
 ARNOLDI_FROM = 256
+
+
+def one_blas_thread():
+    """The BLAS of numpy and scipy on one thread inside the ``with`` (through threadpoolctl; without
+    it the results are the same, only slower on busy machines): a pool's worker, whose parallelism is
+    the pool's, and ARPACK's hundreds of memory-bound d×d matvecs, which several BLAS threads fight
+    over with torch's spinning OpenMP workers (measured 1 thread: 0.4 ms, 2 threads on busy cores: 2–18 ms)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
 
 
 #: Smallest eigenproblem (n × n) solved on a CUDA device when one is asked for: below it the CPU is

@@ -26,7 +26,7 @@ import torch
 
 from .._text import csv_text
 from ..configs import EIG_DTYPES, StatsConfig, check_device, select_layers, torch_dtype
-from ..eig import DEFAULT_TOP_K, FULL_UP_TO
+from ..eig import DEFAULT_TOP_K, FULL_UP_TO, one_blas_thread
 from ..errors import bad_argument
 from ..loading import open_source
 from ..matrices import layer_matrices
@@ -85,38 +85,10 @@ def _single_thread():
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:  # pragma: no cover - optional
+        with one_blas_thread():
             yield
-        else:
-            with threadpool_limits(1):
-                yield
     finally:
         torch.set_num_threads(n)
-
-
-def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | None, dtype: str,
-                  device: str | None = None) -> dict:
-    """Spectrum of one layer of one checkpoint, reading only that layer's value/output tensors."""
-    with _single_thread():
-        src = open_source(model, revision=revision)
-        mats = layer_matrices(src, [layer], form=False)
-        d = mats.d_model
-        sp = spectra(mats, dtype=torch_dtype(dtype), top_k=top_k if top_k is not None and top_k <= d - 2 else None,
-                     device=device)
-        return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
-                "eig_method": sp.method[0], "source": src.meta()}
-
-
-def stats_task(model: str, revision: str | None, options: dict, dtype: str, device: str | None = None) -> dict:
-    """Power-method statistics of one checkpoint: per-step Δρ, P and their baselines."""
-    with _single_thread():
-        src = open_source(model, revision=revision)
-        rep = power_method_stats(src, StatsConfig(**options), dtype=torch_dtype(dtype), device=device)
-        keep = ("step", "layer") + STATS_COLUMNS
-        return {"summary": rep.summary(),
-                "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}
 
 
 def _same_work(saved: dict | None, task: dict) -> bool:
@@ -126,10 +98,22 @@ def _same_work(saved: dict | None, task: dict) -> bool:
 
 
 def _run_task(task: dict) -> dict:
-    if task["kind"] == "spectrum":
-        return spectrum_task(task["model"], task["revision"], task["layer"], task["top_k"], task["dtype"],
-                             task.get("device"))
-    return stats_task(task["model"], task["revision"], task["options"], task["dtype"], task.get("device"))
+    """One task, single-threaded: the spectrum of one layer of one checkpoint (reading only that
+    layer's value/output tensors), or the power-method statistics of one checkpoint (per-step Δρ, P
+    and their baselines)."""
+    dtype, device = torch_dtype(task["dtype"]), task.get("device")
+    with _single_thread():
+        src = open_source(task["model"], revision=task["revision"])
+        if task["kind"] == "spectrum":
+            layer, top_k = task["layer"], task["top_k"]
+            mats = layer_matrices(src, [layer], form=False)
+            d = mats.d_model
+            sp = spectra(mats, dtype=dtype, top_k=top_k if top_k is not None and top_k <= d - 2 else None, device=device)
+            return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
+                    "eig_method": sp.method[0], "source": src.meta()}
+        rep = power_method_stats(src, StatsConfig(**task["options"]), dtype=dtype, device=device)
+        keep = ("step", "layer") + STATS_COLUMNS
+        return {"summary": rep.summary(), "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}
 
 
 @dataclasses.dataclass
