@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, ClassVar, Sequence
 
@@ -200,14 +200,6 @@ SOLVERS: dict[str, RungeKutta] = {m.name: m for m in (Dop853(), Dopri5(), RK4())
 METHODS = tuple(SOLVERS)
 
 
-def _solver(method: str | RungeKutta) -> RungeKutta:
-    if isinstance(method, RungeKutta):
-        return method
-    if method not in SOLVERS:
-        raise bad_argument("method", method, f"one of {METHODS}")
-    return SOLVERS[method]
-
-
 @dataclass
 class Solution:
     """Saved states ``ys[k]`` (shape of y0) at ``ts[k]``, and what the integration cost."""
@@ -219,7 +211,6 @@ class Solution:
     n_rejected: int = 0
     n_evals: int = 0
     max_drift: float = 0.0
-    stats: dict = field(default_factory=dict)
 
 
 def _combine(K: list[torch.Tensor], coeffs: Sequence[float], scale: float) -> torch.Tensor | None:
@@ -267,7 +258,9 @@ def solve(
     runs for the error norm.
     """
     t0, t1 = check_time_span(*t_span)
-    solver = _solver(method)
+    if not isinstance(method, RungeKutta) and method not in SOLVERS:
+        raise bad_argument("method", method, f"one of {METHODS}")
+    solver = method if isinstance(method, RungeKutta) else SOLVERS[method]
     if dt is not None:
         dt = check_positive(dt, "dt")
     elif not solver.adaptive:
@@ -426,9 +419,6 @@ def _initial_step(state, t0, y0, f0, t1, tab, rtol, atol, batched) -> float:
     return min(100 * h0, h1, t1 - t0)
 
 
-__all__ = ["solve", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "RK4", "Dopri5", "Dop853"]
-
-
 def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> Solution:
     """:func:`solve` for an :class:`~steerformer.ode.fields.AttentionField`: checks the tokens
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
@@ -442,4 +432,4 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     return solve(field, y, t_span, **kwargs)
 
 
-__all__ += ["solve_tokens"]
+__all__ = ["solve", "solve_tokens", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "RK4", "Dopri5", "Dop853"]

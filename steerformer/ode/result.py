@@ -10,6 +10,7 @@ import numpy as np
 
 from ..version import __version__
 from ..results import VERSION_KEY, json_text, read_json, to_jsonable
+from .plots import FIGURES, plot_bridge
 
 #: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).
 _SERIES = "series__"
@@ -104,8 +105,6 @@ class SetupResult:
 
     def plot(self, out_dir: str | pathlib.Path) -> list[pathlib.Path]:
         """Draw this setup's figures (PNG) into ``out_dir``; returns their paths."""
-        from .plots import FIGURES, plot_bridge
-
         out = pathlib.Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         return FIGURES.get(self.setup, plot_bridge)(self, out)
