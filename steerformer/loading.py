@@ -286,14 +286,19 @@ def _from_hub(repo_id: str, revision: str | None) -> tuple[Path, str, str | None
         raise ModelNotFoundError(f"model={repo_id!r} is neither a local directory nor a valid Hub id "
                                  f"({exc}).{hint}") from None
     except Exception as exc:  # offline, unknown repo, gated, network: all the same to the user
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \
-            f"could not be fetched from the Hugging Face Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         raise ModelNotFoundError(f"model {repo_id!r}{'' if revision is None else f' at revision {revision!r}'} "
-                                 f"{why}.{hint}") from None
+                                 f"{hub_failure(exc)}.{hint}") from None
     commit = path.name if path.parent.name == "snapshots" else None
     _check_has_weights(path)
     return path, repo_id, commit
+
+
+def hub_failure(exc: BaseException) -> str:
+    """Why a download from the Hub failed, as the end of a sentence: offline, or the error's first line."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"could not be fetched from the Hugging Face Hub ({type(exc).__name__}: {first})"
 
 
 def name_looks_like_path(name: str) -> bool:
@@ -522,8 +527,8 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
     check_config_against_weights(path, config, get_adapter(config))
     cls = getattr(transformers, auto_class)
     kw = {"attn_implementation": "eager", **kwargs}
-    if dtype is not None:
-        kw[_dtype_kwarg()] = dtype
+    if dtype is not None:  # transformers 5 renamed ``torch_dtype=`` to ``dtype=``
+        kw["dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"] = dtype
     with _weight_file_errors(path):
         net = load_pretrained(cls, path, config=config, **kw)
     if device is not None:
@@ -550,13 +555,6 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
                 "steerformer will not unpickle it. Use a checkpoint with *.safetensors weights from a source you "
                 "trust.") from None
         raise
-
-
-def _dtype_kwarg() -> str:
-    """transformers 5 renamed ``torch_dtype=`` to ``dtype=``."""
-    import transformers
-
-    return "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
 def is_pretrained_model(obj: Any) -> bool:

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, ModelNotFoundError, bad_argument
 from ..files import check_regular
-from ..loading import confined_file, display_name, name_looks_like_path, public_model_id
+from ..loading import confined_file, display_name, hub_failure, name_looks_like_path, public_model_id
 from ..outputs import DIRECTION, write_atomically
 from ..results import read_json
 from ..schemas import DirectionFile, checked
@@ -340,10 +340,7 @@ def _download(repo_id: str, revision: str | None, endpoint: str | None) -> Path:
         return Path(snapshot_download(repo_id, revision=revision, endpoint=endpoint,
                                       allow_patterns=[META_FILE, VECTORS_FILE, "README.md"]))
     except Exception as exc:  # offline, unknown repo, network: one line
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \
-            f"could not be fetched from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
-        raise ModelNotFoundError(f"direction {repo_id!r} {why}.") from None
+        raise ModelNotFoundError(f"direction {repo_id!r} {hub_failure(exc)}.") from None
 
 
 def _checked(vectors: Mapping[int, Any]) -> dict[int, torch.Tensor]:
