@@ -72,16 +72,7 @@ _EXPORTS: dict[str, str] = {
     "Conversation": ".conversation", "StrengthDial": ".conversation", "check_strength": ".conversation",
 }
 
-__all__ = [
-    "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
-    "edits_applied", "check_generates", "DOSE_SCALES", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
-    "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
-    "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
-    "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "StrengthSearch",
-    "judged_strength", "Conversation", "StrengthDial", "check_strength", "record_section",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
 

@@ -133,18 +133,13 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
     return out
 
 
-def _full_module_names(model: Any) -> dict[int, str]:
-    """id(module) -> its path inside ``model`` (the class PEFT will wrap)."""
-    return {id(m): n for n, m in model.named_modules()}
-
-
 def lora_tensors(model: Any, lora_rank: int | None = None) -> tuple[dict[str, torch.Tensor], dict[str, int], bool,
                                                                        dict[str, LoraFactors]]:
     """({PEFT key: tensor}, {module path: rank}, fan_in_fan_out, {module path: factors}) for the
     steered ``model``."""
     factors = lora_factors(model, lora_rank)
     base = model.base_model
-    names = _full_module_names(model)
+    names = {id(m): n for n, m in model.named_modules()}  # id(module) -> its path (the class PEFT will wrap)
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
     by_path: dict[str, LoraFactors] = {}
