@@ -157,11 +157,7 @@ class Config:
     def from_dict(cls, data: dict[str, Any]):
         """A config from a dict (e.g. a stored run), ignoring keys that are not fields."""
         names = {f.name for f in dataclasses.fields(cls)}
-        kw = {}
-        for k, v in data.items():
-            if k in names:
-                kw[k] = v
-        return cls(**kw)
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     @classmethod
     def help_of(cls, name: str) -> str:
