@@ -35,7 +35,7 @@ def evaluate_cmd(
     layers: Optional[str] = typer.Option(None, "--layers", help="Activation addition at each of these layers "
                                          "(default: the model's middle layers, the addition's scan)."),
     coeffs: str = typer.Option("0.15,0.25", "--coeffs", help="Coefficients of the addition, in residual norms."),
-    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.3; 0.6 with --choose judged)."),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="KL budget of the default steer (default 0.5; 0.6 with --choose judged)."),
     questions: int = typer.Option(8, "--questions", help="Held-out questions (at most 16 built in)."),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per answer."),
     sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy answers."),

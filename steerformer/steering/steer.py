@@ -40,7 +40,7 @@ def steer(
     layer(s) ``layer``/``layers`` (default: a scan of middle layers), along the direction taken at
     that layer (``token``/``text``: a word or phrase, by the templated contrast of ``calibrate.py``),
     with its gain chosen by ``choose``: "kl" (the default: the largest gain whose teacher-forced
-    KL on probe prompts stays within ``max_kl``, default 0.3) or "judged" (opt-in: the gain whose
+    KL on probe prompts stays within ``max_kl``, default 0.5) or "judged" (opt-in: the gain whose
     greedy answers to the selection questions the judge rates best, mean aggregate, among the gains
     reaching a ladder of KL levels up to ``max_kl``, default 0.6 nats/token;
     ``steering/evaluation/strength.py``, the dose curve in ``record.calibration["strength_search"]``;
