@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from safetensors.torch import save_file
 
 from ..errors import bad_argument
 from ..outputs import STEERED, write_atomically
@@ -198,6 +197,7 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
     """Write the edits of the steered ``model`` as a PEFT LoRA adapter folder (module doc);
     ``lora_rank``: see :func:`lora_factors`; ``name``: the argument errors about ``directory`` name."""
     from huggingface_hub import ModelCardData
+    from safetensors.torch import save_file  # looked up when called: a test stands in a full disk for it
 
     tensors, ranks, fan_in_fan_out, factors = lora_tensors(model, lora_rank)
     steering = steering_of(model)

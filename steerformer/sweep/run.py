@@ -31,7 +31,7 @@ from ..errors import bad_argument
 from ..loading import open_source
 from ..matrices import layer_matrices
 from ..outputs import SWEEP, check_output_folder
-from ..results import json_text, read_json, save_figure
+from ..results import json_text, read_json
 from ..spectra import spectra
 from ..stats.run import power_method_stats
 
@@ -161,6 +161,8 @@ class SweepResult:
     def plot(self, out_dir: str | Path) -> list[Path]:
         """λ1, gap (and Δρ, P with statistics) against the checkpoint, one line per layer."""
         from matplotlib.figure import Figure
+
+        from ..plotting import save_figure
 
         labels = [c.label for c in self.checkpoints]
         panels = [("lambda1_re", "Re λ1"), ("gap", "gap Re λ1 − Re λ2")]
