@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from .errors import CheckpointError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument
-from .files import cache_root, open_regular, read_regular
+from .files import cache_root, open_regular, read_regular, sha256_of
 from .outputs import writer_lock
 from .results import parse_json
 
@@ -59,7 +59,7 @@ _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: n
 _STRING, _ARRAY = 8, 9
 #: Arrays longer than this are counted, not kept (the tokenizer's 49k tokens and merges).
 KEEP_ARRAYS_UP_TO = 1024
-#: The name steerformer gives the bundled GGUF (the Hub id of the model it was converted from).
+#: The suffix of a GGUF model file.
 GGUF_SUFFIX = ".gguf"
 
 
@@ -505,18 +505,17 @@ def _stamp_key(path: Path) -> str:
 def known_sha256(path: Path) -> str | None:
     """The SHA-256 :func:`file_sha256` remembered for the file as it is now (same path and
     :func:`file_stamp`), or None when it has not hashed it yet."""
-    digest = _read_hash_index(cache_root() / "gguf" / "hashes.json").get(_stamp_key(path))
-    return digest if _is_digest(digest) else None
+    return _read_hash_index(cache_root() / "gguf" / "hashes.json").get(_stamp_key(path))
 
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of the file, remembered in the cache per (path, :func:`file_stamp`)."""
     stamp = _stamp_key(path)
     index = cache_root() / "gguf" / "hashes.json"
-    known = _read_hash_index(index)
-    if _is_digest(known.get(stamp)):
+    known = _read_hash_index(index)  # digests only
+    if stamp in known:
         return known[stamp]
-    digest = _sha256_of(path)
+    digest = sha256_of(path)
     known[stamp] = digest
     try:
         index.parent.mkdir(parents=True, exist_ok=True)
@@ -611,14 +610,6 @@ def file_stamp(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open_regular(path) as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _manifest_sha256(doc: dict) -> str:
     return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != "manifest_sha256"},
                                      sort_keys=True).encode()).hexdigest()
@@ -654,7 +645,7 @@ def cache_entry_problem(folder: Path, digest: str) -> str | None:
             return f"{name} is not a regular file"
         if file_stamp(f) == entry.get("stamp"):
             continue
-        if _sha256_of(f) != entry["sha256"]:
+        if sha256_of(f) != entry["sha256"]:
             return f"{name} changed since it was written (sha256 differs)"
     return None
 
@@ -664,7 +655,7 @@ def _write_manifest(folder: Path, doc: dict) -> None:
     files = {}
     for f in sorted(folder.iterdir()):
         if f.name != SOURCE_FILE:
-            files[f.name] = {"sha256": _sha256_of(f), "stamp": file_stamp(f)}
+            files[f.name] = {"sha256": sha256_of(f), "stamp": file_stamp(f)}
     doc = {**doc, "files": files}
     doc["manifest_sha256"] = _manifest_sha256(doc)
     (folder / SOURCE_FILE).write_text(json.dumps(doc, indent=1))

@@ -205,17 +205,13 @@ def file_hashes(directory: Path) -> dict[str, str]:
     """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
     safetensors files (their tensors are hashed one by one, their header holds the record) and
     steerformer's own folder are left out."""
-    from ..files import open_regular  # here, not at the top: the steer path reads no file
+    from ..files import sha256_of  # here, not at the top: the steer path reads no file
 
     out = {}
     for p in sorted(directory.rglob("*")):
         rel = p.relative_to(directory).as_posix()
         if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
-            h = hashlib.sha256()
-            with open_regular(p) as f:  # a FIFO swapped in after is_file: one error, never a hang
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            out[rel] = h.hexdigest()
+            out[rel] = sha256_of(p)  # a FIFO swapped in after is_file: one error, never a hang
     return out
 
 
