@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .errors import FileFormatError, InvalidArgumentError, bad_argument
-from .files import cache_root, open_regular, read_prefix
+from .files import cache_root, file_kind, open_regular, read_prefix
 from .results import parse_json
 from .version import __version__
 
@@ -329,8 +329,7 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
     except OSError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        what = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise bad_argument(name, shown, f"an output whose lock file {lock} is a regular file (it is {what})",
+        raise bad_argument(name, shown, f"an output whose lock file {lock} is a regular file (it is {file_kind(mode)})",
                            f"Remove {lock} (rm -r) if no steerformer command is running, then rerun.")
     while True:
         try:

@@ -43,7 +43,7 @@ from .._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
     "unsteer": ".chain",
-    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
+    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_chain": ".checkpoint",
     "save_steered": ".checkpoint", "read_records": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
     "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
     "contrastive_directions": ".sources", "read_npy": ".sources", "head_kind": ".measure",
@@ -80,7 +80,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .chain import Steering, is_steered, steering_of, steering_records, unsteer
     from .checkpoint import (
-        load_for_steering, load_model, read_records, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+        load_for_steering, load_model, read_chain, read_records, save_steered, steer_checkpoint, unsteer_checkpoint,
     )
     from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions, read_npy
     from .measure import head_kind

@@ -54,7 +54,7 @@ from safetensors.torch import load_file, save_file
 
 from ..configs import SteerConfig
 from ..errors import CheckpointError, FileFormatError, SteerformerError, bad_argument
-from ..files import copy_side_file, side_files
+from ..files import copy_side_file, file_kind, side_files
 from ..loading import (
     SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source,
     read_safetensors_file_header, resolve_checkpoint,
@@ -329,12 +329,6 @@ def read_chain(directory: str | os.PathLike, *, check: bool = True) -> Steering:
     return Steering(records=records, originals=originals, untie=payload.get("untie"))
 
 
-def read_steering(directory: str | os.PathLike) -> tuple[list[SteeringRecord], dict | None, dict[str, torch.Tensor]]:
-    """(records, untie info, original weights) of a checkpoint written by :func:`save_steered`."""
-    s = read_chain(directory)
-    return s.records, s.untie, s.originals
-
-
 def check_modules(model: Any, names: Any, where: Any) -> None:
     """Every weight the records name is a parameter of ``model`` (else broken provenance)."""
     for name in names:
@@ -503,20 +497,14 @@ def _absent(path: Path) -> str:
         mode = os.lstat(path).st_mode
     except OSError:
         return "missing"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO, not the regular file recorded"
-    if stat.S_ISDIR(mode):
-        return "a folder, not the regular file recorded"
     if stat.S_ISLNK(mode):
         try:
             target = os.stat(path).st_mode
         except OSError:
             return "a dangling symbolic link, not the regular file recorded"
-        what = "a FIFO" if stat.S_ISFIFO(target) else "a folder" if stat.S_ISDIR(target) else \
-            "a device" if stat.S_ISCHR(target) or stat.S_ISBLK(target) else \
-            "a file elsewhere" if stat.S_ISREG(target) else "a special file"
+        what = "a file elsewhere" if stat.S_ISREG(target) else file_kind(target)
         return f"a symbolic link to {what}, not the regular file recorded"
-    return "a special file, not the regular file recorded"
+    return f"{file_kind(mode)}, not the regular file recorded"
 
 
 # ---- undo ----------------------------------------------------------------------------------------

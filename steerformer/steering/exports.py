@@ -96,9 +96,9 @@ def export_steered(steered: str | Path, out: str | Path, format: str, *, overwri
 
 # ---- the built-in formats: one small writer each -------------------------------------------------
 def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None]) -> tuple[Path, str]:
-    from .checkpoint import load_for_steering, read_steering, save_steered
+    from .checkpoint import load_for_steering, read_chain, save_steered
 
-    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
+    read_chain(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     path = save_steered(load_for_steering(steered), out, overwrite=overwrite, name="out")
     return path, f"saved to {path}"
@@ -106,12 +106,12 @@ def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable
 
 def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None],
                lora_rank: int | None = None) -> tuple[Path, str]:
-    from .checkpoint import load_for_steering, read_steering, save_steered
+    from .checkpoint import load_for_steering, read_chain, save_steered
     from .common import RECORD_FILE, SIDE_DIR
 
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise bad_argument("lora_rank", lora_rank, "a whole number >= 1")
-    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
+    read_chain(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     model = load_for_steering(steered)
     say(f"writing {out} (the edits as a LoRA adapter)")
@@ -127,9 +127,9 @@ def write_gguf(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str]
                dtype: str | None = None) -> tuple[Path, str]:
     from ..formats import check_target_file, write_gguf_model
     from ..loading import gguf_file_of
-    from .checkpoint import load_for_steering, read_steering
+    from .checkpoint import load_for_steering, read_chain
 
-    records = read_steering(steered)[0]  # not a steered checkpoint: one line, before any weight loads
+    records = read_chain(steered).records  # not a steered checkpoint: one line, before any weight loads
     if source is None:  # the GGUF the steered model was loaded from (a .gguf path, the bundled SmolLM2)
         try:
             source = gguf_file_of(records[0].model_id)
