@@ -161,7 +161,6 @@ def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge
 
 def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: SteerConfig) -> Optional[str]:
     """steer's direction: --direction, or the contrastive direction of --positive/--negative/--pairs."""
-
     if src.positive is None and src.negative is None and src.pairs is None:
         return str(direction) if direction is not None else None
     if direction is not None:
@@ -194,7 +193,6 @@ def push(path, hub: dict) -> None:
 def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrastive, written: dict,
                hub: dict) -> None:
     """--lazy: one paper edit written into a new checkpoint with no forward pass."""
-
     out = written["out"]
     if out is None:
         raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
@@ -224,7 +222,6 @@ def show_evaluation(m, tok, rec, concept: Optional[str], judge=None, say=None) -
 
 def save_and_push(m, rec, written: dict, hub: dict, tokenizer=None) -> None:
     """--out (the steered checkpoint, with ``tokenizer``: the one the steer used), --record, --push-to-hub."""
-
     out = written["out"]
     if out is None:
         write_record(rec, written)

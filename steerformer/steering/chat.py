@@ -36,7 +36,6 @@ def word_forms(word: str) -> list[str]:
     return sorted(f"{head} {f}" if head else f for f in forms)
 
 
-
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
