@@ -14,13 +14,12 @@ from . import plotting
 from .version import __version__
 from ._text import csv_text
 from .results import VERSION_KEY, json_text, read_json
-from .configs import EIG_DTYPES, torch_dtype
+from .configs import EIG_DTYPES, StatsConfig, torch_dtype
 from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, default_workers, spectra
-from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
 #: Columns of the per-layer table / CSV, in order.

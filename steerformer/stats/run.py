@@ -14,14 +14,13 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import SEED, progress_bar
+from ..configs import SEED, StatsConfig, progress_bar
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
 from ..results import json_text, read_json
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
-from .config import StatsConfig
 from .full_model import model_hidden_states
 from .null import annotate, null_statistics
 from .result import COLUMNS, AlignmentStats
