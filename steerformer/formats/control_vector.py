@@ -274,6 +274,3 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
     return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, meta.model_hint, dict(meta.notes))
-
-
-__all__ = ["ControlVector", "check_model_hint", "model_hint_of", "read_control_vector", "write_control_vector"]

@@ -80,6 +80,3 @@ def check_target_file(path: str | os.PathLike, overwrite: bool, name: str = "pat
     if Path(path).expanduser().suffix != suffix:
         raise bad_argument(name, str(path), f"a file name ending in {suffix}", f"Name the file e.g. out{suffix}.")
     return check_output_file(path, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
-
-
-__all__ = ["GGUF_OUTPUT", "WRITTEN_BY", "check_target_file", "check_written", "field_value", "is_steerformer_file", "open_gguf"]

@@ -206,6 +206,3 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
 
     # the writer lock, the rules again under it, a killed writer's temporary removed, a full disk one line
     return write_output_file(target, write, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
-
-
-__all__ = ["DTYPES", "gguf_names", "permute_qk", "write_gguf_model"]

@@ -125,6 +125,3 @@ def check_vllm_lora(adapter_config: Mapping[str, Any], model_type: str, *, max_l
     if problems:
         raise bad_argument("adapter_config", f"a {model_type} LoRA", "an adapter vLLM's LoRA loader accepts; "
                            + "; ".join(problems), "Export the merged checkpoint, or change what the message names.")
-
-
-__all__ = ["check_vllm_adapter", "check_vllm_lora", "vllm_adapter_problems", "vllm_lora_problems"]

@@ -101,6 +101,3 @@ def layer_matrix_dynamics(
          "steps": int(steps), "tau": tau, "seed": seed, "attention": attention},
         ks.numpy().astype(float), {"E": E, "rho_v1": rho}, summary,
     )
-
-
-__all__ = ["layer_matrix_dynamics", "principal_eigenvector", "random_layer_matrix"]

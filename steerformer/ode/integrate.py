@@ -430,6 +430,3 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     kwargs.setdefault("project", lambda z: z / w_norm(z, W))
     kwargs.setdefault("drift", lambda z: manifold_drift(z, W))
     return solve(field, y, t_span, **kwargs)
-
-
-__all__ = ["solve", "solve_tokens", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "RK4", "Dopri5", "Dop853"]

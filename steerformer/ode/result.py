@@ -108,6 +108,3 @@ class SetupResult:
         out = pathlib.Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         return FIGURES.get(self.setup, plot_bridge)(self, out)
-
-
-__all__ = ["SetupResult"]

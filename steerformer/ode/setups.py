@@ -68,6 +68,3 @@ def run_setup(name: str, **kwargs: object) -> SetupResult:
     if name not in SETUPS:
         raise bad_argument("setup", name, f"one of {sorted(SETUPS)}", "List them with `steerformer simulate list`.")
     return SETUPS[name].run(**{k: v for k, v in kwargs.items() if v is not None})
-
-
-__all__ = ["SETUPS", "SetupSpec", "run_setup", "setup_bridge"]

@@ -108,5 +108,3 @@ def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: fl
                   if full else ""))
     return GainSearch(gain=alpha * scale, kl=kl, scale=scale, curve=[(a * scale, k) for a, k, _ in pts],
                       within_budget=True, message=message, logprobs=lp)
-
-__all__ = ["GainSearch", "check_value_map", "delta_output", "search_gain"]

@@ -121,6 +121,3 @@ def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]
             cut = next((i for i, t in enumerate(row) if t in stops), len(row))
             out.append(row[:cut])
     return out
-
-
-__all__ = ["chat_rows", "check_answer_fits", "generate_answers", "has_chat_template", "pad_id", "stop_ids", "word_forms"]

@@ -156,6 +156,3 @@ class Conversation:
     def undo(self) -> Turn | None:
         """Forget the last exchange; None when there is none."""
         return self.turns.pop() if self.turns else None
-
-
-__all__ = ["Conversation", "StrengthDial", "Turn", "check_strength"]

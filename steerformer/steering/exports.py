@@ -165,5 +165,3 @@ register_format("gguf", write_gguf, "the whole steered model as one GGUF file fo
                 options=("source", "dtype"), target="file")
 register_format("control-vector", write_control_vector, "the vectors the steer added, as a llama.cpp control "
                 "vector .gguf (strength 1.0 = that steer)", options=("model_hint",), target="file")
-
-__all__ = ["ExportFormat", "export_steered", "format_names", "get_format", "register_format"]

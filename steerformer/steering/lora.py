@@ -267,6 +267,3 @@ def choose_lora_rank(model: Any, cost: Callable[[Any], float], *, max_cost: floa
         if value <= max_cost:
             return LoraRankChoice(r, float(max_cost), tried)
     return LoraRankChoice(None, float(max_cost), tried)
-
-
-__all__ = ["LoraFactors", "LoraRankChoice", "choose_lora_rank", "lora_factors", "save_peft_adapter", "truncated"]
