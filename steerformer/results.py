@@ -60,6 +60,14 @@ class ResultProtocol(Protocol):
     def summary(self) -> str: ...
 
 
+class JsonResult:
+    """The part of the protocol every result type shares: :meth:`to_json` of its ``to_dict``."""
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """JSON text of ``to_dict()`` (NaN as null); also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
+
+
 def to_jsonable(obj: Any) -> Any:
     """``obj`` as plain JSON data: dicts (string keys), lists, str, int, float, bool, None.
 
@@ -182,6 +190,6 @@ def missing_methods(cls: type) -> list[str]:
 
 
 __all__ = [
-    "FIGURE_DPI", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
+    "FIGURE_DPI", "JsonResult", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
     "MAX_JSON_DEPTH", "missing_methods", "parse_json", "read_json", "save_figure", "to_jsonable", "version_of",
 ]

@@ -15,14 +15,14 @@ import torch
 from ..consistency import MissingHeadError
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import is_pretrained_model, load_model, open_source
-from ..results import json_text, read_json
+from ..results import JsonResult, read_json
 from .loop import LoopedModel
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class DecodeResult:
+class DecodeResult(JsonResult):
     """``continuations[k]``: the new token ids after looping ``k`` times; ``texts[k]`` their
     decoding (None without a tokenizer). Speaks the result protocol (:mod:`steerformer.results`);
     it has no figure."""
@@ -58,10 +58,6 @@ class DecodeResult:
         return cls(prompt_ids=[int(i) for i in doc["prompt_ids"]], prompt_text=doc["prompt_text"],
                    continuations={int(k): [int(i) for i in v] for k, v in doc["continuations"].items()},
                    texts={int(k): v for k, v in doc["texts"].items()}, options=doc["options"])
-
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        """JSON text of :meth:`to_dict`; also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def save(self, out_dir: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]:
         """``decode.json`` in folder ``out_dir``."""

@@ -13,7 +13,7 @@ import numpy as np
 from ..configs import CollapseConfig
 from ..errors import bad_argument
 from ..loading import model_display_name
-from ..results import json_text, save_figure, to_jsonable
+from ..results import JsonResult, save_figure, to_jsonable
 from .plots import collapse_figure
 from .store import RunStore
 
@@ -22,7 +22,7 @@ STATS = ("e", "pairwise", "centroid")
 
 
 @dataclasses.dataclass
-class CollapseResult:
+class CollapseResult(JsonResult):
     """``e``, ``pairwise``, ``centroid``: (passes, blocks, prompts); the ``*0`` arrays (prompts,)
     are the same statistics of the embedded prompts, before the first block. ``options`` holds the
     run's arguments, ``meta`` the model facts, dtype, device, pass seeds and timings.
@@ -92,10 +92,6 @@ class CollapseResult:
             "final": {s: float(getattr(self, s)[-1, -1].mean()) for s in STATS},
             "summary": {s: {k: v.tolist() for k, v in self.quantiles(s).items()} for s in STATS},
         })
-
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def to_npz(self, path: str | os.PathLike) -> Path:
         path = Path(path)

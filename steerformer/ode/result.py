@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..version import __version__
-from ..results import VERSION_KEY, json_text, read_json, to_jsonable
+from ..results import VERSION_KEY, JsonResult, read_json, to_jsonable
 from .plots import FIGURES, plot_bridge
 
 #: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).
@@ -35,7 +35,7 @@ def _short(value: object) -> str:
 
 
 @dataclass
-class SetupResult:
+class SetupResult(JsonResult):
     """Output of one named setup (see :data:`steerformer.ode.SETUPS`); speaks the result protocol
     (:mod:`steerformer.results`).
 
@@ -73,10 +73,6 @@ class SetupResult:
             "series": self.series,
             "extra": self.extra,
         })
-
-    def to_json(self, path: str | pathlib.Path | None = None) -> str:
-        """JSON text of config, findings and series (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def save(self, out_dir: str | pathlib.Path, *, plots: bool = True) -> dict[str, pathlib.Path]:
         """``result.json``, ``result.npz`` (times, series and token trajectories, exact) and the

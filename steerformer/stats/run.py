@@ -17,7 +17,7 @@ from ..dynamics import run_dynamics
 from ..configs import SEED, StatsConfig, progress_bar
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
-from ..results import json_text, read_json
+from ..results import JsonResult, read_json
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
@@ -34,7 +34,7 @@ STABLE_SHARE = 0.9
 
 
 @dataclasses.dataclass
-class PowerMethodReport:
+class PowerMethodReport(JsonResult):
     """Statistics of the controlled dynamics, and where run, of the full model and the prolonged run."""
 
     controlled: AlignmentStats
@@ -57,10 +57,6 @@ class PowerMethodReport:
     def to_dict(self) -> dict:
         return {"options": self.options, "summary": self.summary(),
                 **{name: st.to_dict() for name, st in self.variants().items()}}
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     @classmethod
     def load(cls, out_dir: str | Path, doc: dict | None = None) -> "PowerMethodReport":

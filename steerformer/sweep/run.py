@@ -31,7 +31,7 @@ from ..errors import bad_argument
 from ..loading import open_source
 from ..matrices import layer_matrices
 from ..outputs import SWEEP, check_output_folder
-from ..results import json_text, read_json
+from ..results import JsonResult, json_text, read_json
 from ..spectra import spectra
 from ..stats.run import power_method_stats
 
@@ -117,7 +117,7 @@ def _run_task(task: dict) -> dict:
 
 
 @dataclasses.dataclass
-class SweepResult:
+class SweepResult(JsonResult):
     """Per-checkpoint reports, the combined table, and how many tasks ran vs were reused."""
 
     checkpoints: list[Checkpoint]
@@ -154,9 +154,6 @@ class SweepResult:
             lam = [f"{r['lambda1_re']:.4g}" for r in self.rows if r["checkpoint"] == c.key and "lambda1_re" in r]
             lines.append(f"  {c.label}: Re λ1 per layer {', '.join(lam)}")
         return "\n".join(lines)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        return json_text(self.to_dict(), path)
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """λ1, gap (and Δρ, P with statistics) against the checkpoint, one line per layer."""
