@@ -11,6 +11,7 @@ import typer
 from steerformer.configs import StatsConfig
 from steerformer.errors import bad_argument
 from steerformer.outputs import ANALYZE, write_atomically
+from steerformer.report import PAGE_NAME, add_page
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, config_options, default_out, library_bars, parse_layers, user_errors,
 )
@@ -47,7 +48,6 @@ def analyze_cmd(
     Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --layers 0-2 --out runs/minilm
     """
     from steerformer.analyze import analyze
-    from steerformer.report import PAGE_NAME, add_page
 
     with user_errors(), library_bars(not (quiet or as_json)):
         if top_k is not None and (top_k < 0 or (top_k > 0 and not spectra_only)):
