@@ -408,10 +408,8 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
             if (path / fname).is_file():
                 read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
     for index in _INDEX_FILES:
-        if (path / index).is_file():
-            for fname in _read_index(path, index, for_transformers=headers).values():
-                names.add(fname)
-                confined_file(path, fname, what=index)
+        if (path / index).is_file():  # every shard it names confined by _read_index
+            names.update(_read_index(path, index, for_transformers=headers).values())
     for f in [*_safetensors_files(path), *path.glob("pytorch_model*.bin")]:
         confined_file(path, f.name, what="the folder")
         names.add(f.name)
