@@ -247,9 +247,7 @@ def unsteer_cmd(
 
     Example: steerformer unsteer runs/minilm-steered --out runs/minilm-restored
     """
-    with user_errors():
-        if last is not None and last < 1:
-            raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
+    with user_errors():  # --last is checked against the chain it shortens (steering.chain.check_last)
         check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
         path = steering.unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
         typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None
