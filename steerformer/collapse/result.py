@@ -69,7 +69,7 @@ class CollapseResult(JsonResult):
     @property
     def config(self):
         """The :class:`~steerformer.configs.CollapseConfig` the run used (count, length, precision
-        and batch size as resolved); runs stored before 0.x read ``prompts`` as ``n_prompts``."""
+        and batch size as resolved)."""
         return CollapseConfig.from_dict(self.options)
 
     def summary(self) -> str:
