@@ -81,11 +81,6 @@ FLAG_OF_ARGUMENT: dict[str, str] = {
 }
 
 
-#: ``ctx.meta`` key of the flags a command sets for itself while it runs (``steer --method ablation``:
-#: ``layers`` is ``--layers``, else ``--layers``).
-META_FLAGS = "steerformer.flags"
-
-
 #: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
     "steer": {"directory": "--out", "layers": "--layers"},
@@ -94,19 +89,11 @@ FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
 }
 
 
-def name_flags(**flags: str) -> None:
-    """Name, for the running command, the flag of library arguments that depend on its options
-    (``name_flags(layers="--layers")``): its error messages then name that flag."""
-    ctx = get_current_context(silent=True)
-    if ctx is not None:
-        ctx.meta.setdefault(META_FLAGS, {}).update(flags)
-
-
 def flag_of(argument: str) -> str | None:
     """The flag the running command uses for a library argument name; ``None`` outside a command,
     for a positional argument (its message keeps the name) or when the command has no such option."""
     ctx = get_current_context(silent=True)
-    own = {**FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}), **ctx.meta.get(META_FLAGS, {})} if ctx is not None else {}
+    own = FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}) if ctx is not None else {}
     name = own.get(argument) or FLAG_OF_ARGUMENT.get(argument, argument)
     if name.startswith("-"):
         return name
@@ -151,7 +138,7 @@ def cli_message(exc: BaseException) -> str:
     # a value None is a flag not given
     msg = re.sub(r"^(\S+(?: \([^)]*\))?)=None is invalid: expected", r"\1 is missing: expected", msg)
     names = set(FLAG_OF_ARGUMENT) | {p.name for p in ctx.command.params if p.name}
-    names |= set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) | set(ctx.meta.get(META_FLAGS, {}))
+    names |= set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}))
     for name in sorted(names, key=len, reverse=True):
         flag = flag_of(name)
         if flag is not None:  # "give gain= or strength=": a bare "name=" (no value after it) in prose
