@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
+import os
 import re
 import typing
+from enum import Enum
+from pathlib import Path
 from typing import Iterator
 
 import typer
 
+from steerformer.configs import check_device, select_layers
 from steerformer.errors import SteerformerError, bad_argument
+from steerformer.outputs import KINDS, RECORD, check_output_file, check_output_folder, command_inputs, safe_folder_name
+from steerformer.results import read_json
+
+try:  # typer >= 0.2x vendors click; older typer runs on click itself
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import get_current_context
 
 
 #: The parameters that name what a command writes, never one of its inputs (``report FOLDER``: the
@@ -21,9 +35,7 @@ def command_input_paths() -> list:
     """What the running command reads, from its own parameters: every positional argument (MODEL,
     DIRECTION, a steered folder...) and every option whose value is a path (``--direction``,
     ``--positive``, ``--source``...), except what it writes (:data:`WRITTEN_PARAMS`)."""
-    import os
-
-    ctx = _current_context()
+    ctx = get_current_context(silent=True)
     if ctx is None:
         return []
     kinds = {p.name: getattr(p, "param_type_name", "") for p in ctx.command.params}
@@ -42,8 +54,6 @@ def user_errors() -> Iterator[None]:
     """Show a steerformer error as one line on stderr (no traceback) and exit with status 2. Inside,
     every output check keeps apart from the command's inputs (:func:`command_input_paths`,
     ``steerformer.outputs.command_inputs``): no output is ever written inside something it reads."""
-    from steerformer.outputs import command_inputs
-
     try:
         with command_inputs(command_input_paths()):
             yield
@@ -71,19 +81,6 @@ FLAG_OF_ARGUMENT: dict[str, str] = {
 }
 
 
-#: ``ctx.meta`` key of the flags a command sets for itself while it runs (``steer --method ablation``:
-#: ``layers`` is ``--layers``, else ``--layers``).
-META_FLAGS = "steerformer.flags"
-
-
-def _current_context():
-    try:  # typer >= 0.2x vendors click; older typer runs on click itself
-        from typer._click.globals import get_current_context
-    except ImportError:  # pragma: no cover - depends on the installed typer
-        from click import get_current_context
-    return get_current_context(silent=True)
-
-
 #: The same for one command only: ``save_steered(directory=...)`` is what ``steer --out`` names.
 FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
     "steer": {"directory": "--out", "layers": "--layers"},
@@ -92,28 +89,16 @@ FLAG_OF_ARGUMENT_IN: dict[str, dict[str, str]] = {
 }
 
 
-def name_flags(**flags: str) -> None:
-    """Name, for the running command, the flag of library arguments that depend on its options
-    (``name_flags(layers="--layers")``): its error messages then name that flag."""
-    ctx = _current_context()
-    if ctx is not None:
-        ctx.meta.setdefault(META_FLAGS, {}).update(flags)
-
-
 def flag_of(argument: str) -> str | None:
     """The flag the running command uses for a library argument name; ``None`` outside a command,
     for a positional argument (its message keeps the name) or when the command has no such option."""
-    ctx = _current_context()
-    params = {p.name: p for p in ctx.command.params} if ctx is not None else {}
-    own = dict(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) if ctx is not None else {}
-    own.update(ctx.meta.get(META_FLAGS, {}) if ctx is not None else {})
+    ctx = get_current_context(silent=True)
+    own = FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}) if ctx is not None else {}
     name = own.get(argument) or FLAG_OF_ARGUMENT.get(argument, argument)
     if name.startswith("-"):
         return name
-    p = params.get(name)
-    if p is None:
-        return None
-    if getattr(p, "param_type_name", "") != "option":
+    p = next((p for p in ctx.command.params if p.name == name), None) if ctx is not None else None
+    if p is None or getattr(p, "param_type_name", "") != "option":
         return None
     long = [o for o in p.opts if o.startswith("--")]
     return (long or list(p.opts))[0]
@@ -135,7 +120,7 @@ def cli_message(exc: BaseException) -> str:
     arg = getattr(exc, "argument", None)
     if arg is None:
         return msg
-    ctx = _current_context()
+    ctx = get_current_context(silent=True)
     if ctx is None:
         return msg
     head = re.match(r"[A-Za-z_]\w*", arg)
@@ -153,7 +138,7 @@ def cli_message(exc: BaseException) -> str:
     # a value None is a flag not given
     msg = re.sub(r"^(\S+(?: \([^)]*\))?)=None is invalid: expected", r"\1 is missing: expected", msg)
     names = set(FLAG_OF_ARGUMENT) | {p.name for p in ctx.command.params if p.name}
-    names |= set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) | set(ctx.meta.get(META_FLAGS, {}))
+    names |= set(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {}))
     for name in sorted(names, key=len, reverse=True):
         flag = flag_of(name)
         if flag is not None:  # "give gain= or strength=": a bare "name=" (no value after it) in prose
@@ -165,7 +150,7 @@ def cli_message(exc: BaseException) -> str:
 
 def _takes_one_int(argument: str) -> bool:
     """The running command's option for ``argument`` takes one integer (``--layer``)."""
-    ctx = _current_context()
+    ctx = get_current_context(silent=True)
     own = dict(FLAG_OF_ARGUMENT_IN.get(ctx.command.name, {})) if ctx is not None else {}
     name = own.get(argument, argument)
     for p in ctx.command.params if ctx is not None else ():
@@ -183,7 +168,7 @@ def display_name(argument: str) -> str | None:
     flag = flag_of(argument)
     if flag is not None:
         return flag
-    ctx = _current_context()
+    ctx = get_current_context(silent=True)
     if ctx is None:
         return None
     name = {"model_or_path": "model"}.get(argument, argument)
@@ -225,23 +210,17 @@ def check_cheap_options(*, out=None, record=None, kind: str | None = None, overw
     """Everything that can be refused without loading a model, refused before loading it: the
     output folder and the --record file (steerformer.outputs rules; ``inputs``: the checkpoint and
     the files the command reads), the input files (each must be a file), the --device."""
-    from steerformer.outputs import KINDS, RECORD, check_output_file, check_output_folder
-
     if out is not None and kind is not None:
         check_output_folder(out, KINDS[kind], overwrite=overwrite, inputs=inputs, name="--out",
                             incremental=incremental)
     if record is not None:
         check_output_file(record, RECORD, overwrite=overwrite, inputs=inputs, outputs=[out], name="--record")
     if device is not None:
-        from steerformer.loading import check_device
-
         check_device(device, name="--device")
 
 
 def check_input_files(**files) -> None:
     """Each given ``flag_name=path`` (``--positive`` as ``positive``) names an existing file."""
-    from pathlib import Path
-
     for name, path in files.items():
         if path is not None and not Path(path).expanduser().is_file():
             flag = "--" + name.replace("_", "-")
@@ -256,11 +235,6 @@ def config_options(cls, *more: type, into: str = "options", names: tuple[str, ..
     ``into``, which receives ``{field: value}`` (inverted flags negated, choices as strings) to build
     the config inside ``user_errors()``. ``more``: further config classes whose fields join the same
     ``into`` (``steer``: every built-in method's options). ``names``: only these fields."""
-    import dataclasses
-    import functools
-    import inspect
-    from enum import Enum
-
     def deco(f):
         sig = inspect.signature(f)
         hints = typing.get_type_hints(f)
@@ -311,10 +285,6 @@ def config_options(cls, *more: type, into: str = "options", names: tuple[str, ..
 def default_out(command: str, model: str):
     """The default ``--out`` of every command: ``runs/<command>/<model>``, the model's name as one
     safe path component (a local folder by its own name, a Hub id by its last part)."""
-    from pathlib import Path
-
-    from steerformer.outputs import safe_folder_name
-
     local = Path(model).expanduser()
     return Path("runs") / command / safe_folder_name(local.resolve().name if local.is_dir() else model)
 
@@ -325,16 +295,12 @@ def cheap_layer_count(model: str, revision: str | None = None) -> int | None:
     load); ``None`` when that cannot be known cheaply (a model type without the usual field, a
     model that cannot be found): the library then checks it after loading."""
     try:  # torch-free up to a Hub id: the refusal comes in about a second
-        from pathlib import Path
-
         from steerformer.gguf_source import gguf_file_of, gguf_layer_count, read_gguf_header
 
         gguf = gguf_file_of(model)
         if gguf is not None:  # the header's block count: no transformers, no tensor read
             return gguf_layer_count(read_gguf_header(gguf))
         if Path(model).expanduser().is_dir() and revision is None:
-            from steerformer.results import read_json
-
             config = read_json(Path(model).expanduser() / "config.json")
         else:  # a Hub id resolves to the cache (or is downloaded, which the load would do anyway)
             from steerformer.consistency import read_config_json
@@ -361,8 +327,6 @@ def check_layers_early(model: str, layers, flag: str, revision: str | None = Non
         if not -n <= layers < n:
             raise bad_argument(flag, layers, f"layer indices in [-{n}, {n - 1}] (the model has {n} layers)")
         return
-    from steerformer.matrices import select_layers
-
     select_layers(layers, n, name=flag)
 
 

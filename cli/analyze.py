@@ -9,6 +9,9 @@ from typing import Optional
 import typer
 
 from steerformer.configs import StatsConfig
+from steerformer.errors import bad_argument
+from steerformer.outputs import ANALYZE, write_atomically
+from steerformer.report import PAGE_NAME, add_page
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, config_options, default_out, library_bars, parse_layers, user_errors,
 )
@@ -45,12 +48,8 @@ def analyze_cmd(
     Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --layers 0-2 --out runs/minilm
     """
     from steerformer.analyze import analyze
-    from steerformer.outputs import ANALYZE, write_atomically
-    from steerformer.report import PAGE_NAME, add_page
 
     with user_errors(), library_bars(not (quiet or as_json)):
-        from steerformer.errors import bad_argument
-
         if top_k is not None and (top_k < 0 or (top_k > 0 and not spectra_only)):
             raise bad_argument("--top-k", top_k, "a non-negative integer, used with --spectra-only "
                                "(the statistics need every eigenvector)", "Add --spectra-only or drop --top-k.")

@@ -7,11 +7,24 @@ modules (so that they register) and is the console script's entry point. Keeping
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import sys
+import threading
+from enum import Enum
 from typing import Any, Optional
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from steerformer import __version__
+from steerformer.errors import bad_argument
+
+try:  # typer >= 0.2x vendors click; older typer runs on click itself
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions
 
 
 def _tidy_params(params: list) -> list:
@@ -30,16 +43,6 @@ def _tidy_params(params: list) -> list:
     return params
 
 
-def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:
-    rv = [cmd.options_metavar] if cmd.options_metavar else []
-    for p in cmd.get_params(ctx):
-        if isinstance(p, TyperArgument):
-            name = p.metavar or (p.name or "").upper()
-            name += "..." if p.nargs != 1 else ""
-            rv.append(name if p.required else f"[{name}]")
-    return rv
-
-
 class _PlainHelp:
     """Help in click's plain layout, which wraps long words at any width (typer's rich tables cut
     them with "…" at 80 columns), and flags rendered the classic way (:func:`_tidy_params`)."""
@@ -56,14 +59,6 @@ class _PlainHelp:
         return _tidy_params(super().get_params(ctx))
 
 
-def _click_exceptions() -> Any:
-    try:  # typer >= 0.2x vendors click; older typer runs on click itself
-        from typer._click import exceptions
-    except ImportError:  # pragma: no cover - depends on the installed typer
-        from click import exceptions
-    return exceptions
-
-
 def _given_value(args: list[str], param: Any) -> str | None:
     """The text given for ``param`` on the command line (``--flag VALUE`` or ``--flag=VALUE``)."""
     for opt in [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]:
@@ -78,8 +73,6 @@ def _given_value(args: list[str], param: Any) -> str | None:
 def _expected(param: Any, message: str) -> str:
     """What ``param`` takes, in the words of the project's messages (a number, a whole number, one of
     its choices); else the parser's own message."""
-    from enum import Enum
-
     ptype = getattr(param, "type", None)
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
     choices = getattr(ptype, "choices", None)
@@ -96,16 +89,14 @@ def usage_line(exc: Any, args: list[str], ctx: Any) -> str:
     """One line for what the parser refused: a bad value as ``--flag='VALUE' is invalid: expected
     …`` (like every other bad value, docs/reliability.md), anything else (a missing option, an
     unknown one) as the parser says it; both point to the command's ``--help``."""
-    from steerformer.errors import bad_argument
-
-    ex = _click_exceptions()
     names, c = [], ctx
     while c is not None and c.parent is not None:  # the root's name is how Python was started: say ours
         names.insert(0, c.info_name)
         c = c.parent
     help_hint = f"See {' '.join(['steerformer', *names])} --help."
     param = getattr(exc, "param", None)
-    if isinstance(exc, ex.BadParameter) and not isinstance(exc, ex.MissingParameter) and param is not None:
+    if isinstance(exc, click_exceptions.BadParameter) and not isinstance(exc, click_exceptions.MissingParameter) \
+            and param is not None:
         flag = next((o for o in param.opts if o.startswith("--")), None) or (param.name or "").upper()
         value = _given_value(args, param)
         expected = _expected(param, exc.message)
@@ -120,14 +111,19 @@ class SteerformerCommand(_PlainHelp, TyperCommand):
     a value its parser refuses is one ``error:`` line, exit 2 (:func:`usage_line`), not the usage box."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        return _usage_pieces(self, ctx)
+        rv = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if isinstance(p, TyperArgument):
+                name = p.metavar or (p.name or "").upper()
+                name += "..." if p.nargs != 1 else ""
+                rv.append(name if p.required else f"[{name}]")
+        return rv
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        ex = _click_exceptions()
         given = list(args)
         try:
             return super().parse_args(ctx, args)
-        except ex.UsageError as exc:
+        except click_exceptions.UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError" or ctx.resilient_parsing:
                 raise  # the help itself, or shell completion
             typer.echo(f"error: {usage_line(exc, given, ctx)}", err=True)
@@ -165,16 +161,10 @@ class _App(typer.Typer):
 
 
 def _other_threads_alive() -> bool:
-    import threading
-
     return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
 
 
 def _leave(code: int) -> None:
-    import atexit
-    import os
-    import sys
-
     atexit._run_exitfuncs()  # what the interpreter would run first: logging's flush, executors' shutdown
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -197,8 +187,6 @@ app = _App(
 
 def _show_version(value: bool) -> None:
     if value:
-        from steerformer import __version__
-
         typer.echo(f"steerformer {__version__}")
         raise typer.Exit()
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from steerformer.errors import SteerformerError, bad_argument
+import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import MODEL_HELP, cli_message, library_bars, user_errors
 from steerformer_cli.app import app
 
@@ -33,13 +34,11 @@ def chat_cmd(
 
     Example: steerformer chat runs/steer/smollm2 --compare
     """
-    from steerformer.steering import check_strength
-
     with user_errors():
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
         if strength is not None:
-            check_strength(strength, "--strength")
+            steering.check_strength(strength, "--strength")
         local = Path(model).expanduser()
         if (compare or strength is not None) and local.is_dir() and not (local / "steerformer" / "record.json").is_file():
             flag = "--compare" if compare else "--strength"
@@ -59,10 +58,9 @@ def chat_cmd(
 def load_chat_model(model: str, device: Optional[str]):
     """The model (a causal LM; a steered folder with its chain attached) and its tokenizer."""
     from steerformer.loading import load_tokenizer
-    from steerformer.steering import head_kind, load_for_steering
 
-    m = load_for_steering(model, device=device)
-    if head_kind(m) != "causal-lm":
+    m = steering.load_for_steering(model, device=device)
+    if steering.head_kind(m) != "causal-lm":
         raise bad_argument("model", model, "a causal language model (one that generates text)",
                            f"{type(m).__name__} does not generate; chat with a decoder such as smollm2.")
     return m, load_tokenizer(m)
@@ -73,27 +71,22 @@ class Session:
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int, system: Optional[str], compare: bool,
                  strength: Optional[float]) -> None:
-        from steerformer.steering import is_steered
-        from steerformer.steering import Conversation, StrengthDial
-
         self.model = model
-        self.dial = StrengthDial(model) if is_steered(model) else None
+        self.dial = steering.StrengthDial(model) if steering.is_steered(model) else None
         if self.dial is None and (compare or strength is not None):
             raise bad_argument("--compare" if compare else "--strength", "", "a steered checkpoint (a folder written "
                                "by `steer --out`)", "Chat with this model without it, or steer it first.")
         if strength is not None:
             self.dial.set(strength)
-        self.steered = Conversation(model, tokenizer, max_new_tokens=max_new_tokens, system=system)
-        self.base = Conversation(model, tokenizer, max_new_tokens=max_new_tokens, system=system) if compare else None
+        self.steered = steering.Conversation(model, tokenizer, max_new_tokens=max_new_tokens, system=system)
+        self.base = steering.Conversation(model, tokenizer, max_new_tokens=max_new_tokens, system=system) \
+            if compare else None
 
     def loop(self) -> None:
         while True:
             try:
                 line = input("you> ")
-            except EOFError:
-                typer.echo("")
-                return
-            except KeyboardInterrupt:
+            except (EOFError, KeyboardInterrupt):
                 typer.echo("")
                 return
             line = line.strip()
@@ -158,20 +151,16 @@ class Session:
         return None
 
     def set_strength(self, arg: str) -> None:
-        from steerformer.steering import check_strength
-
         if self.dial is None:
             raise bad_argument("/strength", arg, "a steered model (this one has no steering edit to scale)",
                                "Chat with a folder written by `steer --out`.")
         if not arg:
             typer.echo(f"strength {self.dial.strength:g}")
             return
-        self.dial.set(check_strength(arg, "/strength"))
+        self.dial.set(steering.check_strength(arg, "/strength"))
         typer.echo(f"strength {self.dial.strength:g}")
 
     def save(self, arg: str) -> None:
-        from steerformer.steering import save_steered
-
         if not arg:
             raise bad_argument("/save", "", "a folder to write the steered checkpoint to", "Type /save DIR.")
         if self.dial is None:
@@ -181,5 +170,5 @@ class Session:
             raise bad_argument("/save", arg, f"strength 1 (the recorded edit; at strength {self.dial.strength:g} the "
                                "weights are no recorded edit, so no record could undo or verify them)",
                                "Type /strength 1 first, or steer again with a larger or smaller --max-kl.")
-        path = save_steered(self.model, Path(arg).expanduser())  # the output rules: a new or own folder only
+        path = steering.save_steered(self.model, Path(arg).expanduser())  # the output rules: a new or own folder only
         typer.echo(f"saved to {path}")

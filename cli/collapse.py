@@ -10,6 +10,9 @@ from typing import List, Optional
 import typer
 
 from steerformer.configs import CollapseConfig, torch_dtype
+from steerformer.errors import bad_argument
+from steerformer.outputs import FIGURE, FIGURE_MARK, MARKED_FIGURE_FORMATS, check_output_file, write_output_file
+from steerformer.results import FIGURE_DPI  # the one figure resolution (atomic write needs savefig here)
 from steerformer_cli._common import MODEL_HELP, check_cheap_options, config_options, default_out, library_bars, user_errors
 from steerformer_cli.app import app
 
@@ -23,8 +26,6 @@ class Stat(str, Enum):
 
 
 def _int_list(spec: str, name: str) -> list[int]:
-    from steerformer.errors import bad_argument
-
     try:
         out = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
@@ -115,8 +116,6 @@ def plot_collapse_cmd(
     stat = stat.value
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure, figure_path
-        from steerformer.errors import bad_argument
-        from steerformer.outputs import FIGURE, FIGURE_MARK, MARKED_FIGURE_FORMATS, check_output_file, write_output_file
 
         if stat not in ("e", "pairwise", "centroid"):
             raise bad_argument("--stat", stat, "one of e, pairwise, centroid")
@@ -129,8 +128,6 @@ def plot_collapse_cmd(
             raise bad_argument("--labels", labels, f"{len(runs)} comma-separated labels, one per run")
         results = [CollapseResult.load(r) for r in runs]
         fig = collapse_figure(results, labels=names, stat=stat)
-        from steerformer.results import FIGURE_DPI  # the one figure resolution (atomic write needs savefig here)
-
         mark = {"metadata": {"Creator": FIGURE_MARK}} if fmt in MARKED_FIGURE_FORMATS else {}
         write_output_file(target, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format=fmt, **mark), **rules)
         typer.echo(f"wrote {target}")

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from steerformer.errors import bad_argument
+import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, parse_layers, user_errors
 from steerformer_cli.app import SteerformerCommand, SteerformerGroup, app
 
@@ -38,11 +40,7 @@ def make_cmd(
 
     Example: steerformer direction make minilm --positive pos.txt --negative neg.txt --layers 3,5 --out runs/music
     """
-    from steerformer.steering import contrastive_directions, load_for_steering
-
     with user_errors():
-        from steerformer.errors import bad_argument
-
         chosen = parse_layers(layers)
         check_input_files(positive=positive, negative=negative, pairs=pairs)
         check_cheap_options(out=out, kind="direction", overwrite=overwrite)  # before the model loads
@@ -50,8 +48,8 @@ def make_cmd(
             raise bad_argument("--positive" if positive is None else "--negative", None,
                                "prompts on both sides: --positive and --negative (files), or --pairs (JSONL)")
         check_layers_early(model, chosen, "--layers")
-        m = load_for_steering(model)
-        d = contrastive_directions(m, positive, negative, pairs=pairs, layers=chosen,
+        m = steering.load_for_steering(model)
+        d = steering.contrastive_directions(m, positive, negative, pairs=pairs, layers=chosen,
                                    method=method.value)
         path = d.save(out, overwrite=overwrite)
         typer.echo(f"{d!r}\nsaved to {path}")
@@ -73,8 +71,6 @@ def export_gguf_cmd(
 
     Example: steerformer direction export-gguf runs/music --out music.gguf
     """
-    from steerformer.errors import bad_argument
-
     with user_errors():
         if model_hint is not None:
             from steerformer.formats import check_model_hint
@@ -90,22 +86,18 @@ def export_gguf_cmd(
         elif chosen is not None:
             raise bad_argument("--layers", layers, "--layers only with a .npy vector (a direction or a steer holds "
                                "its layers)", "Drop --layers.")
-        from steerformer.steering import Direction
-
         if source.suffix == ".npy":
             import numpy as np
 
-            from steerformer.steering import read_npy
-
-            v = np.asarray(read_npy(source, name="direction"), dtype=np.float64).reshape(-1)
-            d = Direction({n: v[None] for n in chosen}, method="a .npy vector",
+            v = np.asarray(steering.read_npy(source, name="direction"), dtype=np.float64).reshape(-1)
+            d = steering.Direction({n: v[None] for n in chosen}, method="a .npy vector",
                           metadata={"scale": "as given: strength S adds S x the .npy vector"})
         elif (source / "steerformer" / "record.json").is_file() or (source.is_file() and source.suffix == ".json"):
             # one route per output: a steer's vectors are an export format of the steered checkpoint
             raise bad_argument("direction", direction, "a direction folder, Hub id or .npy vector (this is a steer)",
                                f"Run: steerformer export {direction} --format control-vector --out {out}")
         else:
-            d = Direction.load(direction)
+            d = steering.Direction.load(direction)
         cv = d.to_control_vector(model_hint)
         path = cv.save(out, overwrite=overwrite, name="out")
         typer.echo(f"saved to {path}: {cv.notes['scale']}")
@@ -123,7 +115,5 @@ def push_cmd(
 
     Example: steerformer direction push runs/music alice/minilm-music-direction
     """
-    from steerformer.steering import Direction
-
     with user_errors():
-        typer.echo(f"pushed: {Direction.load(direction).push_to_hub(repo_id, private=private, timeout=hub_timeout)}")
+        typer.echo(f"pushed: {steering.Direction.load(direction).push_to_hub(repo_id, private=private, timeout=hub_timeout)}")

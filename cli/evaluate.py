@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 from steerformer.configs import check_max_kl
 from steerformer.errors import bad_argument
+from steerformer.outputs import EVALUATE, write_atomically
+from steerformer.report import PAGE_NAME, add_page
+import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_layers_early, library_bars, parse_layers, user_errors,
 )
@@ -15,8 +19,6 @@ from steerformer_cli.app import app
 
 
 def _floats(spec: str, name: str) -> list[float]:
-    import math
-
     try:
         values = [float(x) for x in spec.split(",") if x.strip()]
     except ValueError:
@@ -55,34 +57,29 @@ def evaluate_cmd(
     Example: steerformer evaluate smollm2 --token ocean --out runs/ocean-eval
     """
     from steerformer.loading import load_tokenizer
-    from steerformer.outputs import EVALUATE, write_atomically
-    from steerformer.report import PAGE_NAME, add_page
-    from steerformer.steering import (
-        HELDOUT_QUESTIONS, check_generates, load_for_steering, make_judge, steer_and_hooks,
-    )
 
     with user_errors(), library_bars(not quiet):
         check_cheap_options(out=out, kind="evaluate", overwrite=overwrite, inputs=[model])
         hook_layers = parse_layers(layers, name="--layers")
         cs = _floats(coeffs, "--coeffs")
-        if not 1 <= questions <= len(HELDOUT_QUESTIONS):
-            raise bad_argument("--questions", questions, f"a number in [1, {len(HELDOUT_QUESTIONS)}]")
+        if not 1 <= questions <= len(steering.HELDOUT_QUESTIONS):
+            raise bad_argument("--questions", questions, f"a number in [1, {len(steering.HELDOUT_QUESTIONS)}]")
         if max_new_tokens < 1:
             raise bad_argument("--max-new-tokens", max_new_tokens, "a whole number >= 1")
-        the_judge = make_judge(judge, model=judge_model, name="--judge", model_name="--judge-model")
+        the_judge = steering.make_judge(judge, model=judge_model, name="--judge", model_name="--judge-model")
         if max_kl is not None:
             check_max_kl(max_kl)  # the one check of a KL budget (steerformer.configs), before loading
         check_layers_early(model, hook_layers, "--layers")
         say = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
-        m = load_for_steering(model)
+        m = steering.load_for_steering(model)
         say(f"loaded {model}")  # after: a checkpoint refused while loading shows its one error line alone
-        check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
+        steering.check_generates(m, value=model)  # an encoder cannot answer: one line, before any work
         tok = load_tokenizer(m)
         if tok is None:
             raise bad_argument("model", model, "a checkpoint with its tokenizer (answers are generated from text)")
-        ev = steer_and_hooks(m, tok, token, layers=hook_layers, coeffs=cs, max_kl=max_kl, questions=questions,
-                             max_new_tokens=max_new_tokens, chat=chat, sample=sample, seed=seed, judge=the_judge,
-                             say=say)
+        ev = steering.steer_and_hooks(m, tok, token, layers=hook_layers, coeffs=cs, max_kl=max_kl, questions=questions,
+                                      max_new_tokens=max_new_tokens, chat=chat, sample=sample, seed=seed,
+                                      judge=the_judge, say=say)
         write_atomically(out, lambda tmp: (ev.save(tmp), add_page(tmp)), kind=EVALUATE, overwrite=overwrite,
                          inputs=[model], name="--out")
         typer.echo(ev.summary())

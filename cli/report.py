@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from steerformer.report import write_report
+import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import user_errors
 from steerformer_cli.app import app
 
@@ -19,13 +21,9 @@ def report_cmd(
 
     Example: steerformer report runs/smollm2-ocean
     """
-    from steerformer.report import write_report
-
     with user_errors():
         section = None
         if (folder / "steerformer" / "record.json").is_file():  # a steered checkpoint: its method's section
-            import steerformer.steering as steering
-
             section = steering.record_section(steering.read_records(folder)[-1])
         path = write_report(folder, name="FOLDER", section=section)
     typer.echo(f"wrote {path} (open it in a browser)")

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import pathlib
 from typing import Optional
 
 import typer
 
+from steerformer.errors import bad_argument
+from steerformer.outputs import SIMULATE, write_atomically
 from steerformer_cli._common import MODEL_HELP, check_cheap_options, user_errors
 from steerformer_cli.app import app
 
 
 def _layer_matrix(model: str, layer: int):
     """F of one layer of a checkpoint, through the adapters (imported only when asked for)."""
-    from steerformer.errors import bad_argument
+    from steerformer import layer_matrices
 
-    try:
-        from steerformer import layer_matrices
-    except ImportError as exc:
-        raise bad_argument("--model", model, "a steerformer build that provides steerformer.layer_matrices",
-                           "The model adapters are not installed in this build; run without --model.") from exc
     mats = layer_matrices(model).matrices
     if not -mats.shape[0] <= layer < mats.shape[0]:
         raise bad_argument("--layer", layer, f"a layer index in [0, {mats.shape[0]})")
@@ -32,10 +30,6 @@ _PROBE_RUNS = 1000
 
 def _check_numbers(setup: str, runs, t1, dt, seed: int) -> None:
     """--t1 / --dt finite and positive; a huge --runs refused with a memory estimate."""
-    import math
-
-    from steerformer.errors import bad_argument
-
     for name, v in (("--t1", t1), ("--dt", dt)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise bad_argument(name, v, "a finite positive number")
@@ -81,15 +75,11 @@ def simulate(
             kwargs["progress"] = progress
         if model is not None:
             if setup != "bridge":
-                from steerformer.errors import bad_argument
-
                 raise bad_argument("--model", model, "used with the `bridge` setup only")
             kwargs["F"] = _layer_matrix(model, layer)
         result = run_setup(setup, **kwargs)
         typer.echo(result.summary())
         if out is not None:
-            from steerformer.outputs import SIMULATE, write_atomically
-
             written: dict = {}
             write_atomically(out, lambda tmp: written.update(result.save(tmp)), overwrite=True, kind=SIMULATE,
                              name="--out")

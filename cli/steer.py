@@ -5,6 +5,7 @@ call's ``steerformer.configs.SteerConfig`` and the built-in methods' configs,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -14,6 +15,7 @@ import typer
 from steerformer.configs import (RUN_DTYPES, ContrastiveOptions, HubOptions, OutputOptions, SteerConfig,
                                  torch_dtype)
 from steerformer.errors import bad_argument
+from steerformer.outputs import RECORD, write_output_file
 import steerformer.steering as steering  # the lazy face: names resolve (and torch loads) when a command runs
 from steerformer_cli._common import (
     MODEL_HELP, check_cheap_options, check_input_files, check_layers_early, config_options, library_bars,
@@ -124,8 +126,6 @@ def check_direction_file(direction: Optional[Path]) -> None:
 def given_options(method_options: dict) -> dict:
     """The method options set on the command line: those not at their declared default (a flag at
     its default says nothing, and the options given choose the method)."""
-    import dataclasses
-
     defaults = {f.name: f.default for c in steering.built_in_configs().values() for f in dataclasses.fields(c)}
     return {k: v for k, v in method_options.items() if v != defaults[k]}
 
@@ -158,7 +158,6 @@ def judge_of(evaluate: bool, concept: Optional[str], judge: Optional[str], judge
 
 def direction_of(m, direction: Optional[Path], src: ContrastiveOptions, cfg: SteerConfig) -> Optional[str]:
     """steer's direction: --direction, or the contrastive direction of --positive/--negative/--pairs."""
-
     if src.positive is None and src.negative is None and src.pairs is None:
         return str(direction) if direction is not None else None
     if direction is not None:
@@ -178,8 +177,6 @@ def layers_of(cfg: SteerConfig, layers_opt: Optional[str]):
 
 def write_record(rec, written: dict) -> None:
     """--record (after the checkpoint: a failed save leaves no record behind)."""
-    from steerformer.outputs import RECORD, write_output_file
-
     if written["record"] is not None:
         write_output_file(written["record"], rec.to_json, RECORD, overwrite=written["overwrite"],
                           inputs=written["inputs"], outputs=[written["out"]], name="--record")
@@ -193,7 +190,6 @@ def push(path, hub: dict) -> None:
 def steer_lazy(model, cfg, given: dict, direction, eigvec, token, text, contrastive, written: dict,
                hub: dict) -> None:
     """--lazy: one paper edit written into a new checkpoint with no forward pass."""
-
     out = written["out"]
     if out is None:
         raise typer.BadParameter("--lazy writes a new checkpoint: give --out")
@@ -223,7 +219,6 @@ def show_evaluation(m, tok, rec, concept: Optional[str], judge=None, say=None) -
 
 def save_and_push(m, rec, written: dict, hub: dict, tokenizer=None) -> None:
     """--out (the steered checkpoint, with ``tokenizer``: the one the steer used), --record, --push-to-hub."""
-
     out = written["out"]
     if out is None:
         write_record(rec, written)
@@ -249,9 +244,7 @@ def unsteer_cmd(
 
     Example: steerformer unsteer runs/minilm-steered --out runs/minilm-restored
     """
-    with user_errors():
-        if last is not None and last < 1:
-            raise bad_argument("--last", last, "a whole number >= 1 (steering calls to remove)")
+    with user_errors():  # --last is checked against the chain it shortens (steering.chain.check_last)
         check_cheap_options(out=out, kind="unsteer", overwrite=overwrite, inputs=[directory])
         path = steering.unsteer_checkpoint(directory, out, overwrite=overwrite, last=last)
         typer.echo(f"removed the last {last} steering call(s): {path}" if last is not None

@@ -13,13 +13,13 @@ import torch
 from . import plotting
 from .version import __version__
 from ._text import csv_text
-from .results import VERSION_KEY, json_text, read_json
-from .configs import EIG_DTYPES, torch_dtype
+from .results import VERSION_KEY, JsonResult, read_json
+from .configs import EIG_DTYPES, StatsConfig, torch_dtype
+from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
 from .errors import bad_argument
 from .loading import as_source
 from .matrices import LayerMatrices, layer_matrices
 from .spectra import Spectra, default_workers, spectra
-from .stats.config import StatsConfig
 from .stats.run import PowerMethodReport, power_method_stats
 
 #: Columns of the per-layer table / CSV, in order.
@@ -32,7 +32,7 @@ def _fmt_complex(z: Sequence[float]) -> str:
 
 
 @dataclasses.dataclass
-class AnalysisReport:
+class AnalysisReport(JsonResult):
     """Everything `analyze` measured. ``layers`` holds one JSON-ready record per analysed layer.
 
     Speaks the result protocol (:mod:`steerformer.results`). A report read back with :meth:`load`
@@ -77,10 +77,6 @@ class AnalysisReport:
         if self.power is not None:
             out["power_method"] = self.power.to_dict()
         return out
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """JSON text of the report; also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per layer with the table columns (complex numbers split in re/im)."""
@@ -182,8 +178,6 @@ def analyze(
         raise bad_argument("stats", False, "True or a StatsConfig when statistics options are given "
                            f"({', '.join(sorted(stats_options))})")
     tdtype = torch_dtype(dtype, choices=EIG_DTYPES)
-    from .eig import CPU_BACKEND, DEFAULT_TOP_K, FULL_UP_TO, resolve_device
-
     dev = resolve_device(device)  # cheap checks before any weight is read; the one check of the run
 
     auto_top_k = top_k == "auto" and config is None

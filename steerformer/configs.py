@@ -139,7 +139,7 @@ def option(default: Any, help: str, *, flag: str | None = None, short: str | Non
 
 
 class Config:
-    """Shared behaviour of the option dataclasses: ``to_dict``, ``from_dict``, ``help_of``, ``differences``."""
+    """Shared behaviour of the option dataclasses: ``to_dict``, ``from_dict``, ``check_types``, ``differences``."""
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict (paths as strings, tuples as lists)."""
@@ -157,16 +157,7 @@ class Config:
     def from_dict(cls, data: dict[str, Any]):
         """A config from a dict (e.g. a stored run), ignoring keys that are not fields."""
         names = {f.name for f in dataclasses.fields(cls)}
-        kw = {}
-        for k, v in data.items():
-            if k in names:
-                kw[k] = v
-        return cls(**kw)
-
-    @classmethod
-    def help_of(cls, name: str) -> str:
-        """The help text of field ``name``."""
-        return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     def check_types(self) -> None:
         """Every field declared ``int`` (or ``int | None``) holds a whole number — not a float, a

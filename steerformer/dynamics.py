@@ -55,8 +55,8 @@ def dynamics_step(
     norm: torch.nn.Module | None = None,
     probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention
-    pre-attention norm applied to the attention input (option of docs/math.md §3); the skip uses raw ``x``."""
+    """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention norm
+    applied to the attention input (option of docs/math.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
     A = attention_probs(xin, w) if probs is None else probs
     return residual_map(x, attention_output(xin, w, A, bias=bias), tau=tau)

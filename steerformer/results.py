@@ -22,11 +22,15 @@ importing their packages.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
+
+from .errors import FileFormatError
+from .files import read_regular
 
 #: The key under which every result records the steerformer version that wrote it.
 VERSION_KEY = "steerformer_version"
@@ -54,6 +58,14 @@ class ResultProtocol(Protocol):
     def plot(self, out_dir: str | os.PathLike) -> list[Path]: ...
 
     def summary(self) -> str: ...
+
+
+class JsonResult:
+    """The part of the protocol every result type shares: :meth:`to_json` of its ``to_dict``."""
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """JSON text of ``to_dict()`` (NaN as null); also written to ``path`` when given."""
+        return json_text(self.to_dict(), path)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -123,8 +135,6 @@ def parse_json(text: str | bytes, where: str | os.PathLike, *, unique_keys: bool
     naming ``where`` when it does not parse or nests deeper than :data:`MAX_JSON_DEPTH`;
     ``unique_keys``: an object that gives one key twice is refused too (Python keeps the last one
     in silence; for a file written by people, which one was meant is not known)."""
-    from .errors import FileFormatError
-
     def bad(reason: str) -> FileFormatError:
         err = FileFormatError(f"{where} is {reason}. Replace the file.")
         err.reason = reason
@@ -152,8 +162,6 @@ def parse_json(text: str | bytes, where: str | os.PathLike, *, unique_keys: bool
 
 def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file (written by :func:`json_text`, or any other) through :func:`parse_json`."""
-    from .files import read_regular
-
     return parse_json(read_regular(path), path)  # a FIFO or /dev/zero: one error, never a hang
 
 
@@ -194,8 +202,6 @@ def save_figure(fig: Any, path: str | os.PathLike, *, tight: bool = True) -> Pat
 
 def missing_methods(cls: type) -> list[str]:
     """Protocol methods ``cls`` lacks (``load`` must be a classmethod); empty when it conforms."""
-    import inspect
-
     out = [m for m in PROTOCOL_METHODS if not callable(getattr(cls, m, None))]
     if "load" not in out and not isinstance(inspect.getattr_static(cls, "load"), classmethod):
         out.append("load (not a classmethod)")
@@ -203,6 +209,6 @@ def missing_methods(cls: type) -> list[str]:
 
 
 __all__ = [
-    "FIGURE_DPI", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
+    "FIGURE_DPI", "JsonResult", "OLD_VERSION_KEYS", "PROTOCOL_METHODS", "ResultProtocol", "VERSION_KEY", "json_text",
     "MAX_JSON_DEPTH", "missing_methods", "parse_json", "read_json", "save_figure", "to_jsonable", "version_of",
 ]

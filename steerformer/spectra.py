@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .eig import dense_eig, factored_eig, null_vectors, run_device, solver_device, top_eig
+from .eig import dense_eig, factored_eig, null_vectors, one_blas_thread, run_device, solver_device, top_eig
 from .configs import progress_bar
 from .errors import bad_argument
 
@@ -280,18 +280,8 @@ def _layer_task(payload: tuple) -> tuple:
     """Worker-pool entry: one distinct layer, BLAS single-threaded (the pool supplies parallelism)."""
     matrix, factors, top_k, dtype = payload
     torch.set_num_threads(1)
-    with _blas_threads(1):
+    with one_blas_thread():
         return layer_spectrum(matrix, factors=factors, top_k=top_k, dtype=dtype)
-
-
-def _blas_threads(n: int):
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: results are the same, the pool only oversubscribes
-        import contextlib
-
-        return contextlib.nullcontext()
-    return threadpool_limits(n)
 
 
 def default_workers() -> int:

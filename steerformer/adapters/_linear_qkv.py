@@ -47,12 +47,6 @@ class LinearQKVEncoderAdapter(Adapter):
     def output_weight_name(self, slot: int) -> str:
         return f"{self._names(slot)[3]}.weight"
 
-    def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
-        return W_O  # nn.Linear stores (out, in): already the column convention
-
-    def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
-        return stored
-
     def attention_module_output(self, slot: int) -> str:
         return self._names(slot)[3]
 

@@ -23,6 +23,8 @@ from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import torch
 
+from ..errors import InvalidArgumentError
+
 # Reads one tensor from wherever the weights live (a model in memory, a safetensors file...).
 # Keys are relative to the base model (no ``transformer.`` / ``bert.`` head-class prefix).
 TensorGetter = Callable[[str], torch.Tensor]
@@ -400,13 +402,14 @@ class Adapter(abc.ABC):
     def output_weight_name(self, slot: int) -> str:
         """Key (relative to the base model) of the stored output-projection weight of ``slot``."""
 
-    @abc.abstractmethod
     def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
-        """Canonical concatenated W_O (d, d) → the tensor as stored in the module/checkpoint."""
+        """Canonical concatenated W_O (d, d) → the tensor as stored in the module/checkpoint. Default:
+        ``nn.Linear``, which stores (out, in), already the canonical layout (GPT-2's Conv1D overrides)."""
+        return W_O
 
-    @abc.abstractmethod
     def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`output_weight_to_stored`."""
+        return stored
 
     def pre_attention_norm(self, layer: int) -> str | None:
         """Module path of the LayerNorm applied right before attention (pre-LN models), else None."""
@@ -444,8 +447,6 @@ class Adapter(abc.ABC):
         ``layer``: the MLP's output projection of a pre-norm block, with no norm of its own after it
         (where a constant added after the block can be written into weights; docs/math.md §5d). A
         model without one is refused in one line saying why."""
-        from ..errors import InvalidArgumentError
-
         mlp = [w for w in self.block_writers(self.layer_sequence()[layer]) if w.kind == "mlp"]
         why = None
         if self.residual == "post":

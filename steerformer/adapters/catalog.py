@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from .declared import DeclaredAdapter
+from .registry import ADAPTERS
+
 #: every feature, in the order shown
 FEATURES = ("matrices", "spectra", "statistics", "steering", "collapse", "bridge")
 
@@ -44,8 +47,6 @@ class FamilyInfo:
 
 
 def _heads(adapter) -> str:
-    from .declared import DeclaredAdapter
-
     if not isinstance(adapter, DeclaredAdapter) or adapter.family.n_kv_heads is None:
         return "multi-head"
     if callable(adapter.family.n_kv_heads):
@@ -57,8 +58,6 @@ def supported_families() -> list[FamilyInfo]:
     """One entry per registered ``model_type``, sorted by name."""
     from transformers import CONFIG_MAPPING
     from transformers.utils import logging as hf_logging
-
-    from .registry import ADAPTERS
 
     out = []
     verbosity = hf_logging.get_verbosity()

@@ -119,9 +119,6 @@ class DeclaredAdapter(Adapter):
     def qkv_layout(self) -> str:  # type: ignore[override]
         return _fact(self.family.qkv_layout, self.config)
 
-    def _qk_norm_paths(self) -> tuple[str | None, str | None]:
-        return _fact(self.family.q_norm, self.config), _fact(self.family.k_norm, self.config)
-
     # ---- shape facts -------------------------------------------------------------------------
     @property
     def d_model(self) -> int:
@@ -227,7 +224,7 @@ class DeclaredAdapter(Adapter):
         if "qk" in parts:
             out.W_Q, out.b_Q = split_heads_out_in(W["q"], heads["q"]), split_heads_bias(b["q"], heads["q"])
             out.W_K, out.b_K = split_heads_out_in(W["k"], heads["k"]), split_heads_bias(b["k"], heads["k"])
-            qn, kn = self._qk_norm_paths()
+            qn, kn = _fact(self.family.q_norm, self.config), _fact(self.family.k_norm, self.config)
             if qn is not None:
                 p = self.slots()[slot]
                 if self.family.qk_norm_across_heads:
@@ -254,12 +251,6 @@ class DeclaredAdapter(Adapter):
 
     def embedding_writers(self) -> list[Writer]:
         return list(self.family.embeddings)
-
-    def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
-        return W_O  # nn.Linear (out, in)
-
-    def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
-        return stored
 
     def attention_module_output(self, slot: int) -> str:
         return self._proj(slot, "o")

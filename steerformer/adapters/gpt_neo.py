@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
-
 from ._decoder import PreLNDecoderAdapter
 from .base import AttentionWeights, MaskSpec, Part, TensorGetter, Writer, split_heads_out_in, split_output_heads
 
@@ -47,9 +45,3 @@ class GPTNeoAdapter(PreLNDecoderAdapter):
 
     def output_weight_name(self, slot: int) -> str:
         return f"{self.slots()[slot]}.out_proj.weight"
-
-    def output_weight_to_stored(self, W_O: torch.Tensor) -> torch.Tensor:
-        return W_O
-
-    def output_weight_from_stored(self, stored: torch.Tensor) -> torch.Tensor:
-        return stored

@@ -12,15 +12,17 @@ from typing import Any, Sequence
 
 import torch
 
+from ..consistency import MissingHeadError
 from ..errors import InvalidArgumentError, bad_argument
-from ..results import json_text, read_json
+from ..loading import is_pretrained_model, load_model, open_source
+from ..results import JsonResult, read_json
 from .loop import LoopedModel
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class DecodeResult:
+class DecodeResult(JsonResult):
     """``continuations[k]``: the new token ids after looping ``k`` times; ``texts[k]`` their
     decoding (None without a tokenizer). Speaks the result protocol (:mod:`steerformer.results`);
     it has no figure."""
@@ -56,10 +58,6 @@ class DecodeResult:
         return cls(prompt_ids=[int(i) for i in doc["prompt_ids"]], prompt_text=doc["prompt_text"],
                    continuations={int(k): [int(i) for i in v] for k, v in doc["continuations"].items()},
                    texts={int(k): v for k, v in doc["texts"].items()}, options=doc["options"])
-
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        """JSON text of :meth:`to_dict`; also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def save(self, out_dir: str | os.PathLike, *, plots: bool = True) -> dict[str, Path]:
         """``decode.json`` in folder ``out_dir``."""
@@ -136,9 +134,6 @@ def greedy_decode(model: Any, prompt_ids: Sequence[int], *, passes: Sequence[int
 
 def load_causal_lm(model: Any, *, dtype: torch.dtype | None = None, device: Any = None):
     """The model with its causal LM head, or None when the checkpoint has no such head class."""
-    from ..consistency import MissingHeadError
-    from ..loading import is_pretrained_model, load_model, open_source
-
     if open_source(model).adapter.mask(0).kind == "full":
         return None  # an encoder: its LM head (if any) does not continue text
     if is_pretrained_model(model):

@@ -30,10 +30,6 @@ from ..consensus import consensus_error
 from ..errors import bad_argument
 
 
-def _stat_dtype(h: torch.Tensor) -> torch.dtype:
-    return torch.float64 if h.dtype == torch.float64 else torch.float32
-
-
 #: Precisions of E (``--e-precision``); the first is the default.
 E_PRECISIONS = ("float64", "states")
 
@@ -64,7 +60,7 @@ def consensus_stats(h: torch.Tensor, e_precision: str = "float64") -> tuple[torc
     """
     if e_precision not in E_PRECISIONS:
         raise bad_argument("e_precision", e_precision, f"one of {', '.join(E_PRECISIONS)}")
-    x = h.to(_stat_dtype(h))
+    x = h.to(torch.float64 if h.dtype == torch.float64 else torch.float32)
     n = x.shape[-2]
     y = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     e = consensus_error(h.to(torch.float64)) if e_precision == "float64" else reference_e(h)

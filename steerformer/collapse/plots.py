@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
+
+from ..errors import bad_argument
 
 # E is ≥ 0 up to rounding; a log axis needs a floor for exact zeros.
 _FLOOR = 1e-16
@@ -48,10 +51,6 @@ def figure_path(out) -> tuple[Path, str]:
     """(file to write, matplotlib format) for ``plot-collapse --out``: an existing folder gets
     :data:`DEFAULT_FIGURE` inside it; a name without suffix gets ``.png``; a suffix matplotlib
     cannot write is refused (before any run is read)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    from ..errors import bad_argument
-
     p = Path(out).expanduser()
     if p.is_dir():
         p = p / DEFAULT_FIGURE

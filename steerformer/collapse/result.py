@@ -10,14 +10,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..results import json_text, save_figure, to_jsonable
+from ..configs import CollapseConfig
+from ..errors import bad_argument
+from ..loading import model_display_name
+from ..results import JsonResult, save_figure, to_jsonable
+from .plots import collapse_figure
+from .store import RunStore
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 STATS = ("e", "pairwise", "centroid")
 
 
 @dataclasses.dataclass
-class CollapseResult:
+class CollapseResult(JsonResult):
     """``e``, ``pairwise``, ``centroid``: (passes, blocks, prompts); the ``*0`` arrays (prompts,)
     are the same statistics of the embedded prompts, before the first block. ``options`` holds the
     run's arguments, ``meta`` the model facts, dtype, device, pass seeds and timings.
@@ -64,9 +69,7 @@ class CollapseResult:
     @property
     def config(self):
         """The :class:`~steerformer.configs.CollapseConfig` the run used (count, length, precision
-        and batch size as resolved); runs stored before 0.x read ``prompts`` as ``n_prompts``."""
-        from ..configs import CollapseConfig
-
+        and batch size as resolved)."""
         return CollapseConfig.from_dict(self.options)
 
     def summary(self) -> str:
@@ -90,10 +93,6 @@ class CollapseResult:
             "summary": {s: {k: v.tolist() for k, v in self.quantiles(s).items()} for s in STATS},
         })
 
-    def to_json(self, path: str | os.PathLike | None = None) -> str:
-        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
-
     def to_npz(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         np.savez_compressed(path, token_ids=self.token_ids,
@@ -104,8 +103,6 @@ class CollapseResult:
     @classmethod
     def from_npz(cls, path: str | os.PathLike) -> "CollapseResult":
         """Read ``collapse.npz`` (never unpickling); anything else is one clear error naming the file."""
-        from ..errors import bad_argument
-
         try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
@@ -131,19 +128,13 @@ class CollapseResult:
             return cls.from_npz(run)
         if (run / "collapse.npz").is_file():
             return cls.from_npz(run / "collapse.npz")
-        from .store import RunStore
-
         store = RunStore(run)
         if not run.is_dir():
-            from ..errors import bad_argument
-
             raise bad_argument("run", str(run), "a collapse output folder or a collapse.npz file (no such path)")
         # stores with hashes are verified like a resume; older ones are read as they are
         done = store.verify() if (run / "run.json").is_file() and "integrity" in store.read_run() else \
             store.completed_passes()
         if done == 0:
-            from ..errors import bad_argument
-
             raise bad_argument("run", str(run), "a collapse output folder with at least one completed pass")
         info, emb, passes = store.read_run(), store.read_embedding(), store.read_passes(done)
         return cls(**{s: passes[s] for s in STATS}, **{f"{s}0": emb[s] for s in STATS},
@@ -160,14 +151,10 @@ class CollapseResult:
         return written
 
     def label(self) -> str:
-        from ..loading import model_display_name  # runs saved before names were cleaned carry a path
-
-        o = self.options
+        o = self.options  # model_display_name: runs saved before names were cleaned carry a path
         return f"{model_display_name(self.meta.get('model_id', '?'))} · {o.get('weights')} · {'FFN' if o.get('ffn') else 'no FFN'}"
 
     def figure(self, stat: str = "e"):
-        from .plots import collapse_figure
-
         return collapse_figure([self], stat=stat)
 
     def plot(self, out: str | os.PathLike) -> list[Path]:

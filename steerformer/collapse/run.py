@@ -16,6 +16,8 @@ import torch
 from ..configs import WEIGHTS, CollapseConfig, progress_bar, torch_dtype, with_options  # noqa: F401  (WEIGHTS re-exported)
 from ..errors import InvalidArgumentError, NonFiniteStateError, bad_argument
 from ..loading import is_pretrained_model, load_model, load_tokenizer, model_display_name
+from ..resources import check_fits
+from ..version import __version__
 from .loop import LoopedModel
 from .metrics import consensus_stats
 from .prompts import check_length, check_token_ids, random_prompt_ids, tokenize_texts
@@ -233,8 +235,6 @@ def _check_memory(P: int, T: int, cfg: CollapseConfig, L: int, adapter: Any, ite
     makes it large: the prompt ids and hidden states (P × T × d, twice while embedding), one batch's
     attention scores and FFN activations, and the per-block statistics of every pass (3 × passes ×
     L × P float64, twice: the buffer and the result)."""
-    from ..resources import check_fits
-
     bs = P if cfg.batch_size is None else min(cfg.batch_size, P)
     states = 8 * P * T + 2 * P * T * adapter.d_model * itemsize
     batch = 2 * bs * T * (T * adapter.n_heads + 4 * adapter.d_model) * itemsize
@@ -259,8 +259,6 @@ def _finish(buf, n, emb, ids, options, meta, weights, seed, stopped_early, *, pa
 
 def _model_meta(model_or_path, model, adapter, looped: LoopedModel, dev) -> dict:
     import transformers
-
-    from ..version import __version__
 
     name = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else \
         (getattr(model.config, "_name_or_path", "") or type(model).__name__)

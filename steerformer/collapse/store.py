@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -30,9 +29,12 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, bad_argument
+from ..files import sha256_of
 from ..outputs import (
     COLLAPSE, check_output_folder, in_plain_words, is_write_failure, write_failed, write_file_atomically, writer_lock,
 )
+from ..results import json_text, read_json
+from ..schemas import CollapseRun, checked
 
 RUN_FILE, PROMPTS_FILE, EMBED_FILE, STATE_FILE, PASS_DIR = "run.json", "prompts.npy", "embedding.npz", "state.pt", "passes"
 #: What a finished (or interrupted) run adds: the result's files.
@@ -140,8 +142,6 @@ class RunStore:
 
     def _flush(self) -> None:
         info = {**(self._info or {}), "integrity": self._integrity}
-        from ..results import json_text
-
         _atomic(self.path / RUN_FILE, lambda p: json_text(info, p))
 
     def _integrity_rec(self) -> dict:
@@ -157,39 +157,35 @@ class RunStore:
         self._flush()
 
     def read_run(self) -> dict:
-        from ..results import read_json
-
         try:
             info = read_json(self.path / RUN_FILE)
         except (OSError, FileFormatError) as exc:
-            raise self._corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
+            raise self.corrupt(RUN_FILE, f"cannot be read as JSON ({getattr(exc, 'reason', '') or type(exc).__name__})") \
                 from None
-        from ..schemas import CollapseRun, checked
-
         if not isinstance(info, dict) or not isinstance(info.get("options"), dict) or not isinstance(info.get("meta"), dict):
-            raise self._corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
+            raise self.corrupt(RUN_FILE, "lacks the options/meta of a collapse run")
         try:
             checked(info, CollapseRun, RUN_FILE)
         except FileFormatError as exc:
-            raise self._corrupt(RUN_FILE, f"has a bad {exc.reason}") from None
+            raise self.corrupt(RUN_FILE, f"has a bad {exc.reason}") from None
         return info
 
     @_writes
     def write_prompts(self, ids: np.ndarray) -> None:
         _atomic(self.path / PROMPTS_FILE, lambda p: _to_file(p, lambda f: np.save(f, ids)))
-        self._integrity_rec()["prompts"] = file_sha256(self.path / PROMPTS_FILE)
+        self._integrity_rec()["prompts"] = sha256_of(self.path / PROMPTS_FILE)
         self._flush()
 
     def read_prompts(self) -> np.ndarray:
         arr = self._load(PROMPTS_FILE, lambda f: np.load(f, allow_pickle=False))
         if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.dtype.kind not in "iu":
-            raise self._corrupt(PROMPTS_FILE, "is not a 2-D integer array of token ids")
+            raise self.corrupt(PROMPTS_FILE, "is not a 2-D integer array of token ids")
         return arr
 
     @_writes
     def write_embedding(self, arrays: dict[str, np.ndarray]) -> None:
         _atomic(self.path / EMBED_FILE, lambda p: _to_file(p, lambda f: np.savez(f, **arrays)))
-        self._integrity_rec()["embedding"] = file_sha256(self.path / EMBED_FILE)
+        self._integrity_rec()["embedding"] = sha256_of(self.path / EMBED_FILE)
         self._flush()
 
     def read_embedding(self) -> dict[str, np.ndarray]:
@@ -198,20 +194,17 @@ class RunStore:
     # ---- checks -------------------------------------------------------------------------------
     def corrupt(self, name: str, why: str) -> CheckpointError:
         """The one-line error for a stored file ``name`` of this run that cannot be used (``why``)."""
-        return self._corrupt(name, why)
-
-    def _corrupt(self, name: str, why: str) -> CheckpointError:
         return CheckpointError(f"out={str(self.path)!r}: {name} {why}; the stored run cannot be resumed or read "
                                "as it is. Start a new run in another folder (or delete this one).")
 
     def _load(self, name: str, read):
         f = self.path / name
         if not f.is_file():
-            raise self._corrupt(name, "is missing")
+            raise self.corrupt(name, "is missing")
         try:
             return read(f)
         except Exception as exc:  # truncated zip, pickled object array, text renamed .npy ...
-            raise self._corrupt(name, f"is corrupt ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+            raise self.corrupt(name, f"is corrupt ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
 
     def verify(self, *, prompts: int | None = None, length: int | None = None, dtype: str | None = None) -> int:
         """Check every stored piece a resume reads against the hashes of ``run.json`` and return the
@@ -226,33 +219,33 @@ class RunStore:
                 "is refused: start a new run in another folder.")
         passes, states = rec.get("passes"), rec.get("states")
         if not (isinstance(passes, list) and isinstance(states, list)):
-            raise self._corrupt(RUN_FILE, "has a malformed integrity record")
+            raise self.corrupt(RUN_FILE, "has a malformed integrity record")
         for name, key in ((PROMPTS_FILE, "prompts"), (EMBED_FILE, "embedding")):
             if rec.get(key) is not None:
                 self._check_hash(name, rec[key])
         completed = 0
         state_file = self.path / STATE_FILE
         if state_file.exists():
-            got = file_sha256(state_file)
+            got = sha256_of(state_file)
             matches = [i for i, h in enumerate(states) if h == got]
             if not matches:
-                raise self._corrupt(STATE_FILE, "does not match the state recorded after any pass in "
+                raise self.corrupt(STATE_FILE, "does not match the state recorded after any pass in "
                                     f"{RUN_FILE} (sha256 {got[:12]}…)")
             completed = matches[-1] + 1
             state = self._load(STATE_FILE, lambda f: torch.load(f, map_location="cpu", weights_only=True))
             if not isinstance(state, dict) or state.get("completed") != completed or \
                     not isinstance(state.get("hidden"), torch.Tensor):
-                raise self._corrupt(STATE_FILE, f"does not hold the state after pass {completed}")
+                raise self.corrupt(STATE_FILE, f"does not hold the state after pass {completed}")
             shape, h = rec.get("state_shape"), state["hidden"]
             if shape is not None and list(h.shape) != list(shape):
-                raise self._corrupt(STATE_FILE, f"holds hidden states of shape {tuple(h.shape)}, not {tuple(shape)}")
+                raise self.corrupt(STATE_FILE, f"holds hidden states of shape {tuple(h.shape)}, not {tuple(shape)}")
             if prompts is not None and tuple(h.shape[:2]) != (prompts, length):
-                raise self._corrupt(STATE_FILE, f"holds hidden states for {tuple(h.shape[:2])} prompts × tokens, "
+                raise self.corrupt(STATE_FILE, f"holds hidden states for {tuple(h.shape[:2])} prompts × tokens, "
                                     f"not {(prompts, length)}")
             if dtype is not None and str(h.dtype).removeprefix("torch.") != dtype:
-                raise self._corrupt(STATE_FILE, f"holds {h.dtype} states, the run is {dtype}")
+                raise self.corrupt(STATE_FILE, f"holds {h.dtype} states, the run is {dtype}")
             if len(passes) < completed:
-                raise self._corrupt(RUN_FILE, f"lists {len(passes)} pass files but the state is after pass {completed}")
+                raise self.corrupt(RUN_FILE, f"lists {len(passes)} pass files but the state is after pass {completed}")
             for i in range(completed):
                 self._check_hash(f"{PASS_DIR}/{self.pass_file(i).name}", passes[i])
         self._info = {k: v for k, v in info.items() if k != "integrity"}
@@ -262,10 +255,10 @@ class RunStore:
     def _check_hash(self, name: str, want: str) -> None:
         f = self.path / name
         if not f.is_file():
-            raise self._corrupt(name, "is missing")
-        got = file_sha256(f)
+            raise self.corrupt(name, "is missing")
+        got = sha256_of(f)
         if got != want:
-            raise self._corrupt(name, f"was changed after it was written (sha256 {got[:12]}…, recorded {str(want)[:12]}…)")
+            raise self.corrupt(name, f"was changed after it was written (sha256 {got[:12]}…, recorded {str(want)[:12]}…)")
 
     # ---- passes ------------------------------------------------------------------------------
     def pass_file(self, index: int) -> Path:
@@ -275,7 +268,7 @@ class RunStore:
     def append_pass(self, index: int, arrays: dict[str, np.ndarray]) -> None:
         _atomic(self.pass_file(index), lambda p: _to_file(p, lambda f: np.savez(f, **arrays)))
         rec = self._integrity_rec()
-        rec["passes"] = rec["passes"][:index] + [file_sha256(self.pass_file(index))]
+        rec["passes"] = rec["passes"][:index] + [sha256_of(self.pass_file(index))]
         self._flush()
 
     def read_passes(self, count: int) -> dict[str, np.ndarray]:
@@ -287,7 +280,7 @@ class RunStore:
         try:
             return {k: np.stack(v) for k, v in rows.items()}
         except ValueError:
-            raise self._corrupt(PASS_DIR, "holds pass files of different shapes") from None
+            raise self.corrupt(PASS_DIR, "holds pass files of different shapes") from None
 
     @_writes
     def save_state(self, completed: int, hidden: torch.Tensor, extra: dict[str, Any] | None = None) -> None:
@@ -297,7 +290,7 @@ class RunStore:
             torch.save(blob, p)
             # run.json learns the new state's hash before the state is moved into place
             rec = self._integrity_rec()
-            rec["states"] = rec["states"][:completed - 1] + [file_sha256(Path(p))]
+            rec["states"] = rec["states"][:completed - 1] + [sha256_of(Path(p))]
             rec["state_shape"], rec["state_dtype"] = list(hidden.shape), str(hidden.dtype).removeprefix("torch.")
             self._flush()
 
@@ -319,16 +312,6 @@ class RunStore:
             raise InvalidArgumentError(f"out={str(self.path)!r}: {STATE_FILE} cannot be read "
                                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'empty'}); "
                                        "remove it to restart the run from scratch") from None
-
-
-def file_sha256(path: Path) -> str:
-    from ..files import open_regular
-
-    h = hashlib.sha256()
-    with open_regular(path) as f:  # a FIFO or a link to /dev/zero: one error, never a hang
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_npz(f: Path) -> dict[str, np.ndarray]:

@@ -47,9 +47,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from ..adapters import get_adapter
 from ..configs import is_whole
 from ..errors import bad_argument
 from ..outputs import write_output_file
+from ..schemas import ControlVectorMetadata, checked
+from ..version import __version__
 from .gguf_file import GGUF_OUTPUT, WRITTEN_BY, check_target_file, check_written, field_value, open_gguf
 
 ARCH = "controlvector"
@@ -130,8 +133,6 @@ class ControlVector:
     def check_model(self, config: Any, name: str = "control_vector") -> None:
         """Refuse a vector whose width differs from the model's, or a layer the model lacks.
         ``config``: a transformers config or model (its ``config``)."""
-        from ..adapters import get_adapter
-
         adapter = get_adapter(getattr(config, "config", config))
         if self.d_model != adapter.d_model:
             raise bad_argument(name, f"d={self.d_model}", f"a control vector of the model's width d_model="
@@ -204,8 +205,6 @@ def write_control_vector(path: str | os.PathLike, control: ControlVector | Mappi
     target = check_target_file(path, overwrite, name=name)
 
     def write(tmp: Path) -> None:
-        from ..version import __version__
-
         writer = gguf.GGUFWriter(str(tmp), ARCH)
         writer.add_string(MODEL_HINT, hint)
         # int32, as llama.cpp's cvector-generator writes it (repeng writes uint32; both read back)
@@ -258,7 +257,6 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
         directions[n] = np.array(tensor.data, dtype=np.float32)
     if not directions:
         raise bad_argument(name, str(path), "at least one direction.N tensor", None)
-    from ..schemas import ControlVectorMetadata, checked
 
     def plain(key: str) -> Any:  # numpy scalars as Python values, for the strict schema
         v = field_value(reader, key)
@@ -276,6 +274,3 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)
     return ControlVector({n: torch.from_numpy(v) for n, v in directions.items()}, meta.model_hint, dict(meta.notes))
-
-
-__all__ = ["ControlVector", "check_model_hint", "model_hint_of", "read_control_vector", "write_control_vector"]

@@ -8,11 +8,13 @@ steerformer wrote earlier — never a model or a vector someone else made.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import FileFormatError, bad_argument
+from ..files import check_regular
 from ..outputs import OutputFile, check_output_file, in_plain_words
 
 WRITTEN_BY = "steerformer.written_by"
@@ -25,8 +27,6 @@ def open_gguf(path: str | os.PathLike, name: str = "path", what: str = "a GGUF f
     p = Path(path).expanduser()
     if not p.is_file():
         raise bad_argument(name, str(path), f"an existing file ({what})", "Check the path.")
-    from ..files import check_regular
-
     try:
         check_regular(p)  # a FIFO or a link to /dev/zero: refused before the reader maps it
     except FileFormatError as exc:
@@ -56,8 +56,6 @@ def check_written(path: Path) -> None:
     writer loses the error of a short write (numpy's ``tofile`` past ``ulimit -f`` or a full disk
     leaves a file cut short, in silence), so a file whose tensors do not fit is an OSError here —
     EFBIG at the size limit, ENOSPC on a full file system, else EIO."""
-    import errno
-
     from gguf import GGUFReader
 
     try:
@@ -82,6 +80,3 @@ def check_target_file(path: str | os.PathLike, overwrite: bool, name: str = "pat
     if Path(path).expanduser().suffix != suffix:
         raise bad_argument(name, str(path), f"a file name ending in {suffix}", f"Name the file e.g. out{suffix}.")
     return check_output_file(path, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
-
-
-__all__ = ["GGUF_OUTPUT", "WRITTEN_BY", "check_target_file", "check_written", "field_value", "is_steerformer_file", "open_gguf"]

@@ -41,8 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..adapters.runtimes import GGUF_LAYOUTS
 from ..errors import bad_argument
 from ..outputs import write_output_file
+from ..version import __version__
 from .gguf_file import GGUF_OUTPUT, WRITTEN_BY, check_target_file, check_written, field_value, open_gguf
 
 #: dtype name -> (GGML tensor type name, llama.cpp file type name)
@@ -136,8 +138,6 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
     ``path`` name (a full disk, another writer holding it)."""
     import gguf
 
-    from ..adapters.runtimes import GGUF_LAYOUTS
-
     if dtype not in DTYPES:
         raise bad_argument("dtype", dtype, f"one of {sorted(DTYPES)}", "llama.cpp quantizes further itself "
                            "(llama-quantize).")
@@ -189,8 +189,6 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
                                "weight tied / unedited.")
 
     def write(tmp: Path) -> None:
-        from ..version import __version__
-
         writer = gguf.GGUFWriter(str(tmp), layout.arch)
         alignment = field_value(reader, "general.alignment")
         if alignment is not None:
@@ -208,6 +206,3 @@ def write_gguf_model(model: Any, path: str | os.PathLike, *, source: str | os.Pa
 
     # the writer lock, the rules again under it, a killed writer's temporary removed, a full disk one line
     return write_output_file(target, write, GGUF_OUTPUT, overwrite=overwrite, inputs=inputs, name=name)
-
-
-__all__ = ["DTYPES", "gguf_names", "permute_qk", "write_gguf_model"]

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from ..adapters.runtimes import VLLM_LORA, VLLM_MAX_LORA_RANKS
 from ..errors import bad_argument
+from ..loading import read_safetensors_file_header
 
 #: ``init_lora_weights`` strings vLLM accepts (they set only the initial adapter weights)
 _PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
@@ -89,8 +90,6 @@ def vllm_adapter_problems(folder: str | os.PathLike, model_type: str, *, max_lor
     names: each module path must be one of vLLM's model class (``VllmLora.prefix``: an adapter saved
     from the bare base model names modules vLLM's causal-LM class does not have, and vLLM would
     apply none of it)."""
-    from ..loading import read_safetensors_file_header
-
     folder = Path(folder)
     config_path, weights = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     if not config_path.is_file() or not weights.is_file():
@@ -126,6 +125,3 @@ def check_vllm_lora(adapter_config: Mapping[str, Any], model_type: str, *, max_l
     if problems:
         raise bad_argument("adapter_config", f"a {model_type} LoRA", "an adapter vLLM's LoRA loader accepts; "
                            + "; ".join(problems), "Export the merged checkpoint, or change what the message names.")
-
-
-__all__ = ["check_vllm_adapter", "check_vllm_lora", "vllm_adapter_problems", "vllm_lora_problems"]

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import bad_argument
+from ..spectra import sorted_eig
 from .diagnostics import alignment, consensus_error
 from .fields import discrete_step, iterate
 from .geometry import DTYPE, as_tensor, check_square_stack, random_tokens
@@ -25,8 +26,6 @@ def principal_eigenvector(F: torch.Tensor) -> tuple[complex, np.ndarray]:
     For a complex λ1 this returns the real part of its eigenvector only; the proper measure
     there is the 2-D subspace correlation of docs/math.md §4, which belongs to the statistics module.
     """
-    from ..spectra import sorted_eig
-
     vals, vecs = sorted_eig(F)
     v = vecs[:, 0].real.cpu().numpy()
     return complex(vals[0]), v / np.linalg.norm(v)
@@ -102,6 +101,3 @@ def layer_matrix_dynamics(
          "steps": int(steps), "tau": tau, "seed": seed, "attention": attention},
         ks.numpy().astype(float), {"E": E, "rho_v1": rho}, summary,
     )
-
-
-__all__ = ["layer_matrix_dynamics", "principal_eigenvector", "random_layer_matrix"]

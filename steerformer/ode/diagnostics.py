@@ -124,16 +124,3 @@ def consensus_time(ts: object, values: object, tol: float = 1e-6) -> np.ndarray:
     first = np.argmax(stays, axis=0)
     out = t[first].astype(float)
     return np.where(stays.any(axis=0), out, np.nan)
-
-
-__all__ = [
-    "consensus_error",
-    "lyapunov",
-    "alignment",
-    "hemisphere_witness",
-    "in_open_hemisphere",
-    "wendel_probability",
-    "wendel_monte_carlo",
-    "consensus_reached",
-    "consensus_time",
-]

@@ -299,15 +299,3 @@ def setup_fig13b(*, runs: int = 1, seed: int = 0, t1: float = 1500, dt: float | 
         np.arange(steps + 1, dtype=float), out, summary, trajectory=traj,
         extra={"V": V, "v1": v1.numpy(), "analytic_eigenvalue_moduli": np.abs(report.spectrum.eigenvalues)},
     )
-
-
-__all__ = [
-    "setup_5_1_1",
-    "setup_5_1_2",
-    "setup_5_1_3",
-    "setup_fig13a",
-    "setup_fig13b",
-    "p_511",
-    "p_512",
-    "p_513",
-]

@@ -301,16 +301,3 @@ def iterate(
                 ks.append(k)
                 saved.append(x.clone())
     return torch.tensor(ks), torch.stack(saved)
-
-
-__all__ = [
-    "AttentionField",
-    "DiagonalModulation",
-    "attention",
-    "continuous_field",
-    "discrete_step",
-    "single_head_step",
-    "oja_step",
-    "iterate",
-    "DTYPE",
-]

@@ -10,7 +10,6 @@ import contextlib
 import math
 from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
 from ..discrete import w_norm  # noqa: F401  (re-exported: one map, steerformer/discrete.py)

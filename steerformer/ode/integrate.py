@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, ClassVar, Sequence
 
@@ -35,6 +35,7 @@ from scipy.integrate import DOP853, RK45
 
 from ..configs import progress_bar
 from ..errors import bad_argument
+from ..tokens import check_tokens
 from .geometry import (
     DTYPE,
     NonFiniteStateError,
@@ -199,14 +200,6 @@ SOLVERS: dict[str, RungeKutta] = {m.name: m for m in (Dop853(), Dopri5(), RK4())
 METHODS = tuple(SOLVERS)
 
 
-def _solver(method: str | RungeKutta) -> RungeKutta:
-    if isinstance(method, RungeKutta):
-        return method
-    if method not in SOLVERS:
-        raise bad_argument("method", method, f"one of {METHODS}")
-    return SOLVERS[method]
-
-
 @dataclass
 class Solution:
     """Saved states ``ys[k]`` (shape of y0) at ``ts[k]``, and what the integration cost."""
@@ -218,7 +211,6 @@ class Solution:
     n_rejected: int = 0
     n_evals: int = 0
     max_drift: float = 0.0
-    stats: dict = field(default_factory=dict)
 
 
 def _combine(K: list[torch.Tensor], coeffs: Sequence[float], scale: float) -> torch.Tensor | None:
@@ -266,7 +258,9 @@ def solve(
     runs for the error norm.
     """
     t0, t1 = check_time_span(*t_span)
-    solver = _solver(method)
+    if not isinstance(method, RungeKutta) and method not in SOLVERS:
+        raise bad_argument("method", method, f"one of {METHODS}")
+    solver = method if isinstance(method, RungeKutta) else SOLVERS[method]
     if dt is not None:
         dt = check_positive(dt, "dt")
     elif not solver.adaptive:
@@ -425,15 +419,10 @@ def _initial_step(state, t0, y0, f0, t1, tab, rtol, atol, batched) -> float:
     return min(100 * h0, h1, t1 - t0)
 
 
-__all__ = ["solve", "Solution", "METHODS", "SOLVERS", "RungeKutta", "Tableau", "RK4", "Dopri5", "Dop853"]
-
-
 def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> Solution:
     """:func:`solve` for an :class:`~steerformer.ode.fields.AttentionField`: checks the tokens
     (shape, finite, on the ellipsoid — off-manifold tokens are refused) and wires the manifold
     step and the drift record to the field's W."""
-    from ..tokens import check_tokens
-
     W = getattr(field, "W", None)
     y = check_tokens(y0, W=W, normalize="require", name="y0")
     if y.shape[-1] != field.d:
@@ -441,6 +430,3 @@ def solve_tokens(field, y0: object, t_span: tuple[float, float], **kwargs) -> So
     kwargs.setdefault("project", lambda z: z / w_norm(z, W))
     kwargs.setdefault("drift", lambda z: manifold_drift(z, W))
     return solve(field, y, t_span, **kwargs)
-
-
-__all__ += ["solve_tokens"]

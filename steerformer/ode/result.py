@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..version import __version__
-from ..results import VERSION_KEY, json_text, read_json, to_jsonable
+from ..results import VERSION_KEY, JsonResult, read_json, to_jsonable
+from .plots import FIGURES, plot_bridge
 
 #: Prefix of the series arrays in the NPZ (the token trajectories keep their own names).
 _SERIES = "series__"
@@ -34,7 +35,7 @@ def _short(value: object) -> str:
 
 
 @dataclass
-class SetupResult:
+class SetupResult(JsonResult):
     """Output of one named setup (see :data:`steerformer.ode.SETUPS`); speaks the result protocol
     (:mod:`steerformer.results`).
 
@@ -73,10 +74,6 @@ class SetupResult:
             "extra": self.extra,
         })
 
-    def to_json(self, path: str | pathlib.Path | None = None) -> str:
-        """JSON text of config, findings and series (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
-
     def save(self, out_dir: str | pathlib.Path, *, plots: bool = True) -> dict[str, pathlib.Path]:
         """``result.json``, ``result.npz`` (times, series and token trajectories, exact) and the
         figures in folder ``out_dir``; returns the paths by role (figures by file name)."""
@@ -104,11 +101,6 @@ class SetupResult:
 
     def plot(self, out_dir: str | pathlib.Path) -> list[pathlib.Path]:
         """Draw this setup's figures (PNG) into ``out_dir``; returns their paths."""
-        from .plots import FIGURES, plot_bridge
-
         out = pathlib.Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         return FIGURES.get(self.setup, plot_bridge)(self, out)
-
-
-__all__ = ["SetupResult"]

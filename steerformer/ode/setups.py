@@ -36,10 +36,6 @@ class SetupSpec:
         """Draws the figures of a result of this setup into a folder; returns their paths."""
         return plots.FIGURES.get(self.name, plots.plot_bridge)
 
-    def plot(self, result: SetupResult, out_dir: pathlib.Path) -> list[pathlib.Path]:
-        """This setup's figures of ``result`` (PNG files in ``out_dir``)."""
-        return self.draw(result, pathlib.Path(out_dir))
-
 
 #: The papers' named simulations (``steerformer simulate NAME``), by name.
 SETUPS: dict[str, SetupSpec] = {
@@ -72,13 +68,3 @@ def run_setup(name: str, **kwargs: object) -> SetupResult:
     if name not in SETUPS:
         raise bad_argument("setup", name, f"one of {sorted(SETUPS)}", "List them with `steerformer simulate list`.")
     return SETUPS[name].run(**{k: v for k, v in kwargs.items() if v is not None})
-
-
-def plot_setup(result: SetupResult, out_dir: pathlib.Path) -> list[pathlib.Path]:
-    """Figures of ``result`` as its setup draws them (a layer-matrix run under another name: the
-    bridge figures)."""
-    spec = SETUPS.get(result.setup, SETUPS["bridge"])
-    return spec.plot(result, out_dir)
-
-
-__all__ = ["SETUPS", "SetupSpec", "plot_setup", "run_setup", "setup_bridge"]

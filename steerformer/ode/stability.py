@@ -244,22 +244,3 @@ def bipartite_stability(V: object, QK: object, m: int, n1: int, n2: int, tau: fl
     for l, M in sp.M.items():
         conds[f"Schur-Cohen M_{l}"] = schur_cohen_stable(M)
     return StabilityReport(all(conds.values()), conds, sp)
-
-
-__all__ = [
-    "map_jacobian",
-    "tangent_basis",
-    "tangent_jacobian",
-    "tangent_eigenvalues",
-    "consensus_point",
-    "bipartite_point",
-    "find_equilibria",
-    "Equilibrium",
-    "consensus_eigenvalues",
-    "bipartite_spectrum",
-    "bipartite_eigenvalues",
-    "BipartiteSpectrum",
-    "schur_cohen_stable",
-    "bipartite_stability",
-    "StabilityReport",
-]

@@ -95,7 +95,6 @@ def analysis_page(folder: Path, doc: Mapping) -> str:
     power = doc.get("power_method")
     if power:
         parts.append(f"<section><h2>Verdict</h2>{verdict_words(power)}</section>")
-    if power:
         opts = power.get("options", {})
         level = round(100 * opts.get("ci", 0.95))
         parts.append("<section><h2>Power-method statistics (controlled dynamics)</h2>"

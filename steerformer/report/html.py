@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..files import read_regular
 from ..outputs import REPORT_MARK
 
 #: The file name of the page in an output folder.
@@ -105,8 +106,6 @@ def png_image(path: str | Path, alt: str) -> str:
     path = Path(path)
     if not path.is_file():
         return ""
-    from ..files import read_regular
-
     data = base64.b64encode(read_regular(path)).decode("ascii")
     return f'<img class=fig alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 

@@ -36,11 +36,10 @@ def step(label: str, point: Mapping, *, x: float | None = None, gain: float | No
 
 
 def base_step(answers: Sequence[str], judged: Mapping | None, concept_rate: float | None) -> dict:
-    judged = judged or {}
-    return {"label": "base model (strength 0)", "x": 0.0, "gain": 0.0, "kl": 0.0, "concept_rate": concept_rate,
-            "concept": judged.get("concept"), "relevance": judged.get("relevance"), "fluency": judged.get("fluency"),
-            "aggregate": judged.get("aggregate"), "good": judged.get("good"), "answers": list(answers),
-            "ratings": list(judged.get("ratings") or [])}
+    """The slider's first position: the base model, its judged means keyed by axis (``judged``)."""
+    point = {**(judged or {}), **{f"judge_{a}": (judged or {}).get(a) for a in AXES}}
+    return step("base model (strength 0)", {**point, "kl": 0.0, "concept_rate": concept_rate, "answers": answers},
+                x=0.0, gain=0.0)
 
 
 def record_steps(record: Mapping) -> tuple[list[dict], int]:

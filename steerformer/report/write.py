@@ -7,7 +7,11 @@ import os
 from pathlib import Path
 
 from ..errors import bad_argument
+from ..outputs import REPORT_PAGE, write_output_file
+from ..results import read_json
+from .analysis import analysis_page
 from .html import PAGE_NAME
+from .steering import evaluation_page, record_page
 
 #: (kind, the file that marks a folder of that kind); the first one present decides.
 SOURCES = (("steer", "steerformer/record.json"), ("evaluate", "evaluation.json"), ("analyze", "report.json"))
@@ -17,8 +21,6 @@ def report_page(folder: str | os.PathLike, *, name: str = "folder", section: dic
     """(kind, the page's HTML) of the output folder ``folder`` of `steer`, `evaluate` or `analyze`;
     anything else is refused in one line naming ``name``. ``section``: the steering method's section
     of a steered folder (``report/steering.py``), from the caller."""
-    from ..results import read_json
-
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise bad_argument(name, str(folder), "an existing output folder of steer, evaluate or analyze (not found)",
@@ -29,18 +31,12 @@ def report_page(folder: str | os.PathLike, *, name: str = "folder", section: dic
             if not isinstance(doc, dict):
                 raise bad_argument(name, str(folder), f"a folder whose {marker} is a JSON object")
             if kind == "steer":
-                from .steering import record_page
-
                 records = doc.get("records") if "records" in doc else [doc]  # the chain; a lone record too
                 if not isinstance(records, list) or not records or not isinstance(records[-1], dict):
                     raise bad_argument(name, str(folder), f"a folder whose {marker} holds a steering record")
                 return kind, record_page(records[-1], earlier=len(records) - 1, section=section)
             if kind == "evaluate":
-                from .steering import evaluation_page
-
                 return kind, evaluation_page(doc)
-            from .analysis import analysis_page
-
             return kind, analysis_page(root, doc)
     raise bad_argument(name, str(folder), "an output folder of steer, evaluate or analyze (it holds none of "
                        + ", ".join(m for _, m in SOURCES) + ")", "Pass the --out folder of one of those commands.")
@@ -50,8 +46,6 @@ def write_report(folder: str | os.PathLike, *, name: str = "folder", section: di
     """Render ``folder``'s page (:func:`report_page`, with the steering method's ``section``) and write
     it to ``folder/report.html`` atomically; an existing ``report.html`` is replaced only when
     steerformer wrote it."""
-    from ..outputs import REPORT_PAGE, write_output_file
-
     _, text = report_page(folder, name=name, section=section)
     return write_output_file(Path(folder).expanduser() / PAGE_NAME, lambda tmp: Path(tmp).write_text(text, "utf-8"),
                              REPORT_PAGE, overwrite=True, name=name)

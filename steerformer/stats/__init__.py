@@ -4,7 +4,7 @@ eigenvector of each layer matrix, baselines, cumulative products, and the full-m
 from __future__ import annotations
 
 from .alignment import alignment_stats, intertoken_distance, layer_statistics
-from .config import StatsConfig
+from ..configs import StatsConfig
 from .cumulative import cumulative_principal, principal_eigvec
 from .eigenbasis import Directions, eigen_directions, principal_subspace
 from .full_model import DEFAULT_PROMPTS, HiddenStates, model_hidden_states, read_prompts_file

@@ -15,7 +15,7 @@ import torch
 
 from ..configs import progress_bar
 from ..errors import bad_argument
-from ..spectra import REAL_TOL, Spectra
+from ..spectra import Spectra, lambda_is_complex
 from .cumulative import cumulative_principal
 from .eigenbasis import Directions, chance_rho_S, eigen_directions, principal_subspace
 from .result import CI_COLUMNS, AlignmentStats, histogram
@@ -228,10 +228,9 @@ def alignment_stats(
             names = [c for c in CI_COLUMNS if c in means]
             sums.append((names, prompt_sums(torch.stack([means[c] for c in names]), lengths)))
         dmean, dmax = intertoken_distance(X[k + 1].double(), lengths)
-        lam1 = spectra.eigenvalues[i, 0]
         head = {"step": k, "layer": step_layers[k], "case": int(spectra.case[i]),
                 "de_facto_case3": bool(spectra.de_facto_case3[i]),
-                "lambda1_complex": abs(float(lam1.imag)) > REAL_TOL * float(spectra.spectral_radius[i]),
+                "lambda1_complex": lambda_is_complex(spectra.eigenvalues[i, 0], spectra.spectral_radius[i]),
                 "subspace": kind}
         rec = {**head, **rec, "distance_mean": dmean, "distance_max": dmax}
         if cum_complex is not None:

@@ -8,13 +8,13 @@ and the power method on a product amplifies by modulus (real-part order of λ^k 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
+from ..eig import one_blas_thread
 from ..errors import bad_argument
 from ..spectra import lambda_is_complex
 from .eigenbasis import orthonormal_pair
@@ -23,16 +23,6 @@ log = logging.getLogger(__name__)
 
 #: below this width ARPACK's k < d - 1 constraint and overhead make a dense eig the better choice.
 DENSE_BELOW = 64
-
-
-def _one_blas_thread():
-    """ARPACK makes hundreds of d×d matvecs: memory-bound, and with several BLAS threads they fight
-    torch's spinning OpenMP workers (measured 1 thread: 0.4 ms, 2 threads on busy cores: 2–18 ms)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: without it the result is the same, only slower on busy machines
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
 
 
 def _power_iteration(M: np.ndarray, v0: np.ndarray, iters: int = 30, tol: float = 1e-10):
@@ -71,7 +61,7 @@ def principal_eigvec(M: np.ndarray, v0: np.ndarray | None = None) -> tuple[compl
     # and a tight tol may even settle on the wrong one. tol 1e-8 keeps correlations exact to ~1e-8.
     k, ncv = min(6, d - 2), min(64, d - 1)
     try:
-        with _one_blas_thread():
+        with one_blas_thread():
             vals, vecs = eigs(M, k=k, ncv=ncv, which="LM", v0=v0, tol=1e-8, maxiter=20 * d)
     except ArpackNoConvergence as exc:  # keep what converged; fall back to dense if nothing did
         if exc.eigenvalues.size:

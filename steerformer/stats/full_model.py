@@ -19,7 +19,6 @@ from ..loading import ModelSource, as_source, load_model, load_tokenizer
 from ..prompts import DEFAULT_PROMPTS, PromptBatch
 
 
-
 @dataclasses.dataclass
 class HiddenStates:
     """The model's hidden states of real prompts, flattened over prompts.

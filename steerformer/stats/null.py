@@ -25,8 +25,11 @@ import numpy as np
 import torch
 
 from ..adapters.base import AttentionWeights
+from ..configs import progress_bar
+from ..dynamics import dynamics_step, pre_attention_norms
 from ..eig import null_vectors, rightmost_eig
 from ..spectra import REAL_TOL
+from .testing import adjust, monte_carlo_p
 
 _MATRICES = ("W_Q", "W_K", "W_V", "W_O")
 _BIASES = ("b_Q", "b_K", "b_V", "b_O")
@@ -108,8 +111,6 @@ def _rho(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
 def _stepper(template: AttentionWeights, *, tau: float, bias: bool, norm: torch.nn.Module | None):
     """The dynamics step of ``template``'s layer vmapped over a leading draw axis of tokens and
     Q/K/V/O weights (biases zero)."""
-    from ..dynamics import dynamics_step
-
     def one(x, W_Q, W_K, W_V, W_O):
         w = dataclasses.replace(template, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, **dict.fromkeys(_BIASES))
         return dynamics_step(x, w, tau=tau, bias=bias, norm=norm)
@@ -137,9 +138,6 @@ def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: t
     ``bases``: a dict filled with (and read for) each (draw, slot)'s principal basis, to share
     the eigenproblems between runs on other tokens. ``chunk``: draws run together (default:
     :func:`chunk_size`). ``progress``: a bar over the draws (:func:`~steerformer.configs.progress_bar`)."""
-    from ..configs import progress_bar
-    from ..dynamics import pre_attention_norms
-
     ids = [int(k) for k in layers]
     slot = slots({k: weights[k] for k in ids})
     norms = pre_attention_norms(source, ids, dtype, device) if layer_norm else {}
@@ -180,8 +178,6 @@ def annotate(records: list[dict], null: dict[str, np.ndarray], *, alpha: float =
     K = 1) and central ``level`` interval of Δρ and P, the one-sided p-values of the observed Δρ
     and P among the draws, the same adjusted across the steps by ``correction``, and
     ``beyond_chance`` = a power-method step whose two adjusted p-values are both < ``alpha``."""
-    from .testing import adjust, monte_carlo_p
-
     K = null["delta"].shape[0]
     ddof = 1 if K > 1 else 0
     q = ((1 - level) / 2, (1 + level) / 2)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from .._text import csv_text
-from ..results import json_text, read_json
+from ..results import JsonResult, read_json
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def _clean(v):
 
 
 @dataclasses.dataclass
-class AlignmentStats:
+class AlignmentStats(JsonResult):
     """Per-step power-method statistics of one trajectory.
 
     ``layers[k]`` is the record of step k (keys :data:`COLUMNS`; the cumulative ones only when the
@@ -124,10 +124,6 @@ class AlignmentStats:
             "layers": [{c: _clean(r[c]) for c in COLUMNS if c in r} for r in self.layers],
             "histograms_last_layer": self.histograms,
         }
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        return json_text(self.to_dict(), path)
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per step, columns :data:`COLUMNS` (empty cell where not computed)."""

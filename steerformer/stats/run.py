@@ -14,13 +14,13 @@ import torch
 
 from .._text import csv_text
 from ..dynamics import run_dynamics
-from ..configs import SEED, progress_bar
+from ..configs import SEED, StatsConfig, progress_bar
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import ModelSource, as_source
+from ..results import JsonResult, read_json
 from ..matrices import LayerMatrices, layer_matrices, read_attention_weights, select_layers
 from ..spectra import Spectra, spectra as compute_spectra
 from .alignment import alignment_stats
-from .config import StatsConfig
 from .full_model import model_hidden_states
 from .null import annotate, null_statistics
 from .result import COLUMNS, AlignmentStats
@@ -34,7 +34,7 @@ STABLE_SHARE = 0.9
 
 
 @dataclasses.dataclass
-class PowerMethodReport:
+class PowerMethodReport(JsonResult):
     """Statistics of the controlled dynamics, and where run, of the full model and the prolonged run."""
 
     controlled: AlignmentStats
@@ -58,18 +58,10 @@ class PowerMethodReport:
         return {"options": self.options, "summary": self.summary(),
                 **{name: st.to_dict() for name, st in self.variants().items()}}
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """JSON text of :meth:`to_dict` (NaN as null); also written to ``path`` when given."""
-        from ..results import json_text
-
-        return json_text(self.to_dict(), path)
-
     @classmethod
     def load(cls, out_dir: str | Path, doc: dict | None = None) -> "PowerMethodReport":
         """The statistics saved in ``out_dir``: ``doc`` is this report's :meth:`to_dict` (read from
         ``power_method.json``, or the ``power_method`` entry of `analyze`'s report.json, when None)."""
-        from ..results import read_json
-
         out = Path(out_dir)
         if doc is None:
             doc = read_json(out / "power_method.json")

@@ -42,7 +42,7 @@ from .._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "Steering": ".chain", "is_steered": ".chain", "steering_of": ".chain", "steering_records": ".chain",
     "unsteer": ".chain",
-    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_steering": ".checkpoint",
+    "load_for_steering": ".checkpoint", "load_model": ".checkpoint", "read_chain": ".checkpoint",
     "save_steered": ".checkpoint", "read_records": ".checkpoint", "steer_checkpoint": ".checkpoint", "unsteer_checkpoint": ".checkpoint",
     "ContrastiveDirection": ".sources", "contrastive_direction": ".sources",
     "contrastive_directions": ".sources", "read_npy": ".sources", "head_kind": ".measure",
@@ -70,15 +70,7 @@ _EXPORTS: dict[str, str] = {
     "Conversation": ".conversation", "StrengthDial": ".conversation", "check_strength": ".conversation",
 }
 
-__all__ = [
-    "Baseline", "ContrastiveDirection", "Method", "get_method", "register_method", "HELDOUT_QUESTIONS", "addition_vectors", "Direction", "SteeringEvaluation", "activation_steering", "addition_as_weights",
-    "edits_applied", "check_generates", "DOSE_SCALES", "evaluate_record", "evaluate_steering", "Edit", "HubError", "Steering", "SteeringRecord", "ablate", "contrastive_direction",
-    "choose_lora_rank", "contrastive_directions", "is_steered", "load_for_steering", "load_model", "push_to_hub", "read_steering", "save_steered", "steer",
-    "steer_checkpoint", "steered", "steering_of", "steering_records", "unsteer", "unsteer_checkpoint",
-    "verify_checkpoint", "head_kind", "read_npy", "read_records", "ChatJudge", "JudgeError", "JudgeItem", "OfflineJudge", "Rating", "judge_answers",
-    "make_judge", "kl_curve", "ExportFormat", "export_steered", "format_names", "get_format", "register_format",
-    "steer_and_hooks", "built_in_configs", "choose_method", "config_of", "Conversation", "StrengthDial", "check_strength", "record_section",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
 
@@ -86,7 +78,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, public=__all__)
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from .chain import Steering, is_steered, steering_of, steering_records, unsteer
     from .checkpoint import (
-        load_for_steering, load_model, read_records, read_steering, save_steered, steer_checkpoint, unsteer_checkpoint,
+        load_for_steering, load_model, read_chain, read_records, save_steered, steer_checkpoint, unsteer_checkpoint,
     )
     from .sources import ContrastiveDirection, contrastive_direction, contrastive_directions, read_npy
     from .measure import head_kind

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -28,7 +29,6 @@ from ..loading import open_source
 from .common import model_object
 from .sources import check_vector
 from .edit import Edit
-
 
 
 def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any, model_id: str) -> dict[int, torch.Tensor]:
@@ -47,11 +47,8 @@ def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any,
         if layers is None:
             raise bad_argument("layers", None, "the layer(s) whose output gets c·v, e.g. layers=[12]",
                                f"The model has {n} layers; a middle one is the usual choice.")
-        chosen = select_layers(layers, n)
-        if is_direction:
-            raw = {k: vector.vector(k) for k in chosen}
-        else:
-            raw = {k: getattr(vector, "vector", vector) for k in chosen}
+        raw = {k: vector.vector(k) if is_direction else getattr(vector, "vector", vector)
+               for k in select_layers(layers, n)}
     out = {}
     for k, v in raw.items():
         unit = check_vector(v, d, name="vector", model_name=model_id)  # checks shape, finite, non-zero
@@ -61,8 +58,6 @@ def layer_vectors(vector: Any, layers: Sequence[int] | int | None, adapter: Any,
 
 
 def check_coeff(coeff: Any) -> float:
-    import math
-
     if isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or not math.isfinite(float(coeff)):
         raise bad_argument("coeff", coeff, "a finite number (negative steers away)")
     return float(coeff)
@@ -134,11 +129,9 @@ def activation_steering(model: Any, vector: Any, layers: Sequence[int] | int | N
         def hook(module, args, out):
             h = out[0] if isinstance(out, (tuple, list)) else out
             shift = (spec.coeff * v).to(device=h.device, dtype=h.dtype)
-            if spec.positions == "skip-first" and where.ids is not None:
-                keep = (where.ids.to(h.device) != 0).to(h.dtype)[..., None]
-                h = h + keep * shift
-            else:
-                h = h + shift
+            if spec.positions == "skip-first" and where.ids is not None:  # position 0 keeps its state
+                shift = (where.ids.to(h.device) != 0).to(h.dtype)[..., None] * shift
+            h = h + shift
             return (h, *out[1:]) if isinstance(out, (tuple, list)) else h
         return hook
 

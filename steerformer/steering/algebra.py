@@ -16,12 +16,13 @@ from typing import Callable
 
 import torch
 
+from ..errors import bad_argument
+
+
 def check_value_map(V: torch.Tensor, layer: int, model_id: str) -> None:
     """Refuse a layer whose value map is all zero: F = W_O V = 0 whatever W_O is, so there is no
     wᵀV⁺ to solve for (the ridge system is singular) and no λ1 to scale a strength by."""
     if not bool(V.any()):
-        from ..errors import bad_argument
-
         raise bad_argument("layer", layer, "a layer whose value weights are not all zero",
                            f"Layer {layer} of {model_id} has an all-zero value map V, so an edit of W_O through it "
                            "moves nothing. Pick another layer, or check the checkpoint.")
@@ -93,8 +94,6 @@ def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: fl
             if kl <= max_kl:
                 best = (alpha, kl, lp)
         if best is None:
-            from ..errors import bad_argument
-
             floor = pts[-1][1]
             step = 10.0 ** (math.floor(math.log10(floor)) - 1) if floor > 0 else 0.0
             enough = math.ceil(floor / step) * step if step else floor  # rounded up to two digits
@@ -108,5 +107,3 @@ def search_gain(kl_at: Callable[[float], tuple[float, torch.Tensor]], max_kl: fl
                   if full else ""))
     return GainSearch(gain=alpha * scale, kl=kl, scale=scale, curve=[(a * scale, k) for a, k, _ in pts],
                       within_budget=True, message=message, logprobs=lp)
-
-__all__ = ["GainSearch", "check_value_map", "delta_output", "search_gain"]

@@ -36,7 +36,6 @@ def word_forms(word: str) -> list[str]:
     return sorted(f"{head} {f}" if head else f for f in forms)
 
 
-
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
@@ -122,6 +121,3 @@ def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]
             cut = next((i for i, t in enumerate(row) if t in stops), len(row))
             out.append(row[:cut])
     return out
-
-
-__all__ = ["chat_rows", "check_answer_fits", "generate_answers", "has_chat_template", "pad_id", "stop_ids", "word_forms"]

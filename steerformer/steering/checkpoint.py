@@ -43,18 +43,21 @@ import dataclasses
 import json
 import logging
 import os
+import stat
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from ..configs import SteerConfig
 from ..errors import CheckpointError, FileFormatError, SteerformerError, bad_argument
-from ..files import copy_side_file, side_files
+from ..files import copy_side_file, file_kind, side_files
 from ..loading import (
-    SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source, resolve_checkpoint,
+    SafetensorsReader, checkpoint_roots, is_pretrained_model, load_config, load_tokenizer, open_source,
+    read_safetensors_file_header, resolve_checkpoint,
 )
 from ..loading import load_model as load_weights
 from ..outputs import STEERED, UNSTEERED, clean_stale, write_atomically
@@ -63,10 +66,9 @@ from .chain import Steering, check_last, replay, steering_of, unsteer
 from .common import (
     METADATA_KEY, ORIGINAL_FILE, RECORD_FILE, SAFETENSORS_DTYPES, SIDE_DIR, add_safetensors_metadata,
     as_sentence_transformer, chain_payload, file_hashes, inner_model, model_files, payload_sha256,
-    read_safetensors_metadata, rewrite_shard, safetensors_hashes, safetensors_header, tensor_identities, tensor_sha256,
+    read_safetensors_metadata, rewrite_shard, safetensors_hashes, tensor_identities, tensor_sha256,
     tensor_specs, write_chain,
 )
-from .edit import Edit
 from .export import MODULES_FILE, copy_module_stack, model_card, source_folder
 from .lora import save_peft_adapter
 from .registry import call_options, choose_method, get_method, method_names
@@ -132,8 +134,6 @@ def save_steered(model: Any, directory: str | os.PathLike, *, overwrite: bool = 
             write_chain(tmp, payload, originals)
             compact = json.dumps(payload, separators=(",", ":"))
             if weights is not None:
-                from safetensors.torch import save_file
-
                 save_file(weights, str(tmp / SAFE_WEIGHTS_NAME), metadata={"format": "pt", METADATA_KEY: compact})
                 return
             for st in model_files(tmp):
@@ -284,8 +284,6 @@ def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
 def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The tensors of ``steerformer/original.safetensors`` (a :class:`CheckpointError` when missing
     or unreadable)."""
-    from safetensors.torch import load_file
-
     path = Path(directory) / SIDE_DIR / ORIGINAL_FILE
     if not path.is_file() and (Path(directory) / "adapter_config.json").is_file() \
             and not (Path(directory) / "config.json").is_file():
@@ -298,7 +296,7 @@ def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: the original weights cannot be restored (the steered checkpoint "
                               f"was damaged, or copied without its {SIDE_DIR}/ folder).")
-    safetensors_header(path)  # truncation / corruption: one clear line
+    read_safetensors_file_header(path)  # truncation / corruption: one clear line
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors' own errors
@@ -329,12 +327,6 @@ def read_chain(directory: str | os.PathLike, *, check: bool = True) -> Steering:
         if problems:
             raise CheckpointError(problems[0])
     return Steering(records=records, originals=originals, untie=payload.get("untie"))
-
-
-def read_steering(directory: str | os.PathLike) -> tuple[list[SteeringRecord], dict | None, dict[str, torch.Tensor]]:
-    """(records, untie info, original weights) of a checkpoint written by :func:`save_steered`."""
-    s = read_chain(directory)
-    return s.records, s.untie, s.originals
 
 
 def check_modules(model: Any, names: Any, where: Any) -> None:
@@ -405,7 +397,7 @@ def load_for_steering(path: str | os.PathLike, *, dtype: torch.dtype | None = No
     auto = auto_class(resolved)
     if is_steered_folder(resolved):
         for st in model_files(Path(resolved)):
-            safetensors_header(st)  # a truncated model file: one line, before transformers reads it
+            read_safetensors_file_header(st)  # a truncated model file: one line, before transformers reads it
         return attach_steering(load_plain(resolved, auto, dtype, device), resolved)
     return load_weights(resolved, auto_class=auto, dtype=dtype, device=device)
 
@@ -501,26 +493,18 @@ def integrity_checks(d: Path, payload: dict, *, extra_files_ok: bool = False) ->
 def _absent(path: Path) -> str:
     """Why a recorded file is not among the regular files hashed: missing, or what is there instead
     (a FIFO or a folder is named, never opened)."""
-    import stat
-
     try:
         mode = os.lstat(path).st_mode
     except OSError:
         return "missing"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO, not the regular file recorded"
-    if stat.S_ISDIR(mode):
-        return "a folder, not the regular file recorded"
     if stat.S_ISLNK(mode):
         try:
             target = os.stat(path).st_mode
         except OSError:
             return "a dangling symbolic link, not the regular file recorded"
-        what = "a FIFO" if stat.S_ISFIFO(target) else "a folder" if stat.S_ISDIR(target) else \
-            "a device" if stat.S_ISCHR(target) or stat.S_ISBLK(target) else \
-            "a file elsewhere" if stat.S_ISREG(target) else "a special file"
+        what = "a file elsewhere" if stat.S_ISREG(target) else file_kind(target)
         return f"a symbolic link to {what}, not the regular file recorded"
-    return "a special file, not the regular file recorded"
+    return f"{file_kind(mode)}, not the regular file recorded"
 
 
 # ---- undo ----------------------------------------------------------------------------------------

@@ -14,11 +14,13 @@ import json
 import os
 import struct
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from ..configs import progress_bar
 from ..errors import CheckpointError, SteerformerError, bad_argument
@@ -127,16 +129,10 @@ class CountedCurve:
 
 
 # ---- safetensors files, streamed -----------------------------------------------------------------
-def safetensors_header(path: Path) -> tuple[dict, int]:
-    """(header with its ``__metadata__``, offset of the data) of a safetensors file, validated
-    against the file size by the one header parser (a corrupt or truncated file is a
-    :class:`CheckpointError` naming it; nothing is allocated first)."""
-    tensors, meta, start = read_safetensors_file_header(Path(path))
-    return ({**tensors, "__metadata__": meta} if meta else tensors), start
-
-
 def read_safetensors_metadata(path: Path) -> dict[str, str]:
-    return dict(safetensors_header(Path(path))[0].get("__metadata__") or {})
+    """The ``__metadata__`` of a safetensors file, its header validated by the one header parser
+    (``loading.read_safetensors_file_header``: a corrupt or truncated file is a CheckpointError)."""
+    return read_safetensors_file_header(Path(path))[1]
 
 
 def add_safetensors_metadata(path: Path, extra: dict[str, str]) -> None:
@@ -151,14 +147,13 @@ def add_safetensors_metadata(path: Path, extra: dict[str, str]) -> None:
 def safetensors_hashes(path: str | os.PathLike) -> dict[str, str]:
     """sha256 of every tensor's bytes in a safetensors file, streamed (one buffer of memory). The
     same bytes :func:`tensor_sha256` hashes for the loaded tensor."""
-    path = Path(path)
-    header, start = safetensors_header(path)
-    out = {}
     from ..files import open_regular  # here, not at the top: the steer path reads no file
 
+    path = Path(path)
+    header, _, start = read_safetensors_file_header(path)
+    out = {}
     with open_regular(path) as f:
-        for key, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
-                                key=lambda kv: kv[1]["data_offsets"][0]):
+        for key, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
             b, e = info["data_offsets"]
             f.seek(start + b)
             h = hashlib.sha256()
@@ -181,7 +176,6 @@ def tensor_identities(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, str],
     same values :func:`safetensors_hashes` and :func:`tensor_specs` read back from the written
     file. Hashed on every core (hashlib works outside the GIL), each tensor's buffer hashed in
     place (no copy)."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def digest(t: torch.Tensor) -> str:
         h = hashlib.sha256()
@@ -198,8 +192,8 @@ def tensor_identities(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, str],
 
 def tensor_specs(path: Path) -> dict[str, list]:
     """key -> [dtype, shape] from a safetensors header (the bytes alone do not fix the tensor)."""
-    header, _ = safetensors_header(path)
-    return {k: [v.get("dtype"), v.get("shape")] for k, v in header.items() if k != "__metadata__"}
+    header = read_safetensors_file_header(Path(path))[0]
+    return {k: [v.get("dtype"), v.get("shape")] for k, v in header.items()}
 
 
 def model_files(directory: Path) -> list[Path]:
@@ -211,17 +205,13 @@ def file_hashes(directory: Path) -> dict[str, str]:
     """sha256 of every other file of a checkpoint folder (config, tokenizer, card); the model's
     safetensors files (their tensors are hashed one by one, their header holds the record) and
     steerformer's own folder are left out."""
-    from ..files import open_regular  # here, not at the top: the steer path reads no file
+    from ..files import sha256_of  # here, not at the top: the steer path reads no file
 
     out = {}
     for p in sorted(directory.rglob("*")):
         rel = p.relative_to(directory).as_posix()
         if p.is_file() and not rel.startswith(SIDE_DIR + "/") and not (p.parent == directory and p.suffix == ".safetensors"):
-            h = hashlib.sha256()
-            with open_regular(p) as f:  # a FIFO swapped in after is_file: one error, never a hang
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            out[rel] = h.hexdigest()
+            out[rel] = sha256_of(p)  # a FIFO swapped in after is_file: one error, never a hang
     return out
 
 
@@ -327,8 +317,6 @@ def write_records(folder: Path, payload: dict) -> Path:
 
 def write_chain(folder: Path, payload: dict, originals: dict[str, torch.Tensor]) -> None:
     """``steerformer/record.json`` and ``steerformer/original.safetensors`` into ``folder``."""
-    from safetensors.torch import save_file
-
     side = write_records(folder, payload)
     save_file(originals, str(side / ORIGINAL_FILE), metadata={"format": "pt"})
 

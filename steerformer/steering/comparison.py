@@ -49,6 +49,3 @@ def _announced(label: str, make: Callable, say: Callable[[str], None]) -> Callab
         return make(strength)
 
     return run
-
-
-__all__ = ["steer_and_hooks"]

@@ -130,15 +130,12 @@ class Conversation:
                     self.skip_prompt = False
                     return
                 self.tokens += [int(t) for t in value.reshape(-1).tolist() if int(t) not in stops]
-                text = tokenizer.decode(self.tokens, skip_special_tokens=True)
-                if text.endswith("\ufffd"):
-                    return
-                if on_text is not None and len(text) > self.shown:
-                    on_text(text[self.shown:])
-                self.shown = len(text)
+                self.end(partial=True)
 
-            def end(self) -> None:
+            def end(self, partial: bool = False) -> None:
                 text = tokenizer.decode(self.tokens, skip_special_tokens=True)
+                if partial and text.endswith("\ufffd"):  # a character still missing some of its bytes
+                    return
                 if on_text is not None and len(text) > self.shown:
                     on_text(text[self.shown:])
                 self.shown = len(text)
@@ -159,6 +156,3 @@ class Conversation:
     def undo(self) -> Turn | None:
         """Forget the last exchange; None when there is none."""
         return self.turns.pop() if self.turns else None
-
-
-__all__ = ["Conversation", "StrengthDial", "Turn", "check_strength"]

@@ -30,10 +30,18 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from ..errors import CheckpointError, FileFormatError, InvalidArgumentError, ModelNotFoundError, bad_argument
+from ..files import check_regular
+from ..loading import confined_file, display_name, hub_failure, name_looks_like_path, public_model_id
 from ..outputs import DIRECTION, write_atomically
+from ..results import read_json
+from ..schemas import DirectionFile, checked
+from ..version import __version__
 from .common import added_vector, vector_hash
+from .record import SteeringRecord
+from .registry import method_of
 
 DIRECTION_FORMAT = "steerformer.direction/1"
 VECTORS_FILE = "direction.safetensors"
@@ -171,8 +179,6 @@ class Direction:
         ``records``: a :class:`~steerformer.steering.SteeringRecord` or a list of them
         (:func:`~steerformer.steering.read_records` reads a checkpoint's or a ``steer --record`` file)."""
         from ..formats import model_hint_of
-        from .record import SteeringRecord
-        from .registry import method_of
 
         if isinstance(records, SteeringRecord):
             records = [records]
@@ -219,8 +225,6 @@ class Direction:
     # ---- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """The JSON of ``direction.json``: everything but the vectors, plus their sha256."""
-        from ..version import __version__
-
         return {"format": DIRECTION_FORMAT, "model_id": self.model_id, "revision": self.revision, "method": self.method,
                 "layers": self.layers, "d_model": self.d_model,
                 "k": {str(n): int(v.shape[0]) for n, v in sorted(self.vectors.items())},
@@ -232,8 +236,6 @@ class Direction:
         """Write the folder of the module doc atomically; returns it. A non-empty ``directory`` is
         replaced only with ``overwrite`` and only when it holds an earlier direction. ``repo_id``:
         the Hub id the card's example loads (default the folder's name)."""
-        from safetensors.torch import save_file
-
         def fill(tmp: Path) -> None:
             save_file({_layer_key(n): v.contiguous() for n, v in sorted(self.vectors.items())},
                       str(tmp / VECTORS_FILE), metadata={"format": DIRECTION_FORMAT})
@@ -247,8 +249,6 @@ class Direction:
     def card(self, repo_id: str = "THIS_REPO") -> str:
         """The README.md of the folder (Hub model card with YAML metadata)."""
         from huggingface_hub import ModelCardData
-
-        from ..loading import display_name, public_model_id
 
         base_id = public_model_id(self.model_id) if self.model_id else None
         data = ModelCardData(base_model=base_id, library_name="steerformer",
@@ -295,13 +295,6 @@ def read_direction(folder: str | os.PathLike) -> Direction:
     """The direction saved in ``folder`` (:meth:`Direction.save`); a missing file, a vector whose
     sha256 differs from the record, or a layer the record does not name is one
     :class:`~steerformer.errors.CheckpointError` line."""
-    from safetensors.torch import load_file
-
-    from ..files import check_regular
-    from ..loading import confined_file
-    from ..results import read_json
-    from ..schemas import DirectionFile, checked
-
     folder = Path(folder)
     if not (folder / META_FILE).exists() or not (folder / VECTORS_FILE).exists():
         raise CheckpointError(f"{folder} is not a direction folder: it needs {META_FILE} and {VECTORS_FILE} "
@@ -340,8 +333,6 @@ def read_direction(folder: str | os.PathLike) -> Direction:
 def _download(repo_id: str, revision: str | None, endpoint: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
-    from ..loading import name_looks_like_path
-
     if name_looks_like_path(repo_id) or repo_id.count("/") != 1:
         raise bad_argument("direction", repo_id, "a direction folder (direction.json + direction.safetensors) or a "
                            "Hub repo id 'namespace/name'", "Check the path.")
@@ -349,10 +340,7 @@ def _download(repo_id: str, revision: str | None, endpoint: str | None) -> Path:
         return Path(snapshot_download(repo_id, revision=revision, endpoint=endpoint,
                                       allow_patterns=[META_FILE, VECTORS_FILE, "README.md"]))
     except Exception as exc:  # offline, unknown repo, network: one line
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        why = "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline else \
-            f"could not be fetched from the Hub ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
-        raise ModelNotFoundError(f"direction {repo_id!r} {why}.") from None
+        raise ModelNotFoundError(f"direction {repo_id!r} {hub_failure(exc)}.") from None
 
 
 def _checked(vectors: Mapping[int, Any]) -> dict[int, torch.Tensor]:

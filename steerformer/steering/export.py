@@ -98,12 +98,6 @@ def edit_formula(record: SteeringRecord) -> str:
     return method_of(record).card_formula(record)
 
 
-def gain_text(record: SteeringRecord) -> str:
-    """The gain in the unit the CLI printed, in the words of the method that made the record
-    (``Method.gain_text``)."""
-    return method_of(record).gain_text(record)
-
-
 def edit_rows(record: SteeringRecord) -> list[tuple[str, str]]:
     """The rows of one record's table (the model card; the report page's table of the edit): what
     every record has, with its method's own rows (``Method.facts``) after the gain."""
@@ -118,7 +112,7 @@ def edit_rows(record: SteeringRecord) -> list[tuple[str, str]]:
              + f" ({record.dtype})"),
             ("direction", f"{record.direction_source.get('kind', '')} {', '.join(f'{k}={v}' for k, v in src.items())} "
                           f"(sha256 `{record.direction_sha256[:16]}…`)"),
-            ("edit", edit_formula(record)), ("gain", gain_text(record)),
+            ("edit", edit_formula(record)), ("gain", method_of(record).gain_text(record)),
             *method_of(record).facts(record),
             ("alignment, real model final states (held-out prompts)",
              f"{f(record.alignment_model_before)} → {f(record.alignment_model_after)}"),

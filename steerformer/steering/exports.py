@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import SteerformerError, bad_argument
+from ..outputs import writer_lock
+from ..results import read_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +54,6 @@ class ExportFormat:
             if target == src or src in target.parents or target in src.parents:
                 raise bad_argument("out", str(out), f"a path outside the export's input {src}",
                                    "Write the export beside the steered checkpoint, not inside it.")
-        from ..outputs import writer_lock
-
         # the output's writer lock around the whole export (its writer takes it again, as its own): a second
         # writer, or a lock file that is a link or a folder, is refused before the checkpoint is read
         with writer_lock(target, "out", str(out), wait=overwrite):
@@ -96,9 +96,9 @@ def export_steered(steered: str | Path, out: str | Path, format: str, *, overwri
 
 # ---- the built-in formats: one small writer each -------------------------------------------------
 def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None]) -> tuple[Path, str]:
-    from .checkpoint import load_for_steering, read_steering, save_steered
+    from .checkpoint import load_for_steering, read_chain, save_steered
 
-    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
+    read_chain(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     path = save_steered(load_for_steering(steered), out, overwrite=overwrite, name="out")
     return path, f"saved to {path}"
@@ -106,13 +106,12 @@ def write_checkpoint(steered: Path, out: Path, *, overwrite: bool, say: Callable
 
 def write_peft(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str], None],
                lora_rank: int | None = None) -> tuple[Path, str]:
-    from ..results import read_json
-    from .checkpoint import load_for_steering, read_steering, save_steered
+    from .checkpoint import load_for_steering, read_chain, save_steered
     from .common import RECORD_FILE, SIDE_DIR
 
     if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 1):
         raise bad_argument("lora_rank", lora_rank, "a whole number >= 1")
-    read_steering(steered)  # not a steered checkpoint: one line, before any weight loads
+    read_chain(steered)  # not a steered checkpoint: one line, before any weight loads
     say(f"loading {steered}")
     model = load_for_steering(steered)
     say(f"writing {out} (the edits as a LoRA adapter)")
@@ -128,9 +127,9 @@ def write_gguf(steered: Path, out: Path, *, overwrite: bool, say: Callable[[str]
                dtype: str | None = None) -> tuple[Path, str]:
     from ..formats import check_target_file, write_gguf_model
     from ..loading import gguf_file_of
-    from .checkpoint import load_for_steering, read_steering
+    from .checkpoint import load_for_steering, read_chain
 
-    records = read_steering(steered)[0]  # not a steered checkpoint: one line, before any weight loads
+    records = read_chain(steered).records  # not a steered checkpoint: one line, before any weight loads
     if source is None:  # the GGUF the steered model was loaded from (a .gguf path, the bundled SmolLM2)
         try:
             source = gguf_file_of(records[0].model_id)
@@ -166,5 +165,3 @@ register_format("gguf", write_gguf, "the whole steered model as one GGUF file fo
                 options=("source", "dtype"), target="file")
 register_format("control-vector", write_control_vector, "the vectors the steer added, as a llama.cpp control "
                 "vector .gguf (strength 1.0 = that steer)", options=("model_hint",), target="file")
-
-__all__ = ["ExportFormat", "export_steered", "format_names", "get_format", "register_format"]

@@ -132,18 +132,13 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
     return out
 
 
-def _full_module_names(model: Any) -> dict[int, str]:
-    """id(module) -> its path inside ``model`` (the class PEFT will wrap)."""
-    return {id(m): n for n, m in model.named_modules()}
-
-
 def lora_tensors(model: Any, lora_rank: int | None = None) -> tuple[dict[str, torch.Tensor], dict[str, int], bool,
                                                                        dict[str, LoraFactors]]:
     """({PEFT key: tensor}, {module path: rank}, fan_in_fan_out, {module path: factors}) for the
     steered ``model``."""
     factors = lora_factors(model, lora_rank)
     base = model.base_model
-    names = _full_module_names(model)
+    names = {id(m): n for n, m in model.named_modules()}  # id(module) -> its path (the class PEFT will wrap)
     tensors: dict[str, torch.Tensor] = {}
     ranks: dict[str, int] = {}
     by_path: dict[str, LoraFactors] = {}
@@ -202,7 +197,7 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
     """Write the edits of the steered ``model`` as a PEFT LoRA adapter folder (module doc);
     ``lora_rank``: see :func:`lora_factors`; ``name``: the argument errors about ``directory`` name."""
     from huggingface_hub import ModelCardData
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # looked up when called: a test stands in a full disk for it
 
     tensors, ranks, fan_in_fan_out, factors = lora_tensors(model, lora_rank)
     steering = steering_of(model)
@@ -272,6 +267,3 @@ def choose_lora_rank(model: Any, cost: Callable[[Any], float], *, max_cost: floa
         if value <= max_cost:
             return LoraRankChoice(r, float(max_cost), tried)
     return LoraRankChoice(None, float(max_cost), tried)
-
-
-__all__ = ["LoraFactors", "LoraRankChoice", "choose_lora_rank", "lora_factors", "save_peft_adapter", "truncated"]

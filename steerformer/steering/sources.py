@@ -25,7 +25,7 @@ paper's edit of the last layer (whose output the head reads; the input embedding
 head), the templated contrast (``calibrate.concept_directions``) for the addition after a middle
 layer, where the unembedding row moves nothing (docs/steering-chat.md). ``record.direction_source``
 says which reading was used. How a contrastive prompt's states are reduced was also called
-``token=`` ("last" or "mean"): it is ``reduction=`` now (the old keyword warns, for one release).
+``token=`` ("last" or "mean"): it is ``reduction=`` now.
 """
 
 from __future__ import annotations
@@ -137,10 +137,6 @@ def read_npy(path: str | os.PathLike, *, name: str = "direction") -> np.ndarray:
     except Exception as exc:
         raise bad_argument(name, str(path), f"a readable .npy file ({type(exc).__name__}: {exc})") from None
     return arr
-
-
-def load_npy(path: str | os.PathLike, d: int, *, name: str = "direction", model_name: str = "the model") -> torch.Tensor:
-    return check_vector(read_npy(path, name=name), d, name=f"{name} ({Path(path).name})", model_name=model_name)
 
 
 def shared_direction(value: Any, *, name: str = "direction") -> tuple[Direction, str] | None:
@@ -264,7 +260,8 @@ def resolve_direction(model, source, layer, *, direction=None, token=None, eigve
                     _shared_source(shared[0], shared[1], [layer]))
         if isinstance(direction, (str, bytes)) or hasattr(direction, "__fspath__"):
             path = str(direction)
-            return load_npy(path, d, model_name=name), DirectionSource("npy", {"path": path})
+            u = check_vector(read_npy(path), d, name=f"direction ({Path(path).name})", model_name=name)
+            return u, DirectionSource("npy", {"path": path})
         return check_vector(direction, d, model_name=name), DirectionSource("array", {})
     if token is not None:
         u, info = token_direction(model, tokenizer, token, d)
@@ -469,7 +466,7 @@ def contrastive_direction(
     text files (one prompt per line), or ``pairs=`` a JSONL file of {"positive", "negative"} lines.
     ``method``: "mean-diff" or "pca" (pairs: as many positives as negatives, matched by position).
     ``reduction``: how a prompt's states are reduced, "last" token, "mean" over tokens, or "auto" (module
-    doc; the old name ``token=`` warns). ``progress``: a tqdm bar on stderr over the prompts."""
+    doc). ``progress``: a tqdm bar on stderr over the prompts."""
     if method not in METHODS:
         raise bad_argument("method", method, f"one of {METHODS}")
     if reduction not in TOKENS:

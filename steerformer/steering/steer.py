@@ -91,6 +91,3 @@ def steered(model: Any, direction: Any = None, **kwargs: Any) -> Iterator[Steeri
             index = next((i for i, r in enumerate(steering.records) if r is rec), None)
             if index is not None:
                 unsteer(target, last=len(steering.records) - index)
-
-
-__all__ = ["steer", "steered"]

@@ -16,6 +16,10 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from huggingface_hub import HfApi, constants, get_token
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import get_session, validate_repo_id
+
 from ..errors import InvalidArgumentError, SteerformerError, bad_argument
 
 DEFAULT_TIMEOUT = 30.0
@@ -26,9 +30,6 @@ class HubError(SteerformerError, RuntimeError):
 
 
 def check_repo_id(repo_id: str) -> str:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     if not isinstance(repo_id, str) or repo_id.count("/") != 1:
         raise bad_argument("repo_id", repo_id, "'namespace/name' (e.g. 'alice/minilm-steered')")
     try:
@@ -57,8 +58,6 @@ def hub_target(repo_id: str, *, private: bool = False, token: str | None = None,
                timeout: float = DEFAULT_TIMEOUT) -> HubTarget:
     """The checked arguments of a push (module doc): a bad repo id, timeout or revision, no token at
     all, or ``HF_HUB_OFFLINE`` are refused before any request. ``endpoint``: default ``HF_ENDPOINT``."""
-    from huggingface_hub import HfApi, constants, get_token
-
     check_repo_id(repo_id)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise bad_argument("timeout", timeout, "a number of seconds > 0", "The default is 30.")
@@ -81,19 +80,13 @@ def hub_target(repo_id: str, *, private: bool = False, token: str | None = None,
 def upload_folder(target: HubTarget, folder: Path, *, default_message: str, saved: Path | None = None) -> str:
     """Create the repo (if needed) and commit ``folder`` to it; returns the commit URL (the pull
     request's with ``create_pr``). ``saved``: a folder the user keeps, named in a failure's line."""
+    api, repo_id, revision, create_pr = target.api, target.repo_id, target.revision, target.create_pr
     with _timeout(target.timeout), _one_line(target.where, target.timeout, saved):
-        return _upload(target.api, Path(folder), target.repo_id, private=target.private,
-                       message=target.commit_message or default_message, revision=target.revision,
-                       create_pr=target.create_pr)
-
-
-def _upload(api, folder: Path, repo_id: str, *, private: bool, message: str | None, revision: str | None,
-            create_pr: bool) -> str:
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    if revision is not None and not create_pr:
-        api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-    info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", revision=revision,
-                             create_pr=create_pr, commit_message=message)
+        api.create_repo(repo_id, private=target.private, exist_ok=True, repo_type="model")
+        if revision is not None and not create_pr:
+            api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+        info = api.upload_folder(folder_path=str(Path(folder)), repo_id=repo_id, repo_type="model", revision=revision,
+                                 create_pr=create_pr, commit_message=target.commit_message or default_message)
     if create_pr and getattr(info, "pr_url", None):
         return str(info.pr_url)
     return str(getattr(info, "commit_url", info))
@@ -104,8 +97,6 @@ def _timeout(seconds: float) -> Iterator[None]:
     """Give huggingface_hub's shared HTTP client a timeout for the duration of the block:
     httpx clients (huggingface_hub >= 1.0) carry it as an attribute; requests sessions (older
     versions) get it as the default of each request."""
-    from huggingface_hub.utils import get_session
-
     session = get_session()
     if hasattr(session, "timeout"):  # httpx
         old = session.timeout

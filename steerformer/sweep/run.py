@@ -12,17 +12,28 @@ then give bit-identical numbers, and the parallelism comes from running tasks si
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import dataclasses
 import json
+import multiprocessing as mp
 import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .._text import csv_text, json_text
-from ..configs import EIG_DTYPES, torch_dtype
+import torch
+
+from .._text import csv_text
+from ..configs import EIG_DTYPES, StatsConfig, check_device, select_layers, torch_dtype
+from ..eig import DEFAULT_TOP_K, FULL_UP_TO, one_blas_thread
 from ..errors import bad_argument
+from ..loading import open_source
+from ..matrices import layer_matrices
+from ..outputs import SWEEP, check_output_folder
+from ..results import JsonResult, json_text, read_json
+from ..spectra import spectra
+from ..stats.run import power_method_stats
 
 EXECUTORS = ("local", "ray")
 #: Per-layer columns of the combined CSV (λ complex split in re/im); the statistics columns follow
@@ -71,51 +82,13 @@ def checkpoints_from(model: str | None = None, revisions: Sequence[str] | str | 
 
 @contextlib.contextmanager
 def _single_thread():
-    import torch
-
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:  # pragma: no cover - optional
+        with one_blas_thread():
             yield
-        else:
-            with threadpool_limits(1):
-                yield
     finally:
         torch.set_num_threads(n)
-
-
-def spectrum_task(model: str, revision: str | None, layer: int, top_k: int | None, dtype: str,
-                  device: str | None = None) -> dict:
-    """Spectrum of one layer of one checkpoint, reading only that layer's value/output tensors."""
-    from ..loading import open_source
-    from ..matrices import layer_matrices
-    from ..spectra import spectra
-
-    with _single_thread():
-        src = open_source(model, revision=revision)
-        mats = layer_matrices(src, [layer], form=False)
-        d = mats.d_model
-        sp = spectra(mats, dtype=torch_dtype(dtype), top_k=top_k if top_k is not None and top_k <= d - 2 else None,
-                     device=device)
-        return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
-                "eig_method": sp.method[0], "source": src.meta()}
-
-
-def stats_task(model: str, revision: str | None, options: dict, dtype: str, device: str | None = None) -> dict:
-    """Power-method statistics of one checkpoint: per-step Δρ, P and their baselines."""
-    from ..loading import open_source
-    from ..stats.config import StatsConfig
-    from ..stats.run import power_method_stats
-
-    with _single_thread():
-        src = open_source(model, revision=revision)
-        rep = power_method_stats(src, StatsConfig(**options), dtype=torch_dtype(dtype), device=device)
-        keep = ("step", "layer") + STATS_COLUMNS
-        return {"summary": rep.summary(),
-                "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}
 
 
 def _same_work(saved: dict | None, task: dict) -> bool:
@@ -125,14 +98,26 @@ def _same_work(saved: dict | None, task: dict) -> bool:
 
 
 def _run_task(task: dict) -> dict:
-    if task["kind"] == "spectrum":
-        return spectrum_task(task["model"], task["revision"], task["layer"], task["top_k"], task["dtype"],
-                             task.get("device"))
-    return stats_task(task["model"], task["revision"], task["options"], task["dtype"], task.get("device"))
+    """One task, single-threaded: the spectrum of one layer of one checkpoint (reading only that
+    layer's value/output tensors), or the power-method statistics of one checkpoint (per-step Δρ, P
+    and their baselines)."""
+    dtype, device = torch_dtype(task["dtype"]), task.get("device")
+    with _single_thread():
+        src = open_source(task["model"], revision=task["revision"])
+        if task["kind"] == "spectrum":
+            layer, top_k = task["layer"], task["top_k"]
+            mats = layer_matrices(src, [layer], form=False)
+            d = mats.d_model
+            sp = spectra(mats, dtype=dtype, top_k=top_k if top_k is not None and top_k <= d - 2 else None, device=device)
+            return {"layer": layer, "slot": mats.slot_ids[0], "d_model": d, **sp.record(0),
+                    "eig_method": sp.method[0], "source": src.meta()}
+        rep = power_method_stats(src, StatsConfig(**task["options"]), dtype=dtype, device=device)
+        keep = ("step", "layer") + STATS_COLUMNS
+        return {"summary": rep.summary(), "layers": [{k: r.get(k) for k in keep} for r in rep.controlled.layers]}
 
 
 @dataclasses.dataclass
-class SweepResult:
+class SweepResult(JsonResult):
     """Per-checkpoint reports, the combined table, and how many tasks ran vs were reused."""
 
     checkpoints: list[Checkpoint]
@@ -156,8 +141,6 @@ class SweepResult:
     @classmethod
     def load(cls, out_dir: str | Path) -> "SweepResult":
         """The sweep :meth:`save` wrote into ``out_dir`` (from its ``sweep.json``)."""
-        from ..results import read_json
-
         doc = read_json(Path(out_dir) / "sweep.json")
         cks = [Checkpoint(c["model"], c.get("revision")) for c in doc["checkpoints"]]
         return cls(cks, doc["reports"], doc.get("rows", []), tasks_run=doc["tasks_run"],
@@ -171,9 +154,6 @@ class SweepResult:
             lam = [f"{r['lambda1_re']:.4g}" for r in self.rows if r["checkpoint"] == c.key and "lambda1_re" in r]
             lines.append(f"  {c.label}: Re λ1 per layer {', '.join(lam)}")
         return "\n".join(lines)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        return json_text(self.to_dict(), path)
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """λ1, gap (and Δρ, P with statistics) against the checkpoint, one line per layer."""
@@ -243,9 +223,6 @@ def _execute_local(todo: list[dict], done: Callable[[dict, dict], None], workers
         for t in todo:
             done(t, _run_task(t))
         return
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         futs = {pool.submit(_run_task, t): t for t in todo}
         for f in cf.as_completed(futs):
@@ -304,34 +281,26 @@ def sweep(
     runs its eigen-solver and dynamics (as ``analyze --device``); results equal to rounding on any
     device, so a finished task is reused whatever device it ran on.
     """
-    from ..eig import DEFAULT_TOP_K, FULL_UP_TO
-    from ..loading import open_source
-    from ..matrices import select_layers
-
     if executor not in EXECUTORS:
         raise bad_argument("--executor", executor, f"one of {', '.join(EXECUTORS)}")
     if dtype not in EIG_DTYPES:
         raise bad_argument("--dtype", dtype, "float64 or float32")
     if not isinstance(workers, int) or workers < 1:
         raise bad_argument("--workers", workers, "an integer ≥ 1")
-    from ..loading import check_device
-
     check_device(device, name="--device", kinds=("cpu", "cuda"))
     if top_k not in ("auto", None) and not (isinstance(top_k, int) and top_k >= 0):
         raise bad_argument("--top-k", top_k, "a non-negative integer")
     if stats is not None:
-        from ..stats.config import StatsConfig
-
         StatsConfig(**stats)  # checks the options before any work
-    from ..outputs import SWEEP, check_output_folder
-
     checkpoints = list(checkpoints)
     # our own earlier sweep resumes in place; anything else (the cwd, an input checkpoint, a foreign
     # folder) is refused before any work
     out = check_output_folder(out_dir, SWEEP, inputs=[c.model for c in checkpoints], incremental=True)
     store = out / "tasks"
-    plan: list[tuple[Checkpoint, dict, Path]] = []
+    plan: list[tuple[dict, Path]] = []
     meta: dict[str, dict] = {}
+    slot_paths: dict[str, list[Path]] = {}  # checkpoint key → the task file of each analysed layer's slot
+    planned: set[Path] = set()
     for c in checkpoints:
         src = open_source(c.model, revision=c.revision)  # config only: fails fast on a bad checkpoint
         ad = src.adapter
@@ -342,23 +311,21 @@ def sweep(
         meta[c.key] = {**src.meta(), "config": ad.config_summary(), "layers_analyzed": ids, "top_k": k_eff,
                        "eig_dtype": dtype, "stats_options": stats}
         weights = _fingerprint(src)  # a finished task is reused only for the very same weights
-        seen: set[int] = set()
-        for k in ids:
-            if seq[k] in seen:
-                continue
-            seen.add(seq[k])
-            plan.append((c, {"kind": "spectrum", "model": c.model, "revision": c.revision, "layer": k,
-                             "top_k": k_eff, "dtype": dtype, "weights": weights},
-                         store / c.key / f"slot_{seq[k]:04d}.json"))
+        slot_paths[c.key] = [store / c.key / f"slot_{seq[k]:04d}.json" for k in ids]
+        for k, path in zip(ids, slot_paths[c.key]):
+            if path not in planned:  # each distinct slot once, at its first analysed layer
+                planned.add(path)
+                plan.append(({"kind": "spectrum", "model": c.model, "revision": c.revision, "layer": k,
+                              "top_k": k_eff, "dtype": dtype, "weights": weights}, path))
         if stats is not None:
-            plan.append((c, {"kind": "stats", "model": c.model, "revision": c.revision,
-                             "options": stats, "dtype": dtype, "weights": weights}, store / c.key / "stats.json"))
+            plan.append(({"kind": "stats", "model": c.model, "revision": c.revision,
+                          "options": stats, "dtype": dtype, "weights": weights}, store / c.key / "stats.json"))
     store.mkdir(parents=True, exist_ok=True)
     _atomic_json({"checkpoints": [dataclasses.asdict(c) for c in checkpoints]}, store / "plan.json")
     results: dict[Path, dict] = {}
     todo: list[dict] = []
     where: dict[int, Path] = {}
-    for c, task, path in plan:
+    for task, path in plan:
         if path.is_file():
             saved = json.loads(path.read_text())
             if _same_work(saved.get("task"), task):
@@ -385,27 +352,12 @@ def sweep(
     reports: dict[str, dict] = {}
     rows: list[dict] = []
     for c in checkpoints:
-        seq_meta = meta[c.key]
-        by_slot = {}
-        stats_res = None
-        for cc, task, path in plan:
-            if cc.key != c.key:
-                continue
-            if task["kind"] == "spectrum":
-                by_slot[results[path]["slot"]] = results[path]
-            else:
-                stats_res = results[path]
-        src_seq = open_source(c.model, revision=c.revision).adapter.layer_sequence()
-        recs = []
-        for k in seq_meta["layers_analyzed"]:
-            r = dict(by_slot[src_seq[k]])
-            r["layer"] = k
-            r.pop("source", None)
-            recs.append(r)
-        rep = {"meta": seq_meta, "layers": recs}
+        recs = [{**{k: v for k, v in results[path].items() if k != "source"}, "layer": k}
+                for k, path in zip(meta[c.key]["layers_analyzed"], slot_paths[c.key])]
+        stats_res = results.get(store / c.key / "stats.json") if stats is not None else None
+        reports[c.key] = {"meta": meta[c.key], "layers": recs}
         if stats_res is not None:
-            rep["stats"] = stats_res
-        reports[c.key] = rep
+            reports[c.key]["stats"] = stats_res
         st = {r["layer"]: r for r in (stats_res or {}).get("layers", [])}
         for r in recs:
             row = {"checkpoint": c.key, "model": c.model, "revision": c.revision or "", "layer": r["layer"],
