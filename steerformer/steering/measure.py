@@ -125,7 +125,6 @@ class ModelProbe:
             return float(mean_abs_cos(self.final_states(params), u, self.mask))
 
 
-
 def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) -> ModelProbe:
     """One forward pass of ``model`` on ``batch`` recording the blocks' inputs from the first layer
     that runs the edited weights on, and the edited layer's attention input (``layer`` < 0: an edit

@@ -238,7 +238,6 @@ def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[
     return ratings
 
 
-
 # ---- the result ----------------------------------------------------------------------------------
 CSV_FIELDS = ("method", "strength", "concept_rate", "kl", "distinct2", "fluency", "fluency_free", "judge_concept",
               "judge_relevance", "judge_fluency", "aggregate", "good", "unrated", "n_answers", "seconds")

@@ -3,42 +3,12 @@ as AxBench (Wu et al. 2025) rates steering — *concept* (is the concept in the 
 (does it still answer the question), *fluency* (is it still text) — their harmonic mean, and
 "good steer" = all three ≥ 1.
 
-Public API (other modules build on exactly these names):
-
-    Rating(concept, relevance, fluency)   frozen; each in [0, 2], or None: not rated (a judge's reply
-                                          without a rating — never read as 0); .rated (all three
-                                          there), .aggregate (harmonic mean of the three, 0 if any is 0;
-                                          None unless rated), .good (all three ≥ 1; None unless rated),
-                                          to_dict/from_dict
-    JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None,
-              nll=None, base_nll=None)
-                                          one answer to judge; concept: the concept's description (a
-                                          word, a phrase or a sentence); terms: the words that count as
-                                          a mention (empty: the concept's simple forms); nll_free /
-                                          base_nll_free: the answer's mean per-token NLL under the base
-                                          model after an empty user turn, and the base answers'; nll /
-                                          base_nll: the same after the question (what the offline
-                                          fluency score reads; each pair optional)
-    Judge                                 any callable judge(items: Sequence[JudgeItem]) -> list[Rating]
-    OfflineJudge(embedder=None, rules=OfflineRules())
-                                          the default: whole-word terms + the bundled MiniLM + NLL and
-                                          repetition; thresholds and fluency scores (FluencyScore) in
-                                          OfflineRules (math.md)
-    ChatJudge(url, model="default", timeout=60.0)
-                                          an LLM over an OpenAI-compatible /v1/chat/completions server
-                                          (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted;
-                                          its HTTP (URL check, deadline, caps, reply schema): judge_client
-    MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
-    judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked; a judge that
-                                          rated no answer at all is a JudgeError (one line), not zeros
-    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge); model
-                                          (--judge-model) only beside a URL
-    summarize(ratings) -> dict            mean concept/relevance/fluency (over the answers rated on
-                                          each), mean aggregate and good share (over the answers rated
-                                          on all three), n, and unrated (answers missing a rating)
-    harmonic_mean(values), repetition(text), doubled_words(text), fluency_inputs(features), word_forms(word),
-    concept_words(concept), mentions(texts, words)
-    JudgeError                            an LLM judge that did not answer (one line)
+Public API (other modules build on exactly these names; each documents itself): :class:`Rating`,
+:class:`JudgeItem`, :class:`Judge`, :class:`OfflineJudge` (its rules: :class:`OfflineRules`,
+:class:`FluencyScore`), :class:`ChatJudge` (its HTTP: ``judge_client``), :class:`MiniLM`,
+:func:`judge_answers`, :func:`make_judge`, :func:`summarize`, :func:`harmonic_mean`, :func:`repetition`,
+:func:`doubled_words`, :func:`fluency_inputs`, :func:`word_forms`, :func:`concept_words`, :func:`mentions`
+and ``JudgeError`` (an LLM judge that did not answer, one line).
 
 This module imports no other part of steering (evaluate builds on it, never the other way).
 """
@@ -56,8 +26,6 @@ from ..chat import word_forms
 from .judge_client import JudgeError, check_completion, check_url, post_json
 
 log = logging.getLogger(__name__)
-
-
 
 
 # ---- words ---------------------------------------------------------------------------------------
@@ -199,17 +167,18 @@ def rated_text(value: float | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class JudgeItem:
-    """One answer to judge, and what the judges read about it (the module docstring)."""
+    """One answer to judge, and what the judges read about it. The NLLs are mean per-token NLLs under
+    the base model (each pair optional; what the offline fluency score reads)."""
 
     question: str
     answer: str
-    concept: str
-    terms: tuple[str, ...] = ()
+    concept: str  # the concept's description: a word, a phrase or a sentence
+    terms: tuple[str, ...] = ()  # the words that count as a mention (empty: the concept's simple forms)
     base_answer: str | None = None
-    nll_free: float | None = None
-    base_nll_free: float | None = None
-    nll: float | None = None
-    base_nll: float | None = None
+    nll_free: float | None = None  # the answer's, after an empty user turn
+    base_nll_free: float | None = None  # the base answers', the same
+    nll: float | None = None  # the answer's, after the question
+    base_nll: float | None = None  # the base answers', the same
 
     def __post_init__(self) -> None:
         if not str(self.concept).strip():

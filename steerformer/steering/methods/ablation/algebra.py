@@ -120,5 +120,4 @@ def ablation(W: torch.Tensor, U: torch.Tensor, s: float, *, norm_preserving: str
     return out
 
 
-
 __all__ = ["Ablation", "DEPENDENT_TOL", "NORM_PRESERVING", "ablation", "orthonormal_directions"]

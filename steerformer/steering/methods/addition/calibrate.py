@@ -33,7 +33,6 @@ from ...chat import chat_rows, generate_answers, has_chat_template, pad_id, word
 from ...probe import AnswerBatch, KLProbe, capture, model_device, no_cache
 
 
-
 # ---- the probe -----------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ContinuationProbe(KLProbe):

@@ -234,6 +234,5 @@ def choose_gain(curve: Callable[[float], float], target: float, *, scale: float 
                           curve=sorted(seen.items()), message=msg)
 
 
-
 __all__ = ["RowSolve", "StrengthChoice", "choose_gain", "cond_estimate", "exact_row", "ridge_row", "top_eigenvalues",
            "top_summary"]
