@@ -55,10 +55,6 @@ _PIPELINES = (
 _NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
-def _fmt(x, spec: str = ".4f") -> str:
-    return "n/a" if x is None else format(x, spec)
-
-
 def edit_count_text(n: int) -> str:
     word = _NUMBERS.get(n, str(n))
     return f"{word} rank-1 edit{'s' if n != 1 else ''}"
@@ -101,7 +97,7 @@ def edit_formula(record: SteeringRecord) -> str:
 def edit_rows(record: SteeringRecord) -> list[tuple[str, str]]:
     """The rows of one record's table (the model card; the report page's table of the edit): what
     every record has, with its method's own rows (``Method.facts``) after the gain."""
-    f = _fmt
+    f = lambda x, spec=".4f": "n/a" if x is None else format(x, spec)  # noqa: E731
     src = {k: v for k, v in record.direction_source.items() if k != "kind"}
     layers = sorted({e.layer for e in record.edits})
     where = f"{layers[0]}" if len(layers) == 1 else f"{layers}"
@@ -152,14 +148,9 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
     tags = ["steerformer", "steering", "rank-1-edit", first.model_type]
     if sentence_transformers:
         tags.append("sentence-transformers")
-    data = ModelCardData(
-        base_model=base_id,
-        license=base.get("license"),
-        language=base.get("language"),
-        pipeline_tag=pipeline,
-        library_name="sentence-transformers" if sentence_transformers else "transformers",
-        tags=tags,
-    )
+    data = ModelCardData(base_model=base_id, license=base.get("license"), language=base.get("language"),
+                         pipeline_tag=pipeline, tags=tags,
+                         library_name="sentence-transformers" if sentence_transformers else "transformers")
     rows = [{"rows": edit_rows(r)} for r in records]
     name = display_name(first.model_id)
     return ModelCard.from_template(
