@@ -36,12 +36,6 @@ def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: 
            n_random: int = 8, n_tokens: int = 12, name: str = "prompts") -> PromptBatch:
     """Prompts as model inputs, on the model's device: strings through the tokenizer, a (P, n) id
     tensor as is, or the defaults (sentences with a tokenizer, seeded random ids without)."""
-    return _encode(model, prompts, tokenizer, held_out=held_out, n_random=n_random, n_tokens=n_tokens,
-                   name=name).to(model_device(model))
-
-
-def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool,
-            n_random: int, n_tokens: int, name: str) -> PromptBatch:
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim != 2 or prompts.dtype not in (torch.int64, torch.int32):
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} {prompts.dtype}", "a (prompts, tokens) integer tensor of token ids")
@@ -50,12 +44,12 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
             shown = "empty" if prompts.numel() == 0 else f"ids in [{int(prompts.min())}, {int(prompts.max())}]"
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} with {shown}",
                                f"a non-empty tensor of token ids in [0, {vocab - 1}] (vocab_size={vocab})")
-        return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long))
+        return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long)).to(model_device(model))
     if prompts is None and tokenizer is None:
         vocab = int(model.config.vocab_size)
         g = torch.Generator().manual_seed(1 if held_out else 0)
         ids = torch.randint(min(5, vocab - 1), vocab, (n_random, n_tokens), generator=g)
-        return PromptBatch(ids, torch.ones_like(ids))
+        return PromptBatch(ids, torch.ones_like(ids)).to(model_device(model))
     if prompts is None:
         prompts = HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES
     if tokenizer is None:
@@ -67,7 +61,7 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
     batch = PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token
     check_fits(batch.input_ids.shape[1], max_positions(model), name=name, value=f"a prompt of {words_of(prompts)}",
                what="prompts", fix="Shorten the longest prompt.")
-    return batch
+    return batch.to(model_device(model))
 
 
 def max_positions(model: Any) -> int | None:
@@ -89,10 +83,7 @@ def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = N
         rho = torch.linalg.vector_norm(x @ u.T, dim=-1) / torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-300)
     else:
         rho = (x @ u).abs() / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
-    if mask is None:
-        return rho.mean()
-    m = mask.to(device=rho.device, dtype=torch.bool)
-    return rho[m].mean()
+    return rho.mean() if mask is None else rho[mask.to(device=rho.device, dtype=torch.bool)].mean()
 
 
 def mean_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
