@@ -10,13 +10,8 @@ Stable API:
     untie: dict | None             ALBERT untie info (``retie`` needs it)
     modules() -> list[str]         touched weights (the biases edits change excluded), in order
     edits_of(module) -> list[Edit]
-    factors(module) -> (B, A)      B = [γ₁U₁ … γ_k U_k] (out × k), A = [A₁; …; A_k] (k × in), float64,
-                                   canonical layout: Σ ΔW = B @ A (a rank-k LoRA, docs/math.md §5c)
-    applying(model, edits)         context manager: apply the edits; if the block raises, remove
-                                   them bit for bit (the one rollback of every steering call)
-    push(model, record)            apply a record's edits (undone if any fails), append it and
-                                   attach the chain to the model
-    pop(model, k=1)                remove the last k records' edits, bit-exactly; returns them
+    factors, applying, push, pop   (each documented where defined; ``applying`` is the one rollback
+                                   of every steering call)
     to_dict()                      (originals are saved separately, as safetensors)
 
 Where the state lives: a typed :class:`Steering` object in the model attribute ``_steerformer``

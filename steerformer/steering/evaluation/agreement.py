@@ -1,12 +1,6 @@
 """How far two raters agree (a judge against hand labels; docs/steering-chat.md, "The judge"):
 exact agreement, Cohen's κ, precision and recall of a yes/no call, and Spearman's rank correlation.
 Pure Python on sequences; no torch.
-
-    exact_agreement(a, b)          the share of items rated the same
-    cohen_kappa(a, b)              (p_o − p_e) / (1 − p_e), p_e from the two raters' own category shares
-    precision_recall(pred, truth)  of the yes calls (booleans): (precision, recall), nan where undefined
-    ranks(values)                  1-based ranks, ties given their mean rank
-    spearman(a, b)                 Pearson's r of the two rank vectors (nan when one is constant)
 """
 
 from __future__ import annotations
