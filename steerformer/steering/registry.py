@@ -261,15 +261,12 @@ def call_options(config: Any, method: str | None, options: dict) -> tuple[SteerC
     own = {k: options.pop(k) for k in list(options) if k not in fields}
     base, given_config = config, None
     if config is not None and not isinstance(config, SteerConfig):
-        if not isinstance(config, Config):
+        given_config, base = config, None
+        if isinstance(config, Config) and method is None:
+            method = next((n for n in method_names() if config_of(n) is type(config)), None)
+        if not isinstance(config, Config) or method is None:  # not a config, or of no registered method
             raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered method",
                                f"Registered: {', '.join(method_names())}.")
-        given_config, base = config, None
-        if method is None:
-            method = next((n for n in method_names() if config_of(n) is type(config)), None)
-            if method is None:
-                raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered "
-                                   "method", f"Registered: {', '.join(method_names())}.")
     if method is not None:
         options["method"] = method
     base = base if base is not None else SteerConfig()
@@ -280,10 +277,9 @@ def method_config(method: Method, options: dict, config: Any = None) -> Any:
     """The options ``method.plan`` receives: ``method.config`` built from ``config`` (a config of this
     method given to ``steer``) and the method's keywords (checked by its ``__post_init__``)."""
     cls = type(method).config
-    base = config if isinstance(config, cls) else None
-    if base is None:
+    if not isinstance(config, cls):
         return cls(**options)
-    return dataclasses.replace(base, **options) if options else base
+    return dataclasses.replace(config, **options) if options else config
 
 
 __all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "details_of",
