@@ -88,9 +88,7 @@ class KLPlanner:
 
     def at(self, group: Sequence[int], alpha: float) -> list[Edit]:
         """The edits of ``group`` at gain α (× each layer's residual norm)."""
-        return [dataclasses.replace(e, gain=e.gain * alpha,
-                                    bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
-                for e in self.unit(group)[0]]
+        return [e.scaled(alpha) for e in self.unit(group)[0]]
 
     def search(self, group: Sequence[int], max_kl: float):
         """(edits, the gain search, residual norms): the largest α within ``max_kl`` on the probe."""
