@@ -242,15 +242,12 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
             raise bad_argument(key, options[key], f"a {need} model: {key} is an option of the {chosen} method, which "
                                f"this {head} model cannot run", f"Drop {key}; this model gets another method.")
         for key in getattr(cls, "refuses", ()):
-            value, default = getattr(call_config, key), _default(SteerConfig, key)
+            value = getattr(call_config, key)
+            default = next(f.default for f in dataclasses.fields(SteerConfig) if f.name == key)
             if value != default:
                 raise bad_argument(key, value, f"the default ({default}) with method={chosen!r}",
                                    f"The {chosen} method does not take {key}=; drop it.")
     return chosen
-
-
-def _default(cls: type, name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def call_options(config: Any, method: str | None, options: dict) -> tuple[SteerConfig, dict, Any]:

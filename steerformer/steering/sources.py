@@ -424,11 +424,6 @@ def read_prompt_lines(path: str | os.PathLike, name: str) -> list[str]:
     return lines
 
 
-def token_reduction(adapter, layer: int) -> str:
-    """"last" when layer ``layer`` attends causally (its last token has seen the prompt), else "mean"."""
-    return "mean" if adapter.mask(layer).kind == "full" else "last"
-
-
 def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, reduction: str,
                  batch_size: int = 16, name: str = "prompts", bar: Any = None) -> torch.Tensor:
     """(P, d) float64: the output of execution layer ``layer`` for each prompt, reduced over its real
@@ -497,7 +492,8 @@ def contrastive_direction(
     if tokenizer is None:
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
-    red = token_reduction(adapter, L) if reduction == "auto" else reduction
+    # auto: "last" when layer L attends causally (its last token has seen the prompt), else "mean"
+    red = ("mean" if adapter.mask(L).kind == "full" else "last") if reduction == "auto" else reduction
     with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
         hp = layer_states(model, adapter, L, positive, tokenizer, reduction=red, batch_size=batch_size, name="positive",
                           bar=bar)

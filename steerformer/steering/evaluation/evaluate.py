@@ -15,14 +15,6 @@ model's answers and the steered model's answers, five numbers and the judge's th
 
 Prompts go through the tokenizer's chat template (``chat=None``: when it has one; ``chat=True``
 without one is refused in one line). Answers are greedy unless ``sample=True`` (seeded).
-
-The objects:
-
-    Baseline            the base model's answers on the held-out questions, scored once
-    AnswerScore         one steered model (or one strength of a method) measured against a Baseline
-    SteeringEvaluation  a result type: a curve over strengths, one line per method/layer; JSON, CSV,
-                        a labelled figure, sample answers before/after
-    evaluate_steering   runs the curve: ``methods`` maps a label to ``strength -> context manager``
 """
 
 from __future__ import annotations
@@ -438,18 +430,13 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                          concept=concept, judge=judge)
 
 
-def judge_name(judge: Any) -> str | None:
-    if judge is None:
-        return None
-    return getattr(judge, "endpoint", None) or getattr(judge, "name", None) or type(judge).__name__
-
-
 def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], points: Sequence[AnswerScore],
                   concept: str | Sequence[str] | None = None, judge: Any = None) -> SteeringEvaluation:
     """The :class:`SteeringEvaluation` of ``points`` measured against ``baseline`` (``judge``: also
     rate the base answers, the reference of the points' ratings)."""
-    base_judged = {}
+    base_judged, name = {}, None
     if judge is not None:
+        name = getattr(judge, "endpoint", None) or getattr(judge, "name", None) or type(judge).__name__
         items = judge_items(baseline, baseline.texts, words if concept is None else concept, words,
                             baseline.nll_free_each, baseline.nll_each)
         ratings = judge_answers(items, judge)
@@ -459,13 +446,7 @@ def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], po
         base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
         base_distinct2=distinct2(baseline.texts), base_nll=baseline.nll, points=list(points), chat=baseline.chat,
         sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens,
-        judge=judge_name(judge), base_judged=base_judged)
-
-
-def record_concept(record: Any) -> str | None:
-    """The word or phrase a record steered toward (its token/text direction source), if any."""
-    src = record.direction_source or {}
-    return src.get("phrase") or src.get("token") or src.get("text")
+        judge=name, base_judged=base_judged)
 
 
 #: The strengths of a dose curve, as multiples of the chosen edit's gain: from zero (the base model)
@@ -528,7 +509,9 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
     if steering is None or not steering.records or steering.records[-1] is not record:
         raise InvalidArgumentError("evaluate_record judges the model's last steering call: pass the record that "
                                    "steer() just returned (and steer nothing else before evaluating).")
-    concept = record_concept(record) if concept is None else concept
+    if concept is None:  # the word or phrase the record steered toward (its token/text direction source)
+        src = record.direction_source or {}
+        concept = src.get("phrase") or src.get("token") or src.get("text")
     if concept is None:
         raise bad_argument("concept", None, "the words an answer must contain (the record's direction is no token "
                            "or text)", "Pass concept='word' (--concept).")
