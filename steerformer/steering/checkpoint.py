@@ -563,20 +563,10 @@ def lazy_method(name: str | None) -> Any:
     return method
 
 
-def steer_checkpoint(
-    checkpoint: str | os.PathLike,
-    out: str | os.PathLike,
-    direction: Any = None,
-    config: SteerConfig | None = None,
-    *,
-    eigvec: int | None = None,
-    token: str | None = None,
-    text: str | None = None,
-    left: Any = None,
-    overwrite: bool = False,
-    card: bool = True,
-    **options: Any,
-) -> SteeringRecord:
+def steer_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike, direction: Any = None,
+                     config: SteerConfig | None = None, *, eigvec: int | None = None, token: str | None = None,
+                     text: str | None = None, left: Any = None, overwrite: bool = False, card: bool = True,
+                     **options: Any) -> SteeringRecord:
     """Write a steered copy of ``checkpoint`` (a local folder, the bundled MiniLM or a cached Hub
     id) to ``out`` without loading the model. ``direction``: array or ``.npy`` path, or
     ``eigvec=K`` (eigenvector of F_layer); ``left``: w (default u). Options as for ``steer``

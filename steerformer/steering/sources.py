@@ -443,19 +443,12 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
     return torch.cat(out)
 
 
-def contrastive_direction(
-    model: Any,
-    positive: Sequence[str] | str | os.PathLike | None = None,
-    negative: Sequence[str] | str | os.PathLike | None = None,
-    *,
-    pairs: str | os.PathLike | None = None,
-    layer: int = -1,
-    method: Literal["mean-diff", "pca"] = "mean-diff",
-    reduction: Literal["auto", "last", "mean"] = "auto",
-    tokenizer: Any = None,
-    batch_size: int = 16,
-    progress: bool = False,
-) -> ContrastiveDirection:
+def contrastive_direction(model: Any, positive: Sequence[str] | str | os.PathLike | None = None,
+                          negative: Sequence[str] | str | os.PathLike | None = None, *,
+                          pairs: str | os.PathLike | None = None, layer: int = -1,
+                          method: Literal["mean-diff", "pca"] = "mean-diff",
+                          reduction: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
+                          batch_size: int = 16, progress: bool = False) -> ContrastiveDirection:
     """The direction separating ``positive`` from ``negative`` prompts in the hidden state after
     execution layer ``layer`` (negative counts from the end). Prompts: two lists of strings, two
     text files (one prompt per line), or ``pairs=`` a JSONL file of {"positive", "negative"} lines.
