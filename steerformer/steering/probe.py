@@ -12,12 +12,8 @@ product, not a reading).
   re-runs them as the model is now (or with some parameters replaced, differentiably), then the
   final norm: an edit at layer ℓ leaves every block below ℓ unchanged, so a trial re-runs blocks
   ℓ… only.
-* :class:`AnswerBatch` — prompts followed by answers, right-padded, and the selection mask: the
-  positions whose next-token distribution predicts an answer token.
-* :class:`KLProbe` — an answer batch with the base model's log-probabilities at its selected
-  positions: the mean per-token KL(p_base ‖ p) of the model as it is now, from a full forward pass
-  (any edit counts: a hook, a weight, the embedding) or re-run from a cached layer.
-* :func:`kl_per_token` — the one KL formula of steering.
+* :class:`AnswerBatch` (answers after prompts) and :class:`KLProbe` (the mean per-token KL of the model
+  as it is now against the base model's, on those answers); :func:`kl_per_token`, the one KL formula.
 
 Hooks are placed inside ``try`` and removed in ``finally``: whatever a forward raises, none is left
 on the user's model. What a caller hands the room is checked first, before any hook is placed, each
