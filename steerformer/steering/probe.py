@@ -278,13 +278,11 @@ class BlockCache:
         base = self.model.base_model
         seen: list = []
         module = submodule(base, "path", path)
-        handle = None
+        handle = module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
         try:
-            handle = module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
             base.get_submodule(name)(*args, **kwargs)
         finally:
-            if handle is not None:
-                handle.remove()
+            handle.remove()
         return seen[0]
 
     def block_output(self, layer: int) -> torch.Tensor:

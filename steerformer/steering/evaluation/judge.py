@@ -61,12 +61,7 @@ def repetition(text: str, n: int = 3) -> float:
     grams = [tuple(w[i:i + n]) for i in range(len(w) - n + 1)]
     if len(grams) < 2:
         return 0.0
-    seen: set = set()
-    repeated = 0
-    for g in grams:
-        repeated += g in seen
-        seen.add(g)
-    return repeated / len(grams)
+    return (len(grams) - len(set(grams))) / len(grams)  # every occurrence after a gram's first repeats it
 
 
 def doubled_words(text: str) -> int:
@@ -127,9 +122,7 @@ class Rating:
     def good(self) -> bool | None:
         """A good steer: the concept is there, the question still answered, the text still text; None
         unless rated."""
-        if not self.rated:
-            return None
-        return self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1
+        return (self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1) if self.rated else None
 
     def to_dict(self) -> dict:
         return {"concept": self.concept, "relevance": self.relevance, "fluency": self.fluency,
@@ -401,9 +394,8 @@ class OfflineJudge:
         items = list(items)
         if not items:
             return []
-        texts: list[str] = []
-        for it in items:
-            texts += [it.question, it.answer or " ", it.concept, it.base_answer or " ", *sentences(it.answer)]
+        texts = [t for it in items
+                 for t in (it.question, it.answer or " ", it.concept, it.base_answer or " ", *sentences(it.answer))]
         vecs = self.embedder(texts)
         index = {t: i for i, t in enumerate(texts)}
 
@@ -573,11 +565,9 @@ class ChatJudge:
         return value if weighted is None else min(max(weighted, 0.0), 2.0)
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
-        out = []
         before = self.unparsed
-        for it in items:
-            fields = {"concept": it.concept, "question": it.question, "answer": it.answer}
-            out.append(Rating(**{axis: self.score(RUBRICS[axis].format(**fields)) for axis in AXES}))
+        out = [Rating(**{axis: self.score(RUBRICS[axis].format(concept=it.concept, question=it.question,
+                                                                answer=it.answer)) for axis in AXES}) for it in items]
         if self.unparsed > before:
             log.warning("%s %s: %d of %d replies held no rating; those answers are not rated on that axis (not "
                         "counted as 0)", self.flag, self.url.shown, self.unparsed - before, len(out) * len(AXES))
