@@ -284,10 +284,9 @@ def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
 def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The tensors of ``steerformer/original.safetensors`` (a :class:`CheckpointError` when missing
     or unreadable)."""
-    path = Path(directory) / SIDE_DIR / ORIGINAL_FILE
-    if not path.is_file() and (Path(directory) / "adapter_config.json").is_file() \
-            and not (Path(directory) / "config.json").is_file():
-        d = Path(directory)
+    d = Path(directory)
+    path = d / SIDE_DIR / ORIGINAL_FILE
+    if not path.is_file() and (d / "adapter_config.json").is_file() and not (d / "config.json").is_file():
         raise CheckpointError(f"{d} is a LoRA adapter (steerformer export --format peft), not a steered checkpoint: it "
                               "holds the edits as low-rank factors and none of the model's weights, so there is nothing "
                               f"in it to restore or verify. Load it over its base model (PeftModel.from_pretrained(base, "
@@ -593,13 +592,10 @@ def steer_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike, dire
     name, g, adapter = edit.module, edit.gain, source.adapter
 
     # apply, to the stored tensor alone
-    reader = SafetensorsReader(src, prefix=adapter.base_model_prefix)
-    try:
+    with contextlib.closing(SafetensorsReader(src, prefix=adapter.base_model_prefix)) as reader:
         original = reader.get(name).clone()  # stored dtype and layout
         full_key = reader.full_key(name)
         shard = reader.weight_map[full_key]
-    finally:
-        reader.close()
     new = edit.applied_weight(original).contiguous()  # the same float64 formula as the in-memory edit
     if not bool(torch.isfinite(new).all()):
         raise bad_argument("gain", g, "a gain whose edited weight stays finite", "Use a smaller gain.")
