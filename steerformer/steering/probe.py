@@ -208,12 +208,6 @@ def capture(model: Any, adapter: Any, batch: PromptBatch, *, inputs: Iterable[in
 
 
 # ---- re-runs from cached block inputs ---------------------------------------------------------------
-def _with_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (h, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": h}
-
-
 @dataclasses.dataclass
 class BlockCache:
     """The inputs (path, args, kwargs) of execution layers ``start``… on one ``batch``, captured once."""
@@ -247,8 +241,8 @@ class BlockCache:
         keep = set(keep)
         h, kept = None, {}
         for k, (name, args, kwargs) in enumerate(self.calls[start - self.start:], start=start):
-            if h is not None:
-                args, kwargs = _with_hidden(args, kwargs, h)
+            if h is not None:  # the previous block's output in place of the cached hidden state
+                args, kwargs = ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
             block = base.get_submodule(name)
             if params:
                 local = {p[len(name) + 1:]: v for p, v in params.items() if p.startswith(name + ".")}

@@ -175,18 +175,14 @@ def get_method(name: str) -> Method:
 
 def details_of(name: Any) -> type | None:
     """The details dataclass of the registered method ``name`` (None: none, or not registered here)."""
-    if not isinstance(name, str) or name not in set(method_names()):
-        return None
-    return type(get_method(name)).details
+    return type(get_method(name)).details if isinstance(name, str) and name in set(method_names()) else None
 
 
 def method_of(record: Any) -> Method:
     """The method that made ``record`` (its words), or the generic :class:`Method` when that name is
     not registered here (a record made with a method from elsewhere)."""
     name = getattr(record, "method", None)
-    if name in BUILT_IN or name in _METHODS:
-        return get_method(name)
-    return Method()
+    return get_method(name) if name in BUILT_IN or name in _METHODS else Method()
 
 
 def config_of(name: str) -> type:

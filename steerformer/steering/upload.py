@@ -87,9 +87,7 @@ def upload_folder(target: HubTarget, folder: Path, *, default_message: str, save
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
         info = api.upload_folder(folder_path=str(Path(folder)), repo_id=repo_id, repo_type="model", revision=revision,
                                  create_pr=create_pr, commit_message=target.commit_message or default_message)
-    if create_pr and getattr(info, "pr_url", None):
-        return str(info.pr_url)
-    return str(getattr(info, "commit_url", info))
+    return str(info.pr_url) if create_pr and getattr(info, "pr_url", None) else str(getattr(info, "commit_url", info))
 
 
 @contextlib.contextmanager

@@ -33,9 +33,7 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     p_o = exact_agreement(a, b)
     cats = set(a) | set(b)
     p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in cats)
-    if p_e >= 1.0:
-        return 1.0
-    return (p_o - p_e) / (1.0 - p_e)
+    return 1.0 if p_e >= 1.0 else (p_o - p_e) / (1.0 - p_e)
 
 
 def precision_recall(predicted: Sequence[bool], truth: Sequence[bool]) -> tuple[float, float]:

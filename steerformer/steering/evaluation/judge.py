@@ -59,9 +59,7 @@ def repetition(text: str, n: int = 3) -> float:
     n-gram repeats; → 1: a loop). Punctuation marks count as words; fewer than n+1 words: 0."""
     w = re.findall(r"\w+|[^\w\s]", text.lower())
     grams = [tuple(w[i:i + n]) for i in range(len(w) - n + 1)]
-    if len(grams) < 2:
-        return 0.0
-    return (len(grams) - len(set(grams))) / len(grams)  # every occurrence after a gram's first repeats it
+    return 0.0 if len(grams) < 2 else (len(grams) - len(set(grams))) / len(grams)  # repeats: all but firsts
 
 
 def doubled_words(text: str) -> int:
@@ -82,9 +80,7 @@ def harmonic_mean(values: Sequence[float]) -> float:
     values = [float(v) for v in values]
     if not values:
         raise bad_argument("values", values, "at least one rating")
-    if any(v <= 0 for v in values):
-        return 0.0
-    return len(values) / sum(1.0 / v for v in values)
+    return 0.0 if any(v <= 0 for v in values) else len(values) / sum(1.0 / v for v in values)
 
 
 AXES = ("concept", "relevance", "fluency")
@@ -489,9 +485,7 @@ def parse_rating(text: str) -> tuple[float, int] | None:
             raise JudgeError(f"a rating of {m.group(g)} outside [0, 2] in the reply {text[-80:]!r}")
         return value, m.start(g)
     bare = (text or "").strip()
-    if bare in ("0", "1", "2"):
-        return float(bare), (text or "").index(bare)
-    return None
+    return (float(bare), (text or "").index(bare)) if bare in ("0", "1", "2") else None
 
 
 def weighted_score(content_logprobs: Sequence[Mapping], offset: int) -> float | None:
