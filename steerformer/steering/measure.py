@@ -197,9 +197,7 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | N
 
 def price(before: Outputs, after: Outputs) -> dict:
     """{"kl": mean KL(p_before ‖ p_after) in nats, "kl_kind", "state_cosine"}."""
-    kl = None
-    if before.logp is not None and after.logp is not None:
-        kl = float(kl_per_token(before.logp, after.logp).mean())
+    kl = None if before.logp is None or after.logp is None else float(kl_per_token(before.logp, after.logp).mean())
     cos = torch.nn.functional.cosine_similarity(before.states, after.states, dim=-1).mean()
     return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
 

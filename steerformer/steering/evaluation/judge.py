@@ -427,10 +427,8 @@ class OfflineJudge:
             concept = 1
         else:
             concept = 0
-        if f["relevance_ratio"] is not None:
-            x, lo, hi = f["relevance_ratio"], r.relevance_1, r.relevance_2
-        else:
-            x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
+        x, lo, hi = (f["relevance_ratio"], r.relevance_1, r.relevance_2) if f["relevance_ratio"] is not None else \
+            (f["question_sim"], r.relevance_abs_1, r.relevance_abs_2)
         relevance = 2 if x >= hi else 1 if x >= lo else 0
         fluency = r.fluency_score(f).rate(fluency_inputs(f))
         return Rating(concept, relevance, fluency)

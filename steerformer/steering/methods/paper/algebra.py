@@ -220,10 +220,7 @@ def choose_gain(curve: Callable[[float], float], target: float, *, scale: float 
         if hi - lo <= rel_tol * hi:
             break
         mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
-        if f(mid) >= goal:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if f(mid) >= goal else (mid, hi)
     value = f(hi)
     if reached:
         msg = f"target alignment {target:g} reached at gain {hi:.6g} (alignment {value:.4f})"
