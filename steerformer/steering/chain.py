@@ -1,18 +1,6 @@
 """The chain of a steered model: :class:`Steering`, its ordered records (each with its edits) and
-the true original weights; push, pop, undo, replay, and ALBERT's untie.
-
-Stable API:
-
-``Steering``  the state of a steered model (``steering_of(model)``)
-    records: list[SteeringRecord]  one per steer()/ablate() call, in order; record.edits its edits
-    edits: list[Edit]              all edits, in application order (flattened records)
-    originals: dict[str, Tensor]   the TRUE original stored tensor of every touched weight
-    untie: dict | None             ALBERT untie info (``retie`` needs it)
-    modules() -> list[str]         touched weights (the biases edits change excluded), in order
-    edits_of(module) -> list[Edit]
-    factors, applying, push, pop   (each documented where defined; ``applying`` is the one rollback
-                                   of every steering call)
-    to_dict()                      (originals are saved separately, as safetensors)
+the true original weights; push, pop, undo, replay, and ALBERT's untie. (Stable API: :class:`Steering`,
+the state of a steered model, each of its fields and methods documented where defined.)
 
 Where the state lives: a typed :class:`Steering` object in the model attribute ``_steerformer``
 (``steering_of(model)`` reads it). An attribute, not a registry keyed by the model object: it follows
@@ -46,9 +34,11 @@ STATE_ATTR = "_steerformer"
 class Steering:
     """The ordered steering records (each with its edits) of one model, and the true originals."""
 
-    records: list = dataclasses.field(default_factory=list)  # list[SteeringRecord]
+    #: list[SteeringRecord], one per steer()/ablate() call, in order (record.edits: its edits)
+    records: list = dataclasses.field(default_factory=list)
+    #: the TRUE original stored tensor of every touched weight (saved apart from to_dict(), as safetensors)
     originals: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
-    untie: dict | None = None
+    untie: dict | None = None  # ALBERT untie info (``retie`` needs it)
 
     def __repr__(self) -> str:
         calls = ", ".join(f"{r.edits[0].kind if r.edits else '?'} layer {r.layer}" for r in self.records)
@@ -57,9 +47,11 @@ class Steering:
 
     @property
     def edits(self) -> list[Edit]:
+        """All edits, in application order (the records' flattened)."""
         return [e for r in self.records for e in r.edits]
 
     def modules(self) -> list[str]:
+        """The touched weights (the biases edits change excluded), in order."""
         return list(dict.fromkeys(e.module for e in self.edits))
 
     def edits_of(self, module: str) -> list[Edit]:
