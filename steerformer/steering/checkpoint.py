@@ -22,18 +22,15 @@ chain (the originals are put in and every edit is replayed, checking each record
 the loaded bytes), so ``unsteer(model)`` works after a reload.
 
 Steering a checkpoint that does not fit in memory (:func:`steer_checkpoint`, ``steer CKPT --lazy``).
-With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass:
-
-    W_O' = W_O + γ u a,   a = wᵀV⁻¹    (docs/math.md §5; least squares when V is singular)
-
-so only V and W_O of the edited layer are read, with the project's lazy safetensors reader. The new
-checkpoint is written next to the old one without ever building the model: every file is copied
-byte for byte (kernel-side copies), except the model shards, which get a new header (the same
-tensors and offsets plus the chain's metadata copy) followed by their data streamed unchanged,
-except the edited tensor's bytes (same dtype and shape, so same size); plus the provenance
-``save_steered`` writes, so ``verify`` and ``unsteer`` work on it as on any steered checkpoint.
-Peak memory is the imports plus a few d×d float64 matrices, whatever the checkpoint's size; the
-stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain=...)``.
+With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass
+(a = wᵀV⁻¹: the method's ``plan_on_disk``), so only V and W_O of the edited layer are read, with the
+lazy safetensors reader. The new checkpoint is written next to the old one without ever building the
+model: every file is copied byte for byte (kernel-side copies), except the model shards, which get a
+new header (the same tensors and offsets plus the chain's metadata copy) followed by their data
+streamed unchanged, except the edited tensor's bytes (same dtype and shape, so same size); plus the
+provenance ``save_steered`` writes, so ``verify`` and ``unsteer`` work on it as on any steered
+checkpoint. Peak memory is the imports plus a few d×d float64 matrices, whatever the checkpoint's
+size; the stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain=...)``.
 """
 
 from __future__ import annotations
