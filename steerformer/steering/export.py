@@ -77,15 +77,10 @@ def base_card_data(folder: Path | None) -> dict:
 
 def pipeline_tag_of(model: Any) -> str | None:
     """The pipeline tag of ``model``'s head class (config.architectures) per transformers' mappings."""
-    try:
-        from transformers.models.auto import modeling_auto
-    except ImportError:  # pragma: no cover
-        return None
+    from transformers.models.auto import modeling_auto  # transformers >= 4.44 (a dependency) has it
+
     arch = (getattr(getattr(model, "config", None), "architectures", None) or [type(model).__name__])[0]
-    for mapping, tag in _PIPELINES:
-        if arch in set(getattr(modeling_auto, mapping, {}).values()):
-            return tag
-    return None
+    return next((tag for mapping, tag in _PIPELINES if arch in set(getattr(modeling_auto, mapping, {}).values())), None)
 
 
 def edit_formula(record: SteeringRecord) -> str:
