@@ -216,11 +216,10 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
                 raise TypeError(f"steer(method={named!r}) got an unexpected keyword argument {key!r}")
         chosen = named
     else:
+        used: dict[str, list[str]] = {}
         for key in options:
             if key not in owner:
                 raise TypeError(f"steer() got an unexpected keyword argument {key!r}")
-        used: dict[str, list[str]] = {}
-        for key in options:
             used.setdefault(owner[key], []).append(key)
         if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
             (first, a), (second, b) = list(used.items())[:2]

@@ -468,8 +468,7 @@ def contrastive_direction(model: Any, positive: Sequence[str] | str | os.PathLik
     if positive is None or negative is None:
         raise bad_argument("positive" if positive is None else "negative", None,
                            "prompts on both sides: positive= and negative= (lists or files), or pairs= (JSONL)")
-    positive = _prompt_list(positive, "positive")
-    negative = _prompt_list(negative, "negative")
+    positive, negative = _prompt_list(positive, "positive"), _prompt_list(negative, "negative")
     if method == "pca" and len(positive) != len(negative):
         raise bad_argument("negative", f"{len(negative)} prompts for {len(positive)} positive ones",
                            "as many negative as positive prompts: pca uses the pairwise differences",
@@ -488,10 +487,8 @@ def contrastive_direction(model: Any, positive: Sequence[str] | str | os.PathLik
     # auto: "last" when layer L attends causally (its last token has seen the prompt), else "mean"
     red = ("mean" if adapter.mask(L).kind == "full" else "last") if reduction == "auto" else reduction
     with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
-        hp = layer_states(model, adapter, L, positive, tokenizer, reduction=red, batch_size=batch_size, name="positive",
-                          bar=bar)
-        hn = layer_states(model, adapter, L, negative, tokenizer, reduction=red, batch_size=batch_size, name="negative",
-                          bar=bar)
+        hp, hn = (layer_states(model, adapter, L, prompts, tokenizer, reduction=red, batch_size=batch_size, name=side,
+                               bar=bar) for prompts, side in ((positive, "positive"), (negative, "negative")))
     explained = None
     if method == "mean-diff":
         raw = hp.mean(0) - hn.mean(0)
