@@ -15,7 +15,7 @@ product, not a reading).
 * :class:`AnswerBatch` (answers after prompts) and :class:`KLProbe` (the mean per-token KL of the model
   as it is now against the base model's, on those answers); :func:`kl_per_token`, the one KL formula.
 
-Hooks are placed inside ``try`` and removed in ``finally``: whatever a forward raises, none is left
+Every hook is removed in a ``finally``: whatever a forward raises, none is left
 on the user's model. What a caller hands the room is checked first, before any hook is placed, each
 in one line naming the argument (:func:`layer_index`, :func:`submodule`, :func:`check_batch`, and
 :meth:`AnswerBatch.of`'s rows): a layer that is a bool or outside the model, a module path the model

@@ -30,7 +30,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
-from ...errors import bad_argument
+from ...errors import InvalidArgumentError, bad_argument
 from ...prompts import (  # noqa: F401  (the prompt sets and the split: public here too)
     HELDOUT_QUESTIONS, PROBE_QUESTIONS, REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS, PromptBatch,
 )
@@ -188,12 +188,11 @@ def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]],
     ``point``: also store each answer's NLL after its question and after an empty user turn there
     (what the judge's fluency reads)."""
     lp = answer_logprobs(model, baseline.prompts, answers)
-    nll = mean_nll(lp, answers)
     lp_free = answer_logprobs(model, baseline.free_prompts, answers)
     if point is not None:
         point.nll_free_each = answer_nlls(lp_free, answers)
         point.nll_each = answer_nlls(lp, answers)
-    return nll / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
+    return mean_nll(lp, answers) / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
 
 
 def concept_description(concept: str | Sequence[str]) -> str:
@@ -299,10 +298,8 @@ class SteeringEvaluation:
 
     def lines(self) -> dict[str, list[AnswerScore]]:
         """The points by method label, each line sorted by KL."""
-        out: dict[str, list[AnswerScore]] = {}
-        for p in self.points:
-            out.setdefault(p.method, []).append(p)
-        return {k: sorted(v, key=lambda p: p.kl) for k, v in out.items()}
+        labels = dict.fromkeys(p.method for p in self.points)
+        return {k: sorted((p for p in self.points if p.method == k), key=lambda p: p.kl) for k in labels}
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Concept rate, fluency and (when judged) the judge's aggregate and good-steer share against
@@ -501,7 +498,6 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         if not all(e.is_low_rank for e in record.edits):
             raise bad_argument("dose", list(dose), "None for a norm-preserving ablation (its row and column "
                                "scales have no strength to scale)")
-    from ...errors import InvalidArgumentError
     from ...loading import open_source
     from ..chain import steering_of
 

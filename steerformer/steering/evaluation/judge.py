@@ -219,8 +219,7 @@ class MiniLM:
                                "embedder=..., or use an LLM judge (ChatJudge, --judge URL).")
         self.path = str(path)
         self.batch_size = int(batch_size)
-        self._model = None
-        self._tok = None
+        self._model = self._tok = None
         self._cache: dict[str, Any] = {}
 
     @staticmethod
