@@ -252,9 +252,7 @@ class Edit:
             if bias_new is not None:
                 base.get_parameter(self.bias_module).copy_(bias_new)
         self._before, self._bias_before = before, bias_before
-        self.dtype = str(p.dtype).replace("torch.", "")
-        self.device = str(p.device)
-        self.shape = list(p.shape)
+        self.dtype, self.device, self.shape = str(p.dtype).replace("torch.", ""), str(p.device), list(p.shape)
         if not self.before_sha256:
             self.before_sha256 = tensor_sha256(before)
         got = tensor_sha256(new)

@@ -52,15 +52,13 @@ class ContinuationProbe(KLProbe):
         if tokenizer is not None and (prompts is not None or has_chat_template(tokenizer)):
             texts = list(PROBE_QUESTIONS[:6] if prompts is None else prompts)
             rows = chat_rows(tokenizer, texts, name="prompts")
-            pad = pad_id(tokenizer)
         elif tokenizer is not None:
             texts = list(REFERENCE_SENTENCES[:6])
             rows = [list(r) for r in tokenizer(texts)["input_ids"]]
-            pad = pad_id(tokenizer)
         else:  # no tokenizer: seeded random ids
             g = torch.Generator().manual_seed(0)
             rows = torch.randint(min(5, adapter.vocab_size - 1), adapter.vocab_size, (6, 12), generator=g).tolist()
-            pad = 0
+        pad = 0 if tokenizer is None else pad_id(tokenizer)
         cont = _greedy(model, rows, n_new, pad, tokenizer)
         base = KLProbe.of(model, adapter, AnswerBatch.of(rows, cont, pad=pad, device=model_device(model)), cached=True)
         first = torch.zeros_like(base.select)
