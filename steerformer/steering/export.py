@@ -140,9 +140,8 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
     pipeline = base.get("pipeline_tag") or ("sentence-similarity" if sentence_transformers else None) \
         or (pipeline_tag_of(model) if model is not None else None)
     base_id = public_model_id(first.model_id)
-    tags = ["steerformer", "steering", "rank-1-edit", first.model_type]
-    if sentence_transformers:
-        tags.append("sentence-transformers")
+    tags = ["steerformer", "steering", "rank-1-edit", first.model_type] + \
+        (["sentence-transformers"] if sentence_transformers else [])
     data = ModelCardData(base_model=base_id, license=base.get("license"), language=base.get("language"),
                          pipeline_tag=pipeline, tags=tags,
                          library_name="sentence-transformers" if sentence_transformers else "transformers")

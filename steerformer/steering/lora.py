@@ -211,9 +211,8 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
         write_records(tmp, {"format": ADAPTER_FORMAT, **steering.to_dict(), "lora": lora})
         if card:
-            tags = ["steerformer", "steering", "lora", records[0].model_type]
-            if base_id:
-                tags.append(f"base_model:adapter:{base_id}")
+            tags = ["steerformer", "steering", "lora", records[0].model_type] + \
+                ([f"base_model:adapter:{base_id}"] if base_id else [])
             data = ModelCardData(base_model=base_id, library_name="peft", tags=tags)
             rows = "\n".join(f"| `{m}` | {v['rank']} | {'yes' if v['exact'] else 'no'} | {v['relative_error']:.3g} |"
                              for m, v in lora.items())

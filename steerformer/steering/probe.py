@@ -25,6 +25,7 @@ prompts and answers of different counts, a KL over no answer token.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 from typing import Any, Iterable, Mapping, Sequence
@@ -60,10 +61,8 @@ def layer_index(name: str, value: Any, low: int, high: int, what: str = "executi
     never a bool (``True`` is no layer 1); one line naming ``name`` otherwise."""
     k = None
     if not isinstance(value, bool) and not (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        try:
+        with contextlib.suppress(TypeError):  # not a whole number: k stays None
             k = operator.index(value)
-        except TypeError:
-            k = None
     if k is None or not low <= k <= high:
         raise bad_argument(name, value, f"{what} in [{low}, {high}] (whole numbers, not bools)")
     return k
@@ -340,10 +339,9 @@ class AnswerBatch:
                                    "Tokenize the text first.")
             row = []
             for t in r:
-                try:
+                k = None
+                with contextlib.suppress(TypeError):  # not a whole number: k stays None
                     k = None if isinstance(t, bool) else operator.index(t)
-                except TypeError:
-                    k = None
                 if k is None or k < 0:
                     raise bad_argument(name, t, f"token ids, whole numbers >= 0 (row {i} holds {t!r:.20})")
                 row.append(k)

@@ -150,13 +150,9 @@ def concept_token_ids(tokenizer: Any, phrase: str) -> list[int]:
     """Single-token spellings of the phrase's first word's forms (with/without a leading space,
     lower/capitalized): the tokens whose probability the layer scan compares."""
     first = str(phrase).split()[0] if str(phrase).split() else str(phrase)
-    ids = set()
-    for f in word_forms(first):
-        for s in (f, " " + f, f.capitalize(), " " + f.capitalize()):
-            t = tokenizer(s, add_special_tokens=False)["input_ids"]
-            if len(t) == 1:
-                ids.add(int(t[0]))
-    return sorted(ids)
+    pieces = [tokenizer(s, add_special_tokens=False)["input_ids"]
+              for f in word_forms(first) for s in (f, " " + f, f.capitalize(), " " + f.capitalize())]
+    return sorted({int(t[0]) for t in pieces if len(t) == 1})
 
 
 def default_scan_layers(n_layers: int, count: int = 3) -> list[int]:
