@@ -193,8 +193,7 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
                                "(for a saved checkpoint load it with steerformer.load_model(dir), or use "
                                "steerformer.steering.unsteer_checkpoint(dir)).")
     check_last(last, len(steering.records))
-    n = len(steering.records)
-    if last is not None and last < n:
+    if last is not None and last < len(steering.records):
         steering.pop(model, last)
         return returned
     base = model.base_model

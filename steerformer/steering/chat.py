@@ -111,7 +111,6 @@ def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         ids = model.generate(**batch.inputs(), **kw)[:, batch.input_ids.shape[1]:].tolist()
-        for row in ids:
-            cut = next((i for i, t in enumerate(row) if t in stops), len(row))
-            out.append(row[:cut])
+        for row in ids:  # cut at the first end-of-sequence token
+            out.append(row[:next((i for i, t in enumerate(row) if t in stops), len(row))])
     return out

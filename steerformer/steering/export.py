@@ -56,8 +56,7 @@ _NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "
 
 
 def edit_count_text(n: int) -> str:
-    word = _NUMBERS.get(n, str(n))
-    return f"{word} rank-1 edit{'s' if n != 1 else ''}"
+    return f"{_NUMBERS.get(n, str(n))} rank-1 edit{'s' if n != 1 else ''}"
 
 
 def base_card_data(folder: Path | None) -> dict:

@@ -110,8 +110,7 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
         if first.writer in ("positions", "token_type"):
             raise bad_argument("format", "peft", f"edits PEFT can wrap ({where}: a LoRA on learned position or "
                                "token-type embeddings is not exported)", "Export the full checkpoint instead.")
-        module = base.get_submodule(name.rsplit(".", 1)[0])
-        embedding = isinstance(module, torch.nn.Embedding)
+        embedding = isinstance(base.get_submodule(name.rsplit(".", 1)[0]), torch.nn.Embedding)
         transposed = first.transposed and not embedding
         exact_rank = sum(e.rank for e in edits)
         if all(e.is_low_rank for e in edits) and (lora_rank is None or exact_rank <= lora_rank):
@@ -124,8 +123,7 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
                                "Pass lora_rank=r (CLI --lora-rank; Heretic uses 3): the truncation error is "
                                "reported.")
         current = base.get_parameter(name).detach().to(device="cpu", dtype=torch.float64)
-        original = steering.originals[name].to(device="cpu", dtype=torch.float64)
-        delta = current - original
+        delta = current - steering.originals[name].to(device="cpu", dtype=torch.float64)
         delta = delta.T if first.transposed else delta  # canonical (out, in)
         B, A, err = truncated(delta, lora_rank)
         out[name] = LoraFactors(B, A, False, err, embedding, transposed)

@@ -73,8 +73,7 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
         check("real-model alignment", True, "not recomputed: the held-out prompts were token ids, not recorded")
     elif last.alignment_model_after is not None:
         adapter = get_adapter(model.config)
-        tok = load_tokenizer(model)
-        held = encode(model, last.heldout_prompts, tok, held_out=True)
+        held = encode(model, last.heldout_prompts, load_tokenizer(model), held_out=True)
         probe = model_probe(model, adapter, last.layer, held)
         target = torch.tensor(method_of(last).alignment_target(last), dtype=torch.float64)
         a = float(mean_abs_cos(probe.final_before, target, probe.mask))

@@ -31,8 +31,7 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     a, b = _paired(a, b, "ratings")
     n = len(a)
     p_o = exact_agreement(a, b)
-    cats = set(a) | set(b)
-    p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in cats)
+    p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in set(a) | set(b))
     return 1.0 if p_e >= 1.0 else (p_o - p_e) / (1.0 - p_e)
 
 

@@ -412,8 +412,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                                sample=sample, seed=seed)
     points = []
     for label, make in methods.items():
-        values = strengths[label] if isinstance(strengths, Mapping) else strengths
-        for s in values:
+        for s in strengths[label] if isinstance(strengths, Mapping) else strengths:
             with make(s) as handle:
                 point, ids = score_answers(model, tokenizer, baseline, words, method=label,
                                            strength=None if s is None else float(s))

@@ -402,12 +402,11 @@ class OfflineJudge:
             answer = it.answer or " "
             s_q = sim(it.question, answer)
             s_base = sim(it.question, it.base_answer or " ") if it.base_answer else None
-            sents = sentences(it.answer)
             ratio = None if s_base is None else s_q / max(s_base, 1e-3)
             nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
             nll_q = None if it.nll is None or not it.base_nll else it.nll / it.base_nll
             out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
-                        "concept_sim_sentence": max((sim(s, it.concept) for s in sents), default=0.0),
+                        "concept_sim_sentence": max((sim(s, it.concept) for s in sentences(it.answer)), default=0.0),
                         "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
                         "repetition": repetition(it.answer, 2), "repetition_4": repetition(it.answer, 4),
                         "nll_ratio": nll, "nll_ratio_question": nll_q, "empty": not it.answer.strip(),
@@ -429,8 +428,7 @@ class OfflineJudge:
         x, lo, hi = (f["relevance_ratio"], r.relevance_1, r.relevance_2) if f["relevance_ratio"] is not None else \
             (f["question_sim"], r.relevance_abs_1, r.relevance_abs_2)
         relevance = 2 if x >= hi else 1 if x >= lo else 0
-        fluency = r.fluency_score(f).rate(fluency_inputs(f))
-        return Rating(concept, relevance, fluency)
+        return Rating(concept, relevance, r.fluency_score(f).rate(fluency_inputs(f)))
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
         return [self.rate(f) for f in self.features(items)]

@@ -104,8 +104,7 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
 CHUNK = 64
 def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
     """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
-    ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
-    return tokenizer.convert_ids_to_tokens(ids)
+    return tokenizer.convert_ids_to_tokens(tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"])
 
 
 @torch.no_grad()

@@ -113,8 +113,7 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
     X_fit = X_fit.to(device=V.device, dtype=torch.float64)
     X_held = X_held.to(device=V.device, dtype=torch.float64)
     scale = float((X_fit @ V.T).pow(2).sum(0).mean())
-    scored = [(err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas]
-    best_err, best_alpha = min(scored)
+    best_err, best_alpha = min((err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas)
     a = fit(torch.cat([X_fit, X_held]), best_alpha)
     return RowSolve(a, "ridge", cond_estimate(V), alpha=best_alpha, fit_error=best_err)
 

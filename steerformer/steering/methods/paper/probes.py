@@ -99,8 +99,7 @@ def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[to
     best = (-1.0, target.detach().clone())
     for _ in range(steps):
         unit = u / u.norm()
-        h = probe.final_states(stored_for(unit))
-        score = mean_abs_cos(h, target, probe.mask)
+        score = mean_abs_cos(probe.final_states(stored_for(unit)), target, probe.mask)
         val = float(score.detach())
         history.append(val)
         if on_step is not None:
