@@ -270,8 +270,7 @@ class BlockCache:
         name, args, kwargs = self.calls[self.layer("layer", layer) - self.start]
         base = self.model.base_model
         seen: list = []
-        module = submodule(base, "path", path)
-        handle = module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
+        handle = submodule(base, "path", path).register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
         try:
             base.get_submodule(name)(*args, **kwargs)
         finally:
