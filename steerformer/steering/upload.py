@@ -68,8 +68,7 @@ def hub_target(repo_id: str, *, private: bool = False, token: str | None = None,
         raise InvalidArgumentError("push_to_hub needs a Hugging Face token: pass token=..., set HF_TOKEN, or run "
                                    "`hf auth login` (no request was sent).")
     # huggingface_hub < 1.0 (what transformers 4.x pins) has no is_offline_mode(): read the flag.
-    offline = getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)
-    if offline():
+    if getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)():
         raise InvalidArgumentError("push_to_hub cannot upload while HF_HUB_OFFLINE is set: unset it to publish.")
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     return HubTarget(api=HfApi(endpoint=endpoint, token=token), repo_id=repo_id, where=endpoint or constants.ENDPOINT,
