@@ -227,8 +227,7 @@ def untie(model: Any) -> dict:
 
 def retie(model: Any, info: dict) -> None:
     """Back to the original groups: group g is the copy held by the first layer that ran it."""
-    groups = info["group_of_layer"]
+    first = [info["group_of_layer"].index(g) for g in range(int(info["num_hidden_groups"]))]
     encoder = model.base_model.encoder
-    first = [groups.index(g) for g in range(int(info["num_hidden_groups"]))]
     encoder.albert_layer_groups = torch.nn.ModuleList(encoder.albert_layer_groups[i] for i in first)
     model.config.num_hidden_groups = int(info["num_hidden_groups"])

@@ -305,9 +305,8 @@ class Edit:
 
     def check_finite(self, model: Any) -> None:
         """The edited weight (and the bias when changed) holds no NaN/inf, else the non-finite error."""
-        base = model.base_model
         for n in (self.module, self.bias_module if self.changes_bias else None):
-            if n is not None and not bool(torch.isfinite(base.get_parameter(n)).all()):
+            if n is not None and not bool(torch.isfinite(model.base_model.get_parameter(n)).all()):
                 raise non_finite(f"gain {self.gain:.6g}", f"weights in {n}")
 
     # ---- serialization ---------------------------------------------------------------------------

@@ -112,8 +112,7 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
                                "token-type embeddings is not exported)", "Export the full checkpoint instead.")
         embedding = isinstance(base.get_submodule(name.rsplit(".", 1)[0]), torch.nn.Embedding)
         transposed = first.transposed and not embedding
-        exact_rank = sum(e.rank for e in edits)
-        if all(e.is_low_rank for e in edits) and (lora_rank is None or exact_rank <= lora_rank):
+        if all(e.is_low_rank for e in edits) and (lora_rank is None or sum(e.rank for e in edits) <= lora_rank):
             B, A = steering.factors(name)
             out[name] = LoraFactors(B, A, True, 0.0, embedding, transposed)
             continue

@@ -261,8 +261,7 @@ class BlockCache:
 
     def head_logprobs(self, h: torch.Tensor, select: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """log p of the model's output head on the final states ``h`` at the ``select``ed positions."""
-        head = self.model.get_output_embeddings()
-        return torch.log_softmax(head(h[select.to(h.device)]).to(dtype), -1)
+        return torch.log_softmax(self.model.get_output_embeddings()(h[select.to(h.device)]).to(dtype), -1)
 
     @torch.no_grad()
     def module_input(self, layer: int, path: str) -> torch.Tensor:

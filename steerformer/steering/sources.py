@@ -484,7 +484,6 @@ def contrastive_direction(model: Any, positive: Sequence[str] | str | os.PathLik
     if tokenizer is None:
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
-    # auto: "last" when layer L attends causally (its last token has seen the prompt), else "mean"
     red = ("mean" if adapter.mask(L).kind == "full" else "last") if reduction == "auto" else reduction
     with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
         hp, hn = (layer_states(model, adapter, L, prompts, tokenizer, reduction=red, batch_size=batch_size, name=side,

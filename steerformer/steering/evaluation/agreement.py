@@ -30,9 +30,8 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     1 when both raters use one and the same category throughout (p_e = 1: nothing to tell apart)."""
     a, b = _paired(a, b, "ratings")
     n = len(a)
-    p_o = exact_agreement(a, b)
     p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in set(a) | set(b))
-    return 1.0 if p_e >= 1.0 else (p_o - p_e) / (1.0 - p_e)
+    return 1.0 if p_e >= 1.0 else (exact_agreement(a, b) - p_e) / (1.0 - p_e)  # (p_o − p_e) / (1 − p_e)
 
 
 def precision_recall(predicted: Sequence[bool], truth: Sequence[bool]) -> tuple[float, float]:

@@ -540,9 +540,8 @@ class ChatJudge:
     def score(self, prompt: str) -> float | None:
         """The 0–2 score of one rubric prompt; None when the reply holds no rating."""
         choice = self.request(prompt).choices[0]
-        text = choice.message.content or ""
         try:
-            parsed = parse_rating(text)
+            parsed = parse_rating(choice.message.content or "")
         except JudgeError as exc:
             raise JudgeError(f"{self.flag} {self.url.shown}: the server sent {exc}") from None
         if parsed is None:

@@ -59,9 +59,8 @@ def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_to
     from ....dynamics import random_tokens, run_dynamics
 
     adapter = source.adapter
-    d = adapter.d_model
     seq = adapter.layer_sequence()
-    x0 = random_tokens(n_prompts, n_tokens, d, seed=seed)
+    x0 = random_tokens(n_prompts, n_tokens, adapter.d_model, seed=seed)
     # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.
     weights = read_attention_weights(source, sorted(set(range(layer + 1))), device="cpu")
     if seq[layer] in seq[:layer]:
