@@ -16,7 +16,7 @@ along what (a concept's direction at each layer), how strong (the largest gain w
 * The gain (``algebra.search_gain``): γ = α·s_ℓ with s_ℓ the median residual norm after layer ℓ on the
   probe; α by secant steps on log KL against log α (KL ∝ α² for small α), never returning a gain
   whose measured KL exceeds the budget.
-* The layer (:func:`scan_layers`): each candidate calibrated to the budget, the one that puts the
+* The layer (``KLPlanner.scan`` in ``method.py``): each candidate calibrated to the budget, the one that puts the
   most probability on the concept's tokens (at the probe's continuation positions) wins.
 """
 

@@ -8,10 +8,8 @@ within ``max_kl`` (default 0.5: the rule chosen on rated answers, docs/steering-
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
                     the first token)
 
-The edit as weights is ``weights.addition_edits``; the probe, the concept's direction and the
-gain search are ``calibrate.py``. What is learned once per (model, concept) — probe, directions,
-unit edits — is a :class:`KLPlanner`, so :func:`kl_curve` gives the edit at several budgets with
-one probe and one layer choice. Options: :class:`~steerformer.configs.AdditionConfig`."""
+What is learned once per (model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`,
+so :func:`kl_curve` gives the edit at several budgets with one probe and one layer choice."""
 
 from __future__ import annotations
 
