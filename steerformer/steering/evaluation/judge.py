@@ -49,11 +49,6 @@ def mentions(texts: Sequence[str], words: Sequence[str]) -> list[bool]:
     return [bool(pattern.search(t)) for t in texts]
 
 
-def count_mentions(text: str, words: Sequence[str]) -> int:
-    """How many times ``text`` contains one of ``words`` as a whole word (any case)."""
-    return len(_pattern(words).findall(text))
-
-
 def repetition(text: str, n: int = 3) -> float:
     """The share of the word ``n``-grams of ``text`` that already occurred earlier in it (0: no
     n-gram repeats; → 1: a loop). Punctuation marks count as words; fewer than n+1 words: 0."""
@@ -405,7 +400,7 @@ class OfflineJudge:
             ratio = None if s_base is None else s_q / max(s_base, 1e-3)
             nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
             nll_q = None if it.nll is None or not it.base_nll else it.nll / it.base_nll
-            out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
+            out.append({"mentions": len(_pattern(it.terms).findall(it.answer)), "concept_sim": sim(answer, it.concept),
                         "concept_sim_sentence": max((sim(s, it.concept) for s in sentences(it.answer)), default=0.0),
                         "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
                         "repetition": repetition(it.answer, 2), "repetition_4": repetition(it.answer, 4),
