@@ -67,13 +67,6 @@ class Steering:
         A = torch.cat([e.a.to(torch.float64).reshape(-1, e.a.shape[-1]) for e in es], dim=0)
         return B, A
 
-    def _remember_originals(self, model: Any, edits: list[Edit]) -> None:
-        base = model.base_model
-        for e in edits:
-            for name in (e.module, e.bias_module if e.changes_bias else None):
-                if name is not None and name not in self.originals:
-                    self.originals[name] = base.get_parameter(name).detach().clone()
-
     def _forget_unused(self) -> None:
         used = {e.module for e in self.edits} | {e.bias_module for e in self.edits if e.changes_bias}
         for name in list(self.originals):
@@ -85,7 +78,10 @@ class Steering:
         """Apply ``edits`` in order (those not applied yet), each checked finite, then run the block
         (measurements, the record): if anything raises, the edits applied here are removed last
         first, bit for bit, and the model is as it was."""
-        self._remember_originals(model, edits)  # the TRUE originals: kept from the first edit on
+        for e in edits:  # the TRUE originals: kept from the first edit on
+            for name in (e.module, e.bias_module if e.changes_bias else None):
+                if name is not None and name not in self.originals:
+                    self.originals[name] = model.base_model.get_parameter(name).detach().clone()
         applied: list[Edit] = []
         try:
             for e in edits:

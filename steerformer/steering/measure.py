@@ -163,15 +163,6 @@ def mask_token_id(model: Any, tokenizer: Any = None) -> int | None:
     return None
 
 
-def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor]:
-    ids = batch.input_ids.clone()
-    sel = torch.zeros_like(ids, dtype=torch.bool)
-    sel[:, 1::4] = True
-    sel &= batch.attention_mask.to(torch.bool)
-    ids[sel] = int(mask_id)
-    return PromptBatch(ids, batch.attention_mask), sel
-
-
 def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | None = None) -> Outputs:
     kind = head_kind(model) if head is None else head  # ``head``: the model's head_kind, known to the caller
     real = batch.attention_mask.to(torch.bool)
@@ -186,8 +177,11 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | N
             out = model(**batch.inputs(), output_hidden_states=True)
             return Outputs(None, out.hidden_states[-1][real].to(torch.float64), None)
         if kind == "masked-lm":
-            b, sel = _masked(batch, mask_id)
-            out = model(**b.inputs(), output_hidden_states=True)
+            ids, sel = batch.input_ids.clone(), torch.zeros_like(batch.input_ids, dtype=torch.bool)
+            sel[:, 1::4] = True  # every 4th real position from the 2nd gets the mask token
+            sel &= real
+            ids[sel] = int(mask_id)
+            out = model(**PromptBatch(ids, batch.attention_mask).inputs(), output_hidden_states=True)
             return Outputs(torch.log_softmax(out.logits[sel].to(torch.float64), -1),
                            out.hidden_states[-1][real].to(torch.float64), "masked-token")
         out = model(**batch.inputs(), output_hidden_states=True, use_cache=False)

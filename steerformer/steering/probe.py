@@ -257,10 +257,7 @@ class BlockCache:
     def logprobs(self, select: torch.Tensor, start: int | None = None, params: Mapping[str, torch.Tensor] | None = None,
                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """log p at the ``select``ed positions (N, vocab), the model as it is now, blocks ``start``… re-run."""
-        return self.head_logprobs(self.states(start, params)[0], select, dtype)
-
-    def head_logprobs(self, h: torch.Tensor, select: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """log p of the model's output head on the final states ``h`` at the ``select``ed positions."""
+        h = self.states(start, params)[0]
         return torch.log_softmax(self.model.get_output_embeddings()(h[select.to(h.device)]).to(dtype), -1)
 
     @torch.no_grad()

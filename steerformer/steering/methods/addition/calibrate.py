@@ -102,9 +102,6 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
 # ---- directions ----------------------------------------------------------------------------------
 #: carrier sentences run through the model at once when a direction is read
 CHUNK = 64
-def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
-    """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
-    return tokenizer.convert_ids_to_tokens(tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"])
 
 
 @torch.no_grad()
@@ -139,7 +136,8 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
         h = torch.cat(states[k])
         diff = h[is_word].mean(0) - h[~is_word].mean(0)
         dirs[k] = diff / torch.linalg.vector_norm(diff)
-    pieces = phrase_pieces(tokenizer, word)
+    # how the phrase tokenizes after a carrier (for the record: a phrase is used whole)
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(" " + word, add_special_tokens=False)["input_ids"])
     return dirs, {"phrase": word, "pieces": pieces, "read_at": "last token of the phrase" if len(pieces) > 1
                   else "the word's token", "carriers": len(CARRIERS), "other_nouns": len(others),
                   "method": "templated contrast"}
