@@ -50,8 +50,7 @@ def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: 
         g = torch.Generator().manual_seed(1 if held_out else 0)
         ids = torch.randint(min(5, vocab - 1), vocab, (n_random, n_tokens), generator=g)
         return PromptBatch(ids, torch.ones_like(ids)).to(model_device(model))
-    if prompts is None:
-        prompts = HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES
+    prompts = (HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES) if prompts is None else prompts
     if tokenizer is None:
         raise bad_argument(name, list(prompts)[:2], "token ids (a tensor) when no tokenizer is known",
                            "Pass tokenizer=... or a (prompts, tokens) id tensor.")

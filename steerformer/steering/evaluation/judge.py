@@ -238,8 +238,7 @@ class MiniLM:
                 states = self._model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            for t, v in zip(chunk, torch.nn.functional.normalize(pooled, dim=-1)):
-                self._cache[t] = v
+            self._cache.update(zip(chunk, torch.nn.functional.normalize(pooled, dim=-1)))
         return torch.stack([self._cache[t] for t in texts]) if texts else torch.empty(0, 0)
 
 
@@ -333,9 +332,8 @@ class OfflineRules:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, FluencyScore):
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not isinstance(v, FluencyScore) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                    or not math.isfinite(v) or v < 0):
                 raise bad_argument(f.name, v, "a finite threshold >= 0")
 
     def fluency_score(self, f: Mapping) -> FluencyScore:

@@ -151,8 +151,7 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
                                             maxiter=50 * d, tol=1e-10)
         except scipy.sparse.linalg.ArpackError as exc:  # no convergence, or a start vector A maps to 0
             log.info("ARPACK failed on a %dx%d matrix (%s): full eig instead", d, d, exc)
-    if vals is None:
-        vals = np.linalg.eigvals(A)
+    vals = np.linalg.eigvals(A) if vals is None else vals
     vals = np.concatenate([np.asarray(vals, dtype=np.complex128), np.zeros(zeros, dtype=np.complex128)])
     return vals[np.argsort(-vals.real, kind="stable")][:k]
 
