@@ -3,32 +3,8 @@ rank-1 edit of an attention layer, activation addition written as weights within
 ablation of every residual-stream writer, ...), one lifecycle that runs them; verify, save, export,
 publish, undo; directions as shareable artefacts.
 
-Modules, each one noun (lower ones never import higher ones):
-
-    common      what they all share: file names and formats, hashes, device, progress, safetensors I/O
-    algebra     the pure math: a = wᵀV⁺, ΔW_O = γ u a, the top of the spectrum, the gain search
-    edit        ``Edit``, one low-rank edit of one writer's weight (and bias), applied and removed bit for bit
-    measure     prompts, probes (dynamics, real model), price (KL), FFN compensation, ``HeldOut``
-    record      ``SteeringRecord`` and ``build_record``, the one place a record is filled
-    chain       ``Steering``: the ordered records of a model, push/pop/undo/replay, ALBERT untie
-    export      the sentence-transformers stack, the model card
-    lora        the PEFT LoRA adapter (exact or truncated), the rank under a cost budget
-    upload      the Hub upload every published artefact shares (timeouts, one-line failures)
-    direction   ``Direction``: directions per layer as a shareable artefact (folder, Hub, control vector)
-    sources     where u comes from: array, .npy, Direction, token, eigenvector, text, contrastive prompts
-    checkpoint  save, load (re-attaching the chain), unsteer a checkpoint, steer one on disk (lazy)
-    verify      ``verify_checkpoint``
-    activation  activation addition: ``activation_steering`` (a run-time hook) and its weight-space equal
-    chat        what calibration and evaluation share from a chat model: templating, generation
-    evaluation  the harness: the judge (``evaluation/judge.py``, its HTTP in ``evaluation/judge_client.py``), held-out answers judged
-                (``evaluation/evaluate.py``: ``evaluate_steering``), the judge against labelled answers
-                (``evaluation/agreement.py``)
-    lifecycle   one steering call, written once: plan → apply → measure → record → push (``Plan``, ``Call``)
-    methods     the steering methods, one folder each (paper, addition — with its KL calibration —, ablation),
-                registered by name (``registry``: ``register_method``, ``get_method``, ``choose_method``)
-    steer       ``steer`` (chooses a method, runs the lifecycle), ``steered``
-    exports     the output formats of a steered checkpoint, registered by name (``steerformer export``)
-    hub         ``push_to_hub``
+Modules, each one noun, lower ones never importing higher ones: the map of what each owns is
+docs/architecture.md, "steering/ by responsibility" (a test keeps it to the modules that exist).
 """
 
 from __future__ import annotations

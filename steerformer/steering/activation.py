@@ -137,8 +137,7 @@ def activation_steering(model: Any, vector: Any, layers: Sequence[int] | int | N
 
     try:
         for layer, v in spec.vectors.items():
-            block = base.get_submodule(adapter.layer_block(seq[layer]))
-            handles.append(block.register_forward_hook(add(v)))
+            handles.append(base.get_submodule(adapter.layer_block(seq[layer])).register_forward_hook(add(v)))
         yield spec
     finally:
         for h in handles:

@@ -1,23 +1,6 @@
 """The chain of a steered model: :class:`Steering`, its ordered records (each with its edits) and
-the true original weights; push, pop, undo, replay, and ALBERT's untie.
-
-Stable API:
-
-``Steering``  the state of a steered model (``steering_of(model)``)
-    records: list[SteeringRecord]  one per steer()/ablate() call, in order; record.edits its edits
-    edits: list[Edit]              all edits, in application order (flattened records)
-    originals: dict[str, Tensor]   the TRUE original stored tensor of every touched weight
-    untie: dict | None             ALBERT untie info (``retie`` needs it)
-    modules() -> list[str]         touched weights (the biases edits change excluded), in order
-    edits_of(module) -> list[Edit]
-    factors(module) -> (B, A)      B = [γ₁U₁ … γ_k U_k] (out × k), A = [A₁; …; A_k] (k × in), float64,
-                                   canonical layout: Σ ΔW = B @ A (a rank-k LoRA, docs/math.md §5c)
-    applying(model, edits)         context manager: apply the edits; if the block raises, remove
-                                   them bit for bit (the one rollback of every steering call)
-    push(model, record)            apply a record's edits (undone if any fails), append it and
-                                   attach the chain to the model
-    pop(model, k=1)                remove the last k records' edits, bit-exactly; returns them
-    to_dict()                      (originals are saved separately, as safetensors)
+the true original weights; push, pop, undo, replay, and ALBERT's untie. (Stable API: :class:`Steering`,
+the state of a steered model, each of its fields and methods documented where defined.)
 
 Where the state lives: a typed :class:`Steering` object in the model attribute ``_steerformer``
 (``steering_of(model)`` reads it). An attribute, not a registry keyed by the model object: it follows
@@ -51,9 +34,11 @@ STATE_ATTR = "_steerformer"
 class Steering:
     """The ordered steering records (each with its edits) of one model, and the true originals."""
 
-    records: list = dataclasses.field(default_factory=list)  # list[SteeringRecord]
+    #: list[SteeringRecord], one per steer()/ablate() call, in order (record.edits: its edits)
+    records: list = dataclasses.field(default_factory=list)
+    #: the TRUE original stored tensor of every touched weight (saved apart from to_dict(), as safetensors)
     originals: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
-    untie: dict | None = None
+    untie: dict | None = None  # ALBERT untie info (``retie`` needs it)
 
     def __repr__(self) -> str:
         calls = ", ".join(f"{r.edits[0].kind if r.edits else '?'} layer {r.layer}" for r in self.records)
@@ -62,9 +47,11 @@ class Steering:
 
     @property
     def edits(self) -> list[Edit]:
+        """All edits, in application order (the records' flattened)."""
         return [e for r in self.records for e in r.edits]
 
     def modules(self) -> list[str]:
+        """The touched weights (the biases edits change excluded), in order."""
         return list(dict.fromkeys(e.module for e in self.edits))
 
     def edits_of(self, module: str) -> list[Edit]:
@@ -80,13 +67,6 @@ class Steering:
         A = torch.cat([e.a.to(torch.float64).reshape(-1, e.a.shape[-1]) for e in es], dim=0)
         return B, A
 
-    def _remember_originals(self, model: Any, edits: list[Edit]) -> None:
-        base = model.base_model
-        for e in edits:
-            for name in (e.module, e.bias_module if e.changes_bias else None):
-                if name is not None and name not in self.originals:
-                    self.originals[name] = base.get_parameter(name).detach().clone()
-
     def _forget_unused(self) -> None:
         used = {e.module for e in self.edits} | {e.bias_module for e in self.edits if e.changes_bias}
         for name in list(self.originals):
@@ -98,7 +78,10 @@ class Steering:
         """Apply ``edits`` in order (those not applied yet), each checked finite, then run the block
         (measurements, the record): if anything raises, the edits applied here are removed last
         first, bit for bit, and the model is as it was."""
-        self._remember_originals(model, edits)  # the TRUE originals: kept from the first edit on
+        for e in edits:  # the TRUE originals: kept from the first edit on
+            for name in (e.module, e.bias_module if e.changes_bias else None):
+                if name is not None and name not in self.originals:
+                    self.originals[name] = model.base_model.get_parameter(name).detach().clone()
         applied: list[Edit] = []
         try:
             for e in edits:
@@ -206,8 +189,7 @@ def unsteer(model: Any, *, last: int | None = None) -> Any:
                                "(for a saved checkpoint load it with steerformer.load_model(dir), or use "
                                "steerformer.steering.unsteer_checkpoint(dir)).")
     check_last(last, len(steering.records))
-    n = len(steering.records)
-    if last is not None and last < n:
+    if last is not None and last < len(steering.records):
         steering.pop(model, last)
         return returned
     base = model.base_model
@@ -241,8 +223,7 @@ def untie(model: Any) -> dict:
 
 def retie(model: Any, info: dict) -> None:
     """Back to the original groups: group g is the copy held by the first layer that ran it."""
-    groups = info["group_of_layer"]
+    first = [info["group_of_layer"].index(g) for g in range(int(info["num_hidden_groups"]))]
     encoder = model.base_model.encoder
-    first = [groups.index(g) for g in range(int(info["num_hidden_groups"]))]
     encoder.albert_layer_groups = torch.nn.ModuleList(encoder.albert_layer_groups[i] for i in first)
     model.config.num_hidden_groups = int(info["num_hidden_groups"])

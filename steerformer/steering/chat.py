@@ -9,10 +9,9 @@ from typing import Any, Sequence
 
 import torch
 
-from ..adapters import get_adapter
-from ..errors import SteerformerError, bad_argument
+from ..errors import bad_argument
 from ..prompts import PromptBatch
-from .measure import model_device
+from .measure import max_positions, model_device
 
 
 def word_forms(word: str) -> list[str]:
@@ -65,10 +64,8 @@ def chat_rows(tokenizer: Any, questions: Sequence[str], *, chat: bool | None = N
 
 
 def pad_id(tokenizer: Any) -> int:
-    for v in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        if v is not None:
-            return int(v)
-    return 0
+    ids = (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None))
+    return next((int(v) for v in ids if v is not None), 0)
 
 
 def stop_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -85,10 +82,7 @@ def check_answer_fits(model: Any, prompts: Sequence[Sequence[int]], max_new_toke
     """The longest prompt plus ``max_new_tokens`` must fit in the positions the model embeds: past them
     a learned position table is indexed out of range (a CUDA assert or an IndexError deep in the
     forward), and a rotary model answers from positions it was never trained on."""
-    try:
-        limit = get_adapter(model.config).max_positions
-    except (SteerformerError, AttributeError):  # no adapter: generation itself is the only judge
-        return
+    limit = max_positions(model)  # None without an adapter: generation itself is the only judge
     longest = max((len(p) for p in prompts), default=0)
     if limit is not None and longest + int(max_new_tokens) > limit:
         raise bad_argument("max_new_tokens", int(max_new_tokens),
@@ -117,7 +111,6 @@ def generate_answers(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         ids = model.generate(**batch.inputs(), **kw)[:, batch.input_ids.shape[1]:].tolist()
-        for row in ids:
-            cut = next((i for i, t in enumerate(row) if t in stops), len(row))
-            out.append(row[:cut])
+        for row in ids:  # cut at the first end-of-sequence token
+            out.append(row[:next((i for i, t in enumerate(row) if t in stops), len(row))])
     return out

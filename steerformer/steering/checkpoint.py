@@ -22,18 +22,15 @@ chain (the originals are put in and every edit is replayed, checking each record
 the loaded bytes), so ``unsteer(model)`` works after a reload.
 
 Steering a checkpoint that does not fit in memory (:func:`steer_checkpoint`, ``steer CKPT --lazy``).
-With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass:
-
-    W_O' = W_O + γ u a,   a = wᵀV⁻¹    (docs/math.md §5; least squares when V is singular)
-
-so only V and W_O of the edited layer are read, with the project's lazy safetensors reader. The new
-checkpoint is written next to the old one without ever building the model: every file is copied
-byte for byte (kernel-side copies), except the model shards, which get a new header (the same
-tensors and offsets plus the chain's metadata copy) followed by their data streamed unchanged,
-except the edited tensor's bytes (same dtype and shape, so same size); plus the provenance
-``save_steered`` writes, so ``verify`` and ``unsteer`` work on it as on any steered checkpoint.
-Peak memory is the imports plus a few d×d float64 matrices, whatever the checkpoint's size; the
-stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain=...)``.
+With ``solve="exact"`` and a fixed gain (``gain=`` or ``strength=``) the edit needs no forward pass
+(a = wᵀV⁻¹: the method's ``plan_on_disk``), so only V and W_O of the edited layer are read, with the
+lazy safetensors reader. The new checkpoint is written next to the old one without ever building the
+model: every file is copied byte for byte (kernel-side copies), except the model shards, which get a
+new header (the same tensors and offsets plus the chain's metadata copy) followed by their data
+streamed unchanged, except the edited tensor's bytes (same dtype and shape, so same size); plus the
+provenance ``save_steered`` writes, so ``verify`` and ``unsteer`` work on it as on any steered
+checkpoint. Peak memory is the imports plus a few d×d float64 matrices, whatever the checkpoint's
+size; the stored weight is bit-identical to the in-memory ``steer(..., solve="exact", gain=...)``.
 """
 
 from __future__ import annotations
@@ -284,10 +281,9 @@ def named_originals(records: list[SteeringRecord]) -> dict[str, str]:
 def load_originals(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The tensors of ``steerformer/original.safetensors`` (a :class:`CheckpointError` when missing
     or unreadable)."""
-    path = Path(directory) / SIDE_DIR / ORIGINAL_FILE
-    if not path.is_file() and (Path(directory) / "adapter_config.json").is_file() \
-            and not (Path(directory) / "config.json").is_file():
-        d = Path(directory)
+    d = Path(directory)
+    path = d / SIDE_DIR / ORIGINAL_FILE
+    if not path.is_file() and (d / "adapter_config.json").is_file() and not (d / "config.json").is_file():
         raise CheckpointError(f"{d} is a LoRA adapter (steerformer export --format peft), not a steered checkpoint: it "
                               "holds the edits as low-rank factors and none of the model's weights, so there is nothing "
                               f"in it to restore or verify. Load it over its base model (PeftModel.from_pretrained(base, "
@@ -563,20 +559,10 @@ def lazy_method(name: str | None) -> Any:
     return method
 
 
-def steer_checkpoint(
-    checkpoint: str | os.PathLike,
-    out: str | os.PathLike,
-    direction: Any = None,
-    config: SteerConfig | None = None,
-    *,
-    eigvec: int | None = None,
-    token: str | None = None,
-    text: str | None = None,
-    left: Any = None,
-    overwrite: bool = False,
-    card: bool = True,
-    **options: Any,
-) -> SteeringRecord:
+def steer_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike, direction: Any = None,
+                     config: SteerConfig | None = None, *, eigvec: int | None = None, token: str | None = None,
+                     text: str | None = None, left: Any = None, overwrite: bool = False, card: bool = True,
+                     **options: Any) -> SteeringRecord:
     """Write a steered copy of ``checkpoint`` (a local folder, the bundled MiniLM or a cached Hub
     id) to ``out`` without loading the model. ``direction``: array or ``.npy`` path, or
     ``eigvec=K`` (eigenvector of F_layer); ``left``: w (default u). Options as for ``steer``
@@ -603,13 +589,10 @@ def steer_checkpoint(
     name, g, adapter = edit.module, edit.gain, source.adapter
 
     # apply, to the stored tensor alone
-    reader = SafetensorsReader(src, prefix=adapter.base_model_prefix)
-    try:
+    with contextlib.closing(SafetensorsReader(src, prefix=adapter.base_model_prefix)) as reader:
         original = reader.get(name).clone()  # stored dtype and layout
         full_key = reader.full_key(name)
         shard = reader.weight_map[full_key]
-    finally:
-        reader.close()
     new = edit.applied_weight(original).contiguous()  # the same float64 formula as the in-memory edit
     if not bool(torch.isfinite(new).all()):
         raise bad_argument("gain", g, "a gain whose edited weight stays finite", "Use a smaller gain.")

@@ -192,8 +192,7 @@ def tensor_identities(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, str],
 
 def tensor_specs(path: Path) -> dict[str, list]:
     """key -> [dtype, shape] from a safetensors header (the bytes alone do not fix the tensor)."""
-    header = read_safetensors_file_header(Path(path))[0]
-    return {k: [v.get("dtype"), v.get("shape")] for k, v in header.items()}
+    return {k: [v.get("dtype"), v.get("shape")] for k, v in read_safetensors_file_header(Path(path))[0].items()}
 
 
 def model_files(directory: Path) -> list[Path]:

@@ -34,9 +34,8 @@ def steer_and_hooks(model: Any, tokenizer: Any, token: str, *, layers: Sequence[
         methods[f"hook, layer {k}"] = (lambda vec: lambda c: activation_steering(
             model, vec, coeff=c, positions="skip-first"))({k: v})
         strengths[f"hook, layer {k}"] = list(coeffs)
-    n_points = sum(len(v) for v in strengths.values())
     say(f"answering {questions} held-out questions ({max_new_tokens} tokens each) with the base model, then "
-        f"{n_points} steered variants ...")
+        f"{sum(len(v) for v in strengths.values())} steered variants ...")
     methods = {label: _announced(label, make, say) for label, make in methods.items()}
     return evaluate_steering(model, tokenizer, methods, strengths, concept=token, questions=HELDOUT_QUESTIONS[:questions],
                              chat=chat, max_new_tokens=max_new_tokens, sample=sample, seed=seed, judge=judge)

@@ -47,8 +47,7 @@ class StrengthDial:
         if steering is None:
             raise bad_argument("model", type(model).__name__, "a steered model (a folder written by `steer --out`, "
                                "or a model steered in this session)", "Steer it first, or chat without a strength.")
-        base = model.base_model
-        self._params = {name: base.get_parameter(name) for name in steering.originals}
+        self._params = {name: model.base_model.get_parameter(name) for name in steering.originals}
         self._original = {name: t for name, t in steering.originals.items()}
         self._steered = {name: p.detach().clone() for name, p in self._params.items()}
         self.strength = 1.0

@@ -33,20 +33,8 @@ Stable API (other modules — LoRA export, ablation, activation addition — bui
     before_sha256, after_sha256            stored bytes of the weight before / after this edit
     bias_before_sha256, bias_after_sha256  same for the bias (when the edit changes it)
 
-    rank: int                       k
-    adds_vector: bool               kind "add": the same vector after its block for every token
-    is_low_rank: bool               no row/column scale: W' − W = γ U A exactly (an exact LoRA)
-    changes_bias: bool              the edit changes ``bias_module``
-    delta() -> Tensor               γ Σ_k u_k a_k, (out, in), float64, canonical layout
-    stored_delta() -> Tensor        the same in the stored layout (transposed for Conv1D)
-    bias_shift() -> Tensor | None   γ (a·b_V) u, (out,)
-    bias_change() -> Tensor | None  what is added to the bias (−bias_shift() when compensating)
-    apply(model) / remove(model)    exact inverses: apply keeps the stored tensor it replaced
-                                    and remove copies it back (bit for bit, hash-checked)
-    scaled(factor) -> Edit          an unapplied copy at factor × the strength (γ and δ scaled)
-    release()                       forget the kept tensor (the weights were restored another way)
-    check_finite(model)             the edited weight(s) hold no NaN/inf
-    to_dict() / Edit.from_dict(d)   JSON-safe (floats round-trip exactly through JSON)
+    (its properties and methods — rank, delta(), apply(model) / remove(model), scaled(factor), to_dict() /
+    Edit.from_dict(d) ... — each say what they give)
 
 All arithmetic is float64 on the stored weight's device (CPU when that device has no float64,
 e.g. MPS, then moved once), cast back to the stored dtype, and elementwise: each entry is
@@ -192,6 +180,7 @@ class Edit:
 
     @property
     def changes_bias(self) -> bool:
+        """The edit changes ``bias_module``."""
         return self.compensate_bias or self.bias_delta is not None
 
     def delta(self) -> torch.Tensor:
@@ -200,6 +189,7 @@ class Edit:
         return algebra.delta_output(self.u, self.a, self.gain)
 
     def stored_delta(self) -> torch.Tensor:
+        """:meth:`delta` in the stored layout (transposed for Conv1D)."""
         D = self.delta()
         return D.T if self.transposed else D
 
@@ -262,9 +252,7 @@ class Edit:
             if bias_new is not None:
                 base.get_parameter(self.bias_module).copy_(bias_new)
         self._before, self._bias_before = before, bias_before
-        self.dtype = str(p.dtype).replace("torch.", "")
-        self.device = str(p.device)
-        self.shape = list(p.shape)
+        self.dtype, self.device, self.shape = str(p.dtype).replace("torch.", ""), str(p.device), list(p.shape)
         if not self.before_sha256:
             self.before_sha256 = tensor_sha256(before)
         got = tensor_sha256(new)
@@ -317,9 +305,8 @@ class Edit:
 
     def check_finite(self, model: Any) -> None:
         """The edited weight (and the bias when changed) holds no NaN/inf, else the non-finite error."""
-        base = model.base_model
         for n in (self.module, self.bias_module if self.changes_bias else None):
-            if n is not None and not bool(torch.isfinite(base.get_parameter(n)).all()):
+            if n is not None and not bool(torch.isfinite(model.base_model.get_parameter(n)).all()):
                 raise non_finite(f"gain {self.gain:.6g}", f"weights in {n}")
 
     # ---- serialization ---------------------------------------------------------------------------

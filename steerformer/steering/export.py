@@ -55,13 +55,8 @@ _PIPELINES = (
 _NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
-def _fmt(x, spec: str = ".4f") -> str:
-    return "n/a" if x is None else format(x, spec)
-
-
 def edit_count_text(n: int) -> str:
-    word = _NUMBERS.get(n, str(n))
-    return f"{word} rank-1 edit{'s' if n != 1 else ''}"
+    return f"{_NUMBERS.get(n, str(n))} rank-1 edit{'s' if n != 1 else ''}"
 
 
 def base_card_data(folder: Path | None) -> dict:
@@ -81,15 +76,10 @@ def base_card_data(folder: Path | None) -> dict:
 
 def pipeline_tag_of(model: Any) -> str | None:
     """The pipeline tag of ``model``'s head class (config.architectures) per transformers' mappings."""
-    try:
-        from transformers.models.auto import modeling_auto
-    except ImportError:  # pragma: no cover
-        return None
+    from transformers.models.auto import modeling_auto  # transformers >= 4.44 (a dependency) has it
+
     arch = (getattr(getattr(model, "config", None), "architectures", None) or [type(model).__name__])[0]
-    for mapping, tag in _PIPELINES:
-        if arch in set(getattr(modeling_auto, mapping, {}).values()):
-            return tag
-    return None
+    return next((tag for mapping, tag in _PIPELINES if arch in set(getattr(modeling_auto, mapping, {}).values())), None)
 
 
 def edit_formula(record: SteeringRecord) -> str:
@@ -101,7 +91,7 @@ def edit_formula(record: SteeringRecord) -> str:
 def edit_rows(record: SteeringRecord) -> list[tuple[str, str]]:
     """The rows of one record's table (the model card; the report page's table of the edit): what
     every record has, with its method's own rows (``Method.facts``) after the gain."""
-    f = _fmt
+    f = lambda x, spec=".4f": "n/a" if x is None else format(x, spec)  # noqa: E731
     src = {k: v for k, v in record.direction_source.items() if k != "kind"}
     layers = sorted({e.layer for e in record.edits})
     where = f"{layers[0]}" if len(layers) == 1 else f"{layers}"
@@ -149,17 +139,11 @@ def model_card(records: Sequence[SteeringRecord], *, untie: dict | None = None, 
     pipeline = base.get("pipeline_tag") or ("sentence-similarity" if sentence_transformers else None) \
         or (pipeline_tag_of(model) if model is not None else None)
     base_id = public_model_id(first.model_id)
-    tags = ["steerformer", "steering", "rank-1-edit", first.model_type]
-    if sentence_transformers:
-        tags.append("sentence-transformers")
-    data = ModelCardData(
-        base_model=base_id,
-        license=base.get("license"),
-        language=base.get("language"),
-        pipeline_tag=pipeline,
-        library_name="sentence-transformers" if sentence_transformers else "transformers",
-        tags=tags,
-    )
+    tags = ["steerformer", "steering", "rank-1-edit", first.model_type] + \
+        (["sentence-transformers"] if sentence_transformers else [])
+    data = ModelCardData(base_model=base_id, license=base.get("license"), language=base.get("language"),
+                         pipeline_tag=pipeline, tags=tags,
+                         library_name="sentence-transformers" if sentence_transformers else "transformers")
     rows = [{"rows": edit_rows(r)} for r in records]
     name = display_name(first.model_id)
     return ModelCard.from_template(

@@ -1,11 +1,7 @@
 """One home for exports: each output format of a steered checkpoint is a unit registered by name
 (:class:`ExportFormat`: its help, the export options it takes, its writer), and
-``steerformer export DIR --format NAME`` offers exactly the registered names (:func:`format_names`).
-
-    checkpoint      the whole steered model (a sentence-transformers model keeps its module stack)
-    peft            the edits alone, as a PEFT LoRA adapter folder (``lora.py``)
-    gguf            the whole steered model as one GGUF file (llama.cpp, Ollama; ``formats/gguf_model.py``)
-    control-vector  the vectors the steer added, as a llama.cpp control vector (``formats/control_vector.py``)
+``steerformer export DIR --format NAME`` offers exactly the registered names (:func:`format_names`;
+the built-in ones, each with its help, are registered at the end of this module).
 
 A writer is a small function ``writer(steered, out, *, overwrite, say, **options) -> (path, line)``
 (``steered``: the steered folder, or for a control vector also the record JSON; ``say``: progress

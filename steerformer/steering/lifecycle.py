@@ -111,8 +111,7 @@ def dispatch(model: Any, direction: Any, config: Config | None, method: str | No
     chosen = get_method(choose_method(cfg, own, head))  # again with the head: an option the model cannot use
     mcfg = method_config(chosen, own, given_config)
     tokenizer = load_tokenizer(model, request.pop("tokenizer"))
-    call = Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request)
-    return run(chosen, call, mcfg)
+    return run(chosen, Call(model, open_source(model), tokenizer, cfg, head, direction=direction, **request), mcfg)
 
 
 __all__ = ["Call", "Plan", "default_measure", "dispatch", "run"]

@@ -110,11 +110,9 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
         if first.writer in ("positions", "token_type"):
             raise bad_argument("format", "peft", f"edits PEFT can wrap ({where}: a LoRA on learned position or "
                                "token-type embeddings is not exported)", "Export the full checkpoint instead.")
-        module = base.get_submodule(name.rsplit(".", 1)[0])
-        embedding = isinstance(module, torch.nn.Embedding)
+        embedding = isinstance(base.get_submodule(name.rsplit(".", 1)[0]), torch.nn.Embedding)
         transposed = first.transposed and not embedding
-        exact_rank = sum(e.rank for e in edits)
-        if all(e.is_low_rank for e in edits) and (lora_rank is None or exact_rank <= lora_rank):
+        if all(e.is_low_rank for e in edits) and (lora_rank is None or sum(e.rank for e in edits) <= lora_rank):
             B, A = steering.factors(name)
             out[name] = LoraFactors(B, A, True, 0.0, embedding, transposed)
             continue
@@ -124,8 +122,7 @@ def lora_factors(model: Any, lora_rank: int | None = None) -> dict[str, LoraFact
                                "Pass lora_rank=r (CLI --lora-rank; Heretic uses 3): the truncation error is "
                                "reported.")
         current = base.get_parameter(name).detach().to(device="cpu", dtype=torch.float64)
-        original = steering.originals[name].to(device="cpu", dtype=torch.float64)
-        delta = current - original
+        delta = current - steering.originals[name].to(device="cpu", dtype=torch.float64)
         delta = delta.T if first.transposed else delta  # canonical (out, in)
         B, A, err = truncated(delta, lora_rank)
         out[name] = LoraFactors(B, A, False, err, embedding, transposed)
@@ -211,9 +208,8 @@ def save_peft_adapter(model: Any, directory: str | os.PathLike, *, overwrite: bo
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
         write_records(tmp, {"format": ADAPTER_FORMAT, **steering.to_dict(), "lora": lora})
         if card:
-            tags = ["steerformer", "steering", "lora", records[0].model_type]
-            if base_id:
-                tags.append(f"base_model:adapter:{base_id}")
+            tags = ["steerformer", "steering", "lora", records[0].model_type] + \
+                ([f"base_model:adapter:{base_id}"] if base_id else [])
             data = ModelCardData(base_model=base_id, library_name="peft", tags=tags)
             rows = "\n".join(f"| `{m}` | {v['rank']} | {'yes' if v['exact'] else 'no'} | {v['relative_error']:.3g} |"
                              for m, v in lora.items())

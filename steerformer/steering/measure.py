@@ -36,12 +36,6 @@ def encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: 
            n_random: int = 8, n_tokens: int = 12, name: str = "prompts") -> PromptBatch:
     """Prompts as model inputs, on the model's device: strings through the tokenizer, a (P, n) id
     tensor as is, or the defaults (sentences with a tokenizer, seeded random ids without)."""
-    return _encode(model, prompts, tokenizer, held_out=held_out, n_random=n_random, n_tokens=n_tokens,
-                   name=name).to(model_device(model))
-
-
-def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer: Any, *, held_out: bool,
-            n_random: int, n_tokens: int, name: str) -> PromptBatch:
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim != 2 or prompts.dtype not in (torch.int64, torch.int32):
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} {prompts.dtype}", "a (prompts, tokens) integer tensor of token ids")
@@ -50,14 +44,13 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
             shown = "empty" if prompts.numel() == 0 else f"ids in [{int(prompts.min())}, {int(prompts.max())}]"
             raise bad_argument(name, f"tensor {tuple(prompts.shape)} with {shown}",
                                f"a non-empty tensor of token ids in [0, {vocab - 1}] (vocab_size={vocab})")
-        return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long))
+        return PromptBatch(prompts.long(), torch.ones_like(prompts, dtype=torch.long)).to(model_device(model))
     if prompts is None and tokenizer is None:
         vocab = int(model.config.vocab_size)
         g = torch.Generator().manual_seed(1 if held_out else 0)
         ids = torch.randint(min(5, vocab - 1), vocab, (n_random, n_tokens), generator=g)
-        return PromptBatch(ids, torch.ones_like(ids))
-    if prompts is None:
-        prompts = HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES
+        return PromptBatch(ids, torch.ones_like(ids)).to(model_device(model))
+    prompts = (HELDOUT_SENTENCES if held_out else REFERENCE_SENTENCES) if prompts is None else prompts
     if tokenizer is None:
         raise bad_argument(name, list(prompts)[:2], "token ids (a tensor) when no tokenizer is known",
                            "Pass tokenizer=... or a (prompts, tokens) id tensor.")
@@ -67,7 +60,7 @@ def _encode(model: Any, prompts: Sequence[str] | torch.Tensor | None, tokenizer:
     batch = PromptBatch.from_texts(prompts, tokenizer)  # never sets tokenizer.pad_token
     check_fits(batch.input_ids.shape[1], max_positions(model), name=name, value=f"a prompt of {words_of(prompts)}",
                what="prompts", fix="Shorten the longest prompt.")
-    return batch
+    return batch.to(model_device(model))
 
 
 def max_positions(model: Any) -> int | None:
@@ -89,10 +82,7 @@ def mean_abs_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = N
         rho = torch.linalg.vector_norm(x @ u.T, dim=-1) / torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-300)
     else:
         rho = (x @ u).abs() / (torch.linalg.vector_norm(x, dim=-1) * torch.linalg.vector_norm(u)).clamp_min(1e-300)
-    if mask is None:
-        return rho.mean()
-    m = mask.to(device=rho.device, dtype=torch.bool)
-    return rho[m].mean()
+    return rho.mean() if mask is None else rho[mask.to(device=rho.device, dtype=torch.bool)].mean()
 
 
 def mean_cos(x: torch.Tensor, u: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,7 +113,6 @@ class ModelProbe:
     def alignment(self, u: torch.Tensor, params: dict[str, torch.Tensor] | None = None) -> float:
         with torch.no_grad():
             return float(mean_abs_cos(self.final_states(params), u, self.mask))
-
 
 
 def model_probe(model: Any, adapter: Adapter, layer: int, batch: PromptBatch) -> ModelProbe:
@@ -173,15 +162,6 @@ def mask_token_id(model: Any, tokenizer: Any = None) -> int | None:
     return None
 
 
-def _masked(batch: PromptBatch, mask_id: int) -> tuple[PromptBatch, torch.Tensor]:
-    ids = batch.input_ids.clone()
-    sel = torch.zeros_like(ids, dtype=torch.bool)
-    sel[:, 1::4] = True
-    sel &= batch.attention_mask.to(torch.bool)
-    ids[sel] = int(mask_id)
-    return PromptBatch(ids, batch.attention_mask), sel
-
-
 def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | None = None) -> Outputs:
     kind = head_kind(model) if head is None else head  # ``head``: the model's head_kind, known to the caller
     real = batch.attention_mask.to(torch.bool)
@@ -196,8 +176,11 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | N
             out = model(**batch.inputs(), output_hidden_states=True)
             return Outputs(None, out.hidden_states[-1][real].to(torch.float64), None)
         if kind == "masked-lm":
-            b, sel = _masked(batch, mask_id)
-            out = model(**b.inputs(), output_hidden_states=True)
+            ids, sel = batch.input_ids.clone(), torch.zeros_like(batch.input_ids, dtype=torch.bool)
+            sel[:, 1::4] = True  # every 4th real position from the 2nd gets the mask token
+            sel &= real
+            ids[sel] = int(mask_id)
+            out = model(**PromptBatch(ids, batch.attention_mask).inputs(), output_hidden_states=True)
             return Outputs(torch.log_softmax(out.logits[sel].to(torch.float64), -1),
                            out.hidden_states[-1][real].to(torch.float64), "masked-token")
         out = model(**batch.inputs(), output_hidden_states=True, use_cache=False)
@@ -207,9 +190,7 @@ def outputs(model: Any, batch: PromptBatch, tokenizer: Any = None, head: str | N
 
 def price(before: Outputs, after: Outputs) -> dict:
     """{"kl": mean KL(p_before ‖ p_after) in nats, "kl_kind", "state_cosine"}."""
-    kl = None
-    if before.logp is not None and after.logp is not None:
-        kl = float(kl_per_token(before.logp, after.logp).mean())
+    kl = None if before.logp is None or after.logp is None else float(kl_per_token(before.logp, after.logp).mean())
     cos = torch.nn.functional.cosine_similarity(before.states, after.states, dim=-1).mean()
     return {"kl": kl, "kl_kind": before.kind, "state_cosine": float(cos)}
 

@@ -12,14 +12,10 @@ product, not a reading).
   re-runs them as the model is now (or with some parameters replaced, differentiably), then the
   final norm: an edit at layer ℓ leaves every block below ℓ unchanged, so a trial re-runs blocks
   ℓ… only.
-* :class:`AnswerBatch` — prompts followed by answers, right-padded, and the selection mask: the
-  positions whose next-token distribution predicts an answer token.
-* :class:`KLProbe` — an answer batch with the base model's log-probabilities at its selected
-  positions: the mean per-token KL(p_base ‖ p) of the model as it is now, from a full forward pass
-  (any edit counts: a hook, a weight, the embedding) or re-run from a cached layer.
-* :func:`kl_per_token` — the one KL formula of steering.
+* :class:`AnswerBatch` (answers after prompts) and :class:`KLProbe` (the mean per-token KL of the model
+  as it is now against the base model's, on those answers); :func:`kl_per_token`, the one KL formula.
 
-Hooks are placed inside ``try`` and removed in ``finally``: whatever a forward raises, none is left
+Every hook is removed in a ``finally``: whatever a forward raises, none is left
 on the user's model. What a caller hands the room is checked first, before any hook is placed, each
 in one line naming the argument (:func:`layer_index`, :func:`submodule`, :func:`check_batch`, and
 :meth:`AnswerBatch.of`'s rows): a layer that is a bool or outside the model, a module path the model
@@ -29,6 +25,7 @@ prompts and answers of different counts, a KL over no answer token.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 from typing import Any, Iterable, Mapping, Sequence
@@ -64,10 +61,8 @@ def layer_index(name: str, value: Any, low: int, high: int, what: str = "executi
     never a bool (``True`` is no layer 1); one line naming ``name`` otherwise."""
     k = None
     if not isinstance(value, bool) and not (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        try:
+        with contextlib.suppress(TypeError):  # not a whole number: k stays None
             k = operator.index(value)
-        except TypeError:
-            k = None
     if k is None or not low <= k <= high:
         raise bad_argument(name, value, f"{what} in [{low}, {high}] (whole numbers, not bools)")
     return k
@@ -212,12 +207,6 @@ def capture(model: Any, adapter: Any, batch: PromptBatch, *, inputs: Iterable[in
 
 
 # ---- re-runs from cached block inputs ---------------------------------------------------------------
-def _with_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (h, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": h}
-
-
 @dataclasses.dataclass
 class BlockCache:
     """The inputs (path, args, kwargs) of execution layers ``start``… on one ``batch``, captured once."""
@@ -251,8 +240,8 @@ class BlockCache:
         keep = set(keep)
         h, kept = None, {}
         for k, (name, args, kwargs) in enumerate(self.calls[start - self.start:], start=start):
-            if h is not None:
-                args, kwargs = _with_hidden(args, kwargs, h)
+            if h is not None:  # the previous block's output in place of the cached hidden state
+                args, kwargs = ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
             block = base.get_submodule(name)
             if params:
                 local = {p[len(name) + 1:]: v for p, v in params.items() if p.startswith(name + ".")}
@@ -268,12 +257,8 @@ class BlockCache:
     def logprobs(self, select: torch.Tensor, start: int | None = None, params: Mapping[str, torch.Tensor] | None = None,
                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """log p at the ``select``ed positions (N, vocab), the model as it is now, blocks ``start``… re-run."""
-        return self.head_logprobs(self.states(start, params)[0], select, dtype)
-
-    def head_logprobs(self, h: torch.Tensor, select: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """log p of the model's output head on the final states ``h`` at the ``select``ed positions."""
-        head = self.model.get_output_embeddings()
-        return torch.log_softmax(head(h[select.to(h.device)]).to(dtype), -1)
+        h = self.states(start, params)[0]
+        return torch.log_softmax(self.model.get_output_embeddings()(h[select.to(h.device)]).to(dtype), -1)
 
     @torch.no_grad()
     def module_input(self, layer: int, path: str) -> torch.Tensor:
@@ -281,14 +266,11 @@ class BlockCache:
         name, args, kwargs = self.calls[self.layer("layer", layer) - self.start]
         base = self.model.base_model
         seen: list = []
-        module = submodule(base, "path", path)
-        handle = None
+        handle = submodule(base, "path", path).register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
         try:
-            handle = module.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
             base.get_submodule(name)(*args, **kwargs)
         finally:
-            if handle is not None:
-                handle.remove()
+            handle.remove()
         return seen[0]
 
     def block_output(self, layer: int) -> torch.Tensor:
@@ -352,10 +334,9 @@ class AnswerBatch:
                                    "Tokenize the text first.")
             row = []
             for t in r:
-                try:
+                k = None
+                with contextlib.suppress(TypeError):  # not a whole number: k stays None
                     k = None if isinstance(t, bool) else operator.index(t)
-                except TypeError:
-                    k = None
                 if k is None or k < 0:
                     raise bad_argument(name, t, f"token ids, whole numbers >= 0 (row {i} holds {t!r:.20})")
                 row.append(k)

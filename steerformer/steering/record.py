@@ -94,8 +94,7 @@ class SteeringRecord:
     format: str = RECORD_FORMAT
 
     def __repr__(self) -> str:  # the vectors and edits stay out: one line
-        def f(x):
-            return "n/a" if x is None else f"{x:.4g}"
+        f = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
         return (f"SteeringRecord({self.method} on {self.model_id} layer {self.layer}, gain={self.gain:.6g}, "
                 f"alignment {f(self.alignment_model_before)} -> {f(self.alignment_model_after)}, kl={f(self.kl)}, "
                 f"{len(self.edits)} edit(s))")

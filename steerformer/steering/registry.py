@@ -175,18 +175,14 @@ def get_method(name: str) -> Method:
 
 def details_of(name: Any) -> type | None:
     """The details dataclass of the registered method ``name`` (None: none, or not registered here)."""
-    if not isinstance(name, str) or name not in set(method_names()):
-        return None
-    return type(get_method(name)).details
+    return type(get_method(name)).details if isinstance(name, str) and name in set(method_names()) else None
 
 
 def method_of(record: Any) -> Method:
     """The method that made ``record`` (its words), or the generic :class:`Method` when that name is
     not registered here (a record made with a method from elsewhere)."""
     name = getattr(record, "method", None)
-    if name in BUILT_IN or name in _METHODS:
-        return get_method(name)
-    return Method()
+    return get_method(name) if name in BUILT_IN or name in _METHODS else Method()
 
 
 def config_of(name: str) -> type:
@@ -220,11 +216,10 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
                 raise TypeError(f"steer(method={named!r}) got an unexpected keyword argument {key!r}")
         chosen = named
     else:
+        used: dict[str, list[str]] = {}
         for key in options:
             if key not in owner:
                 raise TypeError(f"steer() got an unexpected keyword argument {key!r}")
-        used: dict[str, list[str]] = {}
-        for key in options:
             used.setdefault(owner[key], []).append(key)
         if len(used) > 1:  # e.g. the paper's gain with the addition's max_kl (whose budget chooses the gain)
             (first, a), (second, b) = list(used.items())[:2]
@@ -242,15 +237,12 @@ def choose_method(call_config: SteerConfig, options: dict, head: str | None = No
             raise bad_argument(key, options[key], f"a {need} model: {key} is an option of the {chosen} method, which "
                                f"this {head} model cannot run", f"Drop {key}; this model gets another method.")
         for key in getattr(cls, "refuses", ()):
-            value, default = getattr(call_config, key), _default(SteerConfig, key)
+            value = getattr(call_config, key)
+            default = next(f.default for f in dataclasses.fields(SteerConfig) if f.name == key)
             if value != default:
                 raise bad_argument(key, value, f"the default ({default}) with method={chosen!r}",
                                    f"The {chosen} method does not take {key}=; drop it.")
     return chosen
-
-
-def _default(cls: type, name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def call_options(config: Any, method: str | None, options: dict) -> tuple[SteerConfig, dict, Any]:
@@ -261,15 +253,12 @@ def call_options(config: Any, method: str | None, options: dict) -> tuple[SteerC
     own = {k: options.pop(k) for k in list(options) if k not in fields}
     base, given_config = config, None
     if config is not None and not isinstance(config, SteerConfig):
-        if not isinstance(config, Config):
+        given_config, base = config, None
+        if isinstance(config, Config) and method is None:
+            method = next((n for n in method_names() if config_of(n) is type(config)), None)
+        if not isinstance(config, Config) or method is None:  # not a config, or of no registered method
             raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered method",
                                f"Registered: {', '.join(method_names())}.")
-        given_config, base = config, None
-        if method is None:
-            method = next((n for n in method_names() if config_of(n) is type(config)), None)
-            if method is None:
-                raise bad_argument("config", type(config).__name__, "a SteerConfig or the config of a registered "
-                                   "method", f"Registered: {', '.join(method_names())}.")
     if method is not None:
         options["method"] = method
     base = base if base is not None else SteerConfig()
@@ -280,10 +269,9 @@ def method_config(method: Method, options: dict, config: Any = None) -> Any:
     """The options ``method.plan`` receives: ``method.config`` built from ``config`` (a config of this
     method given to ``steer``) and the method's keywords (checked by its ``__post_init__``)."""
     cls = type(method).config
-    base = config if isinstance(config, cls) else None
-    if base is None:
+    if not isinstance(config, cls):
         return cls(**options)
-    return dataclasses.replace(base, **options) if options else base
+    return dataclasses.replace(config, **options) if options else config
 
 
 __all__ = ["Method", "NoOptions", "built_in_configs", "call_options", "choose_method", "config_of", "details_of",

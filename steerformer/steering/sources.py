@@ -424,11 +424,6 @@ def read_prompt_lines(path: str | os.PathLike, name: str) -> list[str]:
     return lines
 
 
-def token_reduction(adapter, layer: int) -> str:
-    """"last" when layer ``layer`` attends causally (its last token has seen the prompt), else "mean"."""
-    return "mean" if adapter.mask(layer).kind == "full" else "last"
-
-
 def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokenizer: Any, *, reduction: str,
                  batch_size: int = 16, name: str = "prompts", bar: Any = None) -> torch.Tensor:
     """(P, d) float64: the output of execution layer ``layer`` for each prompt, reduced over its real
@@ -448,19 +443,12 @@ def layer_states(model: Any, adapter, layer: int, prompts: Sequence[str], tokeni
     return torch.cat(out)
 
 
-def contrastive_direction(
-    model: Any,
-    positive: Sequence[str] | str | os.PathLike | None = None,
-    negative: Sequence[str] | str | os.PathLike | None = None,
-    *,
-    pairs: str | os.PathLike | None = None,
-    layer: int = -1,
-    method: Literal["mean-diff", "pca"] = "mean-diff",
-    reduction: Literal["auto", "last", "mean"] = "auto",
-    tokenizer: Any = None,
-    batch_size: int = 16,
-    progress: bool = False,
-) -> ContrastiveDirection:
+def contrastive_direction(model: Any, positive: Sequence[str] | str | os.PathLike | None = None,
+                          negative: Sequence[str] | str | os.PathLike | None = None, *,
+                          pairs: str | os.PathLike | None = None, layer: int = -1,
+                          method: Literal["mean-diff", "pca"] = "mean-diff",
+                          reduction: Literal["auto", "last", "mean"] = "auto", tokenizer: Any = None,
+                          batch_size: int = 16, progress: bool = False) -> ContrastiveDirection:
     """The direction separating ``positive`` from ``negative`` prompts in the hidden state after
     execution layer ``layer`` (negative counts from the end). Prompts: two lists of strings, two
     text files (one prompt per line), or ``pairs=`` a JSONL file of {"positive", "negative"} lines.
@@ -480,8 +468,7 @@ def contrastive_direction(
     if positive is None or negative is None:
         raise bad_argument("positive" if positive is None else "negative", None,
                            "prompts on both sides: positive= and negative= (lists or files), or pairs= (JSONL)")
-    positive = _prompt_list(positive, "positive")
-    negative = _prompt_list(negative, "negative")
+    positive, negative = _prompt_list(positive, "positive"), _prompt_list(negative, "negative")
     if method == "pca" and len(positive) != len(negative):
         raise bad_argument("negative", f"{len(negative)} prompts for {len(positive)} positive ones",
                            "as many negative as positive prompts: pca uses the pairwise differences",
@@ -497,12 +484,10 @@ def contrastive_direction(
     if tokenizer is None:
         raise bad_argument("tokenizer", None, "the model's tokenizer (text prompts must be tokenized)",
                            "Pass tokenizer=... .")
-    red = token_reduction(adapter, L) if reduction == "auto" else reduction
+    red = ("mean" if adapter.mask(L).kind == "full" else "last") if reduction == "auto" else reduction
     with progress_bar(progress, "contrastive", total=len(positive) + len(negative), unit="prompt") as bar:
-        hp = layer_states(model, adapter, L, positive, tokenizer, reduction=red, batch_size=batch_size, name="positive",
-                          bar=bar)
-        hn = layer_states(model, adapter, L, negative, tokenizer, reduction=red, batch_size=batch_size, name="negative",
-                          bar=bar)
+        hp, hn = (layer_states(model, adapter, L, prompts, tokenizer, reduction=red, batch_size=batch_size, name=side,
+                               bar=bar) for prompts, side in ((positive, "positive"), (negative, "negative")))
     explained = None
     if method == "mean-diff":
         raw = hp.mean(0) - hn.mean(0)

@@ -17,22 +17,11 @@ from .common import model_object
 from .record import SteeringRecord
 
 
-def steer(
-    model: Any,
-    direction: Any = None,
-    config: Config | None = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    left: Any = None,
-    prompts: Sequence[str] | torch.Tensor | None = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    tokenizer: Any = None,
-    layers: Sequence[int] | int | None = None,
-    method: str | None = None,
-    **options: Any,
-) -> SteeringRecord:
+def steer(model: Any, direction: Any = None, config: Config | None = None, *, token: str | None = None,
+          eigvec: int | None = None, text: str | None = None, left: Any = None,
+          prompts: Sequence[str] | torch.Tensor | None = None,
+          heldout_prompts: Sequence[str] | torch.Tensor | None = None, tokenizer: Any = None,
+          layers: Sequence[int] | int | None = None, method: str | None = None, **options: Any) -> SteeringRecord:
     """Steer ``model`` (edited in place) toward a direction; returns the :class:`SteeringRecord`.
 
     ``method``: "addition", "paper", "ablation" or any registered name (``steering/methods/``).

@@ -68,8 +68,7 @@ def hub_target(repo_id: str, *, private: bool = False, token: str | None = None,
         raise InvalidArgumentError("push_to_hub needs a Hugging Face token: pass token=..., set HF_TOKEN, or run "
                                    "`hf auth login` (no request was sent).")
     # huggingface_hub < 1.0 (what transformers 4.x pins) has no is_offline_mode(): read the flag.
-    offline = getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)
-    if offline():
+    if getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)():
         raise InvalidArgumentError("push_to_hub cannot upload while HF_HUB_OFFLINE is set: unset it to publish.")
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     return HubTarget(api=HfApi(endpoint=endpoint, token=token), repo_id=repo_id, where=endpoint or constants.ENDPOINT,
@@ -87,9 +86,7 @@ def upload_folder(target: HubTarget, folder: Path, *, default_message: str, save
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
         info = api.upload_folder(folder_path=str(Path(folder)), repo_id=repo_id, repo_type="model", revision=revision,
                                  create_pr=create_pr, commit_message=target.commit_message or default_message)
-    if create_pr and getattr(info, "pr_url", None):
-        return str(info.pr_url)
-    return str(getattr(info, "commit_url", info))
+    return str(info.pr_url) if create_pr and getattr(info, "pr_url", None) else str(getattr(info, "commit_url", info))
 
 
 @contextlib.contextmanager

@@ -65,17 +65,15 @@ def verify_checkpoint(directory: str | os.PathLike, *, tol: float = 1e-3) -> dic
                                             "originals give the saved weights bit for bit")
         except SteerformerError as exc:
             check("edits recomputed", False, str(exc))
-        for i, r in enumerate(records):
-            for e in r.edits[:1] if len(r.edits) == 1 else []:  # an ablation record holds one edit per layer
-                if e.gain != r.gain or e.layer != r.layer or e.module != r.module:
-                    check("record vs edit", False, f"records[{i}]: gain/layer/module differ from its edit")
+        for i, r in enumerate(records):  # an ablation record holds one edit per layer: only one-edit records
+            if len(r.edits) == 1 and (r.edit.gain, r.edit.layer, r.edit.module) != (r.gain, r.layer, r.module):
+                check("record vs edit", False, f"records[{i}]: gain/layer/module differ from its edit")
     last = records[-1]
     if last.alignment_model_after is not None and last.custom_heldout_ids:
         check("real-model alignment", True, "not recomputed: the held-out prompts were token ids, not recorded")
     elif last.alignment_model_after is not None:
         adapter = get_adapter(model.config)
-        tok = load_tokenizer(model)
-        held = encode(model, last.heldout_prompts, tok, held_out=True)
+        held = encode(model, last.heldout_prompts, load_tokenizer(model), held_out=True)
         probe = model_probe(model, adapter, last.layer, held)
         target = torch.tensor(method_of(last).alignment_target(last), dtype=torch.float64)
         a = float(mean_abs_cos(probe.final_before, target, probe.mask))

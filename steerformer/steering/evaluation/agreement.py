@@ -1,12 +1,6 @@
 """How far two raters agree (a judge against hand labels; docs/steering-chat.md, "The judge"):
 exact agreement, Cohen's κ, precision and recall of a yes/no call, and Spearman's rank correlation.
 Pure Python on sequences; no torch.
-
-    exact_agreement(a, b)          the share of items rated the same
-    cohen_kappa(a, b)              (p_o − p_e) / (1 − p_e), p_e from the two raters' own category shares
-    precision_recall(pred, truth)  of the yes calls (booleans): (precision, recall), nan where undefined
-    ranks(values)                  1-based ranks, ties given their mean rank
-    spearman(a, b)                 Pearson's r of the two rank vectors (nan when one is constant)
 """
 
 from __future__ import annotations
@@ -36,12 +30,8 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
     1 when both raters use one and the same category throughout (p_e = 1: nothing to tell apart)."""
     a, b = _paired(a, b, "ratings")
     n = len(a)
-    p_o = exact_agreement(a, b)
-    cats = set(a) | set(b)
-    p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in cats)
-    if p_e >= 1.0:
-        return 1.0
-    return (p_o - p_e) / (1.0 - p_e)
+    p_e = sum((a.count(k) / n) * (b.count(k) / n) for k in set(a) | set(b))
+    return 1.0 if p_e >= 1.0 else (exact_agreement(a, b) - p_e) / (1.0 - p_e)  # (p_o − p_e) / (1 − p_e)
 
 
 def precision_recall(predicted: Sequence[bool], truth: Sequence[bool]) -> tuple[float, float]:

@@ -15,14 +15,6 @@ model's answers and the steered model's answers, five numbers and the judge's th
 
 Prompts go through the tokenizer's chat template (``chat=None``: when it has one; ``chat=True``
 without one is refused in one line). Answers are greedy unless ``sample=True`` (seeded).
-
-The objects:
-
-    Baseline            the base model's answers on the held-out questions, scored once
-    AnswerScore         one steered model (or one strength of a method) measured against a Baseline
-    SteeringEvaluation  a result type: a curve over strengths, one line per method/layer; JSON, CSV,
-                        a labelled figure, sample answers before/after
-    evaluate_steering   runs the curve: ``methods`` maps a label to ``strength -> context manager``
 """
 
 from __future__ import annotations
@@ -38,7 +30,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
-from ...errors import bad_argument
+from ...errors import InvalidArgumentError, bad_argument
 from ...prompts import (  # noqa: F401  (the prompt sets and the split: public here too)
     HELDOUT_QUESTIONS, PROBE_QUESTIONS, REPORT_QUESTIONS, SELECTION_QUESTIONS, SPLITS, PromptBatch,
 )
@@ -196,12 +188,11 @@ def fluency_of(model: Any, baseline: Baseline, answers: Sequence[Sequence[int]],
     ``point``: also store each answer's NLL after its question and after an empty user turn there
     (what the judge's fluency reads)."""
     lp = answer_logprobs(model, baseline.prompts, answers)
-    nll = mean_nll(lp, answers)
     lp_free = answer_logprobs(model, baseline.free_prompts, answers)
     if point is not None:
         point.nll_free_each = answer_nlls(lp_free, answers)
         point.nll_each = answer_nlls(lp, answers)
-    return nll / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
+    return mean_nll(lp, answers) / baseline.nll, mean_nll(lp_free, answers) / baseline.nll_free
 
 
 def concept_description(concept: str | Sequence[str]) -> str:
@@ -236,7 +227,6 @@ def judge_point(point: AnswerScore, baseline: Baseline, concept: str | Sequence[
     point.aggregate, point.good, point.unrated = s["aggregate"], s["good"], s["unrated"]
     point.ratings = [[r.concept, r.relevance, r.fluency] for r in ratings]
     return ratings
-
 
 
 # ---- the result ----------------------------------------------------------------------------------
@@ -308,10 +298,8 @@ class SteeringEvaluation:
 
     def lines(self) -> dict[str, list[AnswerScore]]:
         """The points by method label, each line sorted by KL."""
-        out: dict[str, list[AnswerScore]] = {}
-        for p in self.points:
-            out.setdefault(p.method, []).append(p)
-        return {k: sorted(v, key=lambda p: p.kl) for k, v in out.items()}
+        labels = dict.fromkeys(p.method for p in self.points)
+        return {k: sorted((p for p in self.points if p.method == k), key=lambda p: p.kl) for k in labels}
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Concept rate, fluency and (when judged) the judge's aggregate and good-steer share against
@@ -424,8 +412,7 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                                sample=sample, seed=seed)
     points = []
     for label, make in methods.items():
-        values = strengths[label] if isinstance(strengths, Mapping) else strengths
-        for s in values:
+        for s in strengths[label] if isinstance(strengths, Mapping) else strengths:
             with make(s) as handle:
                 point, ids = score_answers(model, tokenizer, baseline, words, method=label,
                                            strength=None if s is None else float(s))
@@ -439,18 +426,13 @@ def evaluate_steering(model: Any, tokenizer: Any, methods: Mapping[str, Callable
                          concept=concept, judge=judge)
 
 
-def judge_name(judge: Any) -> str | None:
-    if judge is None:
-        return None
-    return getattr(judge, "endpoint", None) or getattr(judge, "name", None) or type(judge).__name__
-
-
 def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], points: Sequence[AnswerScore],
                   concept: str | Sequence[str] | None = None, judge: Any = None) -> SteeringEvaluation:
     """The :class:`SteeringEvaluation` of ``points`` measured against ``baseline`` (``judge``: also
     rate the base answers, the reference of the points' ratings)."""
-    base_judged = {}
+    base_judged, name = {}, None
     if judge is not None:
+        name = getattr(judge, "endpoint", None) or getattr(judge, "name", None) or type(judge).__name__
         items = judge_items(baseline, baseline.texts, words if concept is None else concept, words,
                             baseline.nll_free_each, baseline.nll_each)
         ratings = judge_answers(items, judge)
@@ -460,13 +442,7 @@ def evaluation_of(*, model_id: str, baseline: Baseline, words: Sequence[str], po
         base_concept_rate=sum(mentions(baseline.texts, words)) / len(baseline.texts),
         base_distinct2=distinct2(baseline.texts), base_nll=baseline.nll, points=list(points), chat=baseline.chat,
         sample=baseline.sample, seed=baseline.seed, max_new_tokens=baseline.max_new_tokens,
-        judge=judge_name(judge), base_judged=base_judged)
-
-
-def record_concept(record: Any) -> str | None:
-    """The word or phrase a record steered toward (its token/text direction source), if any."""
-    src = record.direction_source or {}
-    return src.get("phrase") or src.get("token") or src.get("text")
+        judge=name, base_judged=base_judged)
 
 
 #: The strengths of a dose curve, as multiples of the chosen edit's gain: from zero (the base model)
@@ -521,7 +497,6 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
         if not all(e.is_low_rank for e in record.edits):
             raise bad_argument("dose", list(dose), "None for a norm-preserving ablation (its row and column "
                                "scales have no strength to scale)")
-    from ...errors import InvalidArgumentError
     from ...loading import open_source
     from ..chain import steering_of
 
@@ -529,7 +504,9 @@ def evaluate_record(model: Any, tokenizer: Any, record: Any, *, concept: str | S
     if steering is None or not steering.records or steering.records[-1] is not record:
         raise InvalidArgumentError("evaluate_record judges the model's last steering call: pass the record that "
                                    "steer() just returned (and steer nothing else before evaluating).")
-    concept = record_concept(record) if concept is None else concept
+    if concept is None:  # the word or phrase the record steered toward (its token/text direction source)
+        src = record.direction_source or {}
+        concept = src.get("phrase") or src.get("token") or src.get("text")
     if concept is None:
         raise bad_argument("concept", None, "the words an answer must contain (the record's direction is no token "
                            "or text)", "Pass concept='word' (--concept).")

@@ -3,42 +3,12 @@ as AxBench (Wu et al. 2025) rates steering — *concept* (is the concept in the 
 (does it still answer the question), *fluency* (is it still text) — their harmonic mean, and
 "good steer" = all three ≥ 1.
 
-Public API (other modules build on exactly these names):
-
-    Rating(concept, relevance, fluency)   frozen; each in [0, 2], or None: not rated (a judge's reply
-                                          without a rating — never read as 0); .rated (all three
-                                          there), .aggregate (harmonic mean of the three, 0 if any is 0;
-                                          None unless rated), .good (all three ≥ 1; None unless rated),
-                                          to_dict/from_dict
-    JudgeItem(question, answer, concept, terms=(), base_answer=None, nll_free=None, base_nll_free=None,
-              nll=None, base_nll=None)
-                                          one answer to judge; concept: the concept's description (a
-                                          word, a phrase or a sentence); terms: the words that count as
-                                          a mention (empty: the concept's simple forms); nll_free /
-                                          base_nll_free: the answer's mean per-token NLL under the base
-                                          model after an empty user turn, and the base answers'; nll /
-                                          base_nll: the same after the question (what the offline
-                                          fluency score reads; each pair optional)
-    Judge                                 any callable judge(items: Sequence[JudgeItem]) -> list[Rating]
-    OfflineJudge(embedder=None, rules=OfflineRules())
-                                          the default: whole-word terms + the bundled MiniLM + NLL and
-                                          repetition; thresholds and fluency scores (FluencyScore) in
-                                          OfflineRules (math.md)
-    ChatJudge(url, model="default", timeout=60.0)
-                                          an LLM over an OpenAI-compatible /v1/chat/completions server
-                                          (llama.cpp, vLLM): AxBench-style rubrics, logprob-weighted;
-                                          its HTTP (URL check, deadline, caps, reply schema): judge_client
-    MiniLM()                              texts -> unit vectors with the bundled MiniLM (mean pooling)
-    judge_answers(items, judge=None)      the ratings (judge None: OfflineJudge()), checked; a judge that
-                                          rated no answer at all is a JudgeError (one line), not zeros
-    make_judge(spec, model=None)          "offline" | an http(s) URL | "none" (the CLI's --judge); model
-                                          (--judge-model) only beside a URL
-    summarize(ratings) -> dict            mean concept/relevance/fluency (over the answers rated on
-                                          each), mean aggregate and good share (over the answers rated
-                                          on all three), n, and unrated (answers missing a rating)
-    harmonic_mean(values), repetition(text), doubled_words(text), fluency_inputs(features), word_forms(word),
-    concept_words(concept), mentions(texts, words)
-    JudgeError                            an LLM judge that did not answer (one line)
+Public API (other modules build on exactly these names; each documents itself): :class:`Rating`,
+:class:`JudgeItem`, :class:`Judge`, :class:`OfflineJudge` (its rules: :class:`OfflineRules`,
+:class:`FluencyScore`), :class:`ChatJudge` (its HTTP: ``judge_client``), :class:`MiniLM`,
+:func:`judge_answers`, :func:`make_judge`, :func:`summarize`, :func:`harmonic_mean`, :func:`repetition`,
+:func:`doubled_words`, :func:`fluency_inputs`, :func:`word_forms`, :func:`concept_words`, :func:`mentions`
+and ``JudgeError`` (an LLM judge that did not answer, one line).
 
 This module imports no other part of steering (evaluate builds on it, never the other way).
 """
@@ -56,8 +26,6 @@ from ..chat import word_forms
 from .judge_client import JudgeError, check_completion, check_url, post_json
 
 log = logging.getLogger(__name__)
-
-
 
 
 # ---- words ---------------------------------------------------------------------------------------
@@ -81,24 +49,12 @@ def mentions(texts: Sequence[str], words: Sequence[str]) -> list[bool]:
     return [bool(pattern.search(t)) for t in texts]
 
 
-def count_mentions(text: str, words: Sequence[str]) -> int:
-    """How many times ``text`` contains one of ``words`` as a whole word (any case)."""
-    return len(_pattern(words).findall(text))
-
-
 def repetition(text: str, n: int = 3) -> float:
     """The share of the word ``n``-grams of ``text`` that already occurred earlier in it (0: no
     n-gram repeats; → 1: a loop). Punctuation marks count as words; fewer than n+1 words: 0."""
     w = re.findall(r"\w+|[^\w\s]", text.lower())
     grams = [tuple(w[i:i + n]) for i in range(len(w) - n + 1)]
-    if len(grams) < 2:
-        return 0.0
-    seen: set = set()
-    repeated = 0
-    for g in grams:
-        repeated += g in seen
-        seen.add(g)
-    return repeated / len(grams)
+    return 0.0 if len(grams) < 2 else (len(grams) - len(set(grams))) / len(grams)  # repeats: all but firsts
 
 
 def doubled_words(text: str) -> int:
@@ -119,9 +75,7 @@ def harmonic_mean(values: Sequence[float]) -> float:
     values = [float(v) for v in values]
     if not values:
         raise bad_argument("values", values, "at least one rating")
-    if any(v <= 0 for v in values):
-        return 0.0
-    return len(values) / sum(1.0 / v for v in values)
+    return 0.0 if any(v <= 0 for v in values) else len(values) / sum(1.0 / v for v in values)
 
 
 AXES = ("concept", "relevance", "fluency")
@@ -159,9 +113,7 @@ class Rating:
     def good(self) -> bool | None:
         """A good steer: the concept is there, the question still answered, the text still text; None
         unless rated."""
-        if not self.rated:
-            return None
-        return self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1
+        return (self.concept >= 1 and self.relevance >= 1 and self.fluency >= 1) if self.rated else None
 
     def to_dict(self) -> dict:
         return {"concept": self.concept, "relevance": self.relevance, "fluency": self.fluency,
@@ -199,17 +151,18 @@ def rated_text(value: float | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class JudgeItem:
-    """One answer to judge, and what the judges read about it (the module docstring)."""
+    """One answer to judge, and what the judges read about it. The NLLs are mean per-token NLLs under
+    the base model (each pair optional; what the offline fluency score reads)."""
 
     question: str
     answer: str
-    concept: str
-    terms: tuple[str, ...] = ()
+    concept: str  # the concept's description: a word, a phrase or a sentence
+    terms: tuple[str, ...] = ()  # the words that count as a mention (empty: the concept's simple forms)
     base_answer: str | None = None
-    nll_free: float | None = None
-    base_nll_free: float | None = None
-    nll: float | None = None
-    base_nll: float | None = None
+    nll_free: float | None = None  # the answer's, after an empty user turn
+    base_nll_free: float | None = None  # the base answers', the same
+    nll: float | None = None  # the answer's, after the question
+    base_nll: float | None = None  # the base answers', the same
 
     def __post_init__(self) -> None:
         if not str(self.concept).strip():
@@ -261,8 +214,7 @@ class MiniLM:
                                "embedder=..., or use an LLM judge (ChatJudge, --judge URL).")
         self.path = str(path)
         self.batch_size = int(batch_size)
-        self._model = None
-        self._tok = None
+        self._model = self._tok = None
         self._cache: dict[str, Any] = {}
 
     @staticmethod
@@ -286,8 +238,7 @@ class MiniLM:
                 states = self._model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            for t, v in zip(chunk, torch.nn.functional.normalize(pooled, dim=-1)):
-                self._cache[t] = v
+            self._cache.update(zip(chunk, torch.nn.functional.normalize(pooled, dim=-1)))
         return torch.stack([self._cache[t] for t in texts]) if texts else torch.empty(0, 0)
 
 
@@ -381,9 +332,8 @@ class OfflineRules:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, FluencyScore):
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not isinstance(v, FluencyScore) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                    or not math.isfinite(v) or v < 0):
                 raise bad_argument(f.name, v, "a finite threshold >= 0")
 
     def fluency_score(self, f: Mapping) -> FluencyScore:
@@ -432,9 +382,8 @@ class OfflineJudge:
         items = list(items)
         if not items:
             return []
-        texts: list[str] = []
-        for it in items:
-            texts += [it.question, it.answer or " ", it.concept, it.base_answer or " ", *sentences(it.answer)]
+        texts = [t for it in items
+                 for t in (it.question, it.answer or " ", it.concept, it.base_answer or " ", *sentences(it.answer))]
         vecs = self.embedder(texts)
         index = {t: i for i, t in enumerate(texts)}
 
@@ -446,12 +395,11 @@ class OfflineJudge:
             answer = it.answer or " "
             s_q = sim(it.question, answer)
             s_base = sim(it.question, it.base_answer or " ") if it.base_answer else None
-            sents = sentences(it.answer)
             ratio = None if s_base is None else s_q / max(s_base, 1e-3)
             nll = None if it.nll_free is None or not it.base_nll_free else it.nll_free / it.base_nll_free
             nll_q = None if it.nll is None or not it.base_nll else it.nll / it.base_nll
-            out.append({"mentions": count_mentions(it.answer, it.terms), "concept_sim": sim(answer, it.concept),
-                        "concept_sim_sentence": max((sim(s, it.concept) for s in sents), default=0.0),
+            out.append({"mentions": len(_pattern(it.terms).findall(it.answer)), "concept_sim": sim(answer, it.concept),
+                        "concept_sim_sentence": max((sim(s, it.concept) for s in sentences(it.answer)), default=0.0),
                         "question_sim": s_q, "base_question_sim": s_base, "relevance_ratio": ratio,
                         "repetition": repetition(it.answer, 2), "repetition_4": repetition(it.answer, 4),
                         "nll_ratio": nll, "nll_ratio_question": nll_q, "empty": not it.answer.strip(),
@@ -470,13 +418,10 @@ class OfflineJudge:
             concept = 1
         else:
             concept = 0
-        if f["relevance_ratio"] is not None:
-            x, lo, hi = f["relevance_ratio"], r.relevance_1, r.relevance_2
-        else:
-            x, lo, hi = f["question_sim"], r.relevance_abs_1, r.relevance_abs_2
+        x, lo, hi = (f["relevance_ratio"], r.relevance_1, r.relevance_2) if f["relevance_ratio"] is not None else \
+            (f["question_sim"], r.relevance_abs_1, r.relevance_abs_2)
         relevance = 2 if x >= hi else 1 if x >= lo else 0
-        fluency = r.fluency_score(f).rate(fluency_inputs(f))
-        return Rating(concept, relevance, fluency)
+        return Rating(concept, relevance, r.fluency_score(f).rate(fluency_inputs(f)))
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
         return [self.rate(f) for f in self.features(items)]
@@ -528,9 +473,7 @@ def parse_rating(text: str) -> tuple[float, int] | None:
             raise JudgeError(f"a rating of {m.group(g)} outside [0, 2] in the reply {text[-80:]!r}")
         return value, m.start(g)
     bare = (text or "").strip()
-    if bare in ("0", "1", "2"):
-        return float(bare), (text or "").index(bare)
-    return None
+    return (float(bare), (text or "").index(bare)) if bare in ("0", "1", "2") else None
 
 
 def weighted_score(content_logprobs: Sequence[Mapping], offset: int) -> float | None:
@@ -590,9 +533,8 @@ class ChatJudge:
     def score(self, prompt: str) -> float | None:
         """The 0–2 score of one rubric prompt; None when the reply holds no rating."""
         choice = self.request(prompt).choices[0]
-        text = choice.message.content or ""
         try:
-            parsed = parse_rating(text)
+            parsed = parse_rating(choice.message.content or "")
         except JudgeError as exc:
             raise JudgeError(f"{self.flag} {self.url.shown}: the server sent {exc}") from None
         if parsed is None:
@@ -604,11 +546,9 @@ class ChatJudge:
         return value if weighted is None else min(max(weighted, 0.0), 2.0)
 
     def __call__(self, items: Sequence[JudgeItem]) -> list[Rating]:
-        out = []
         before = self.unparsed
-        for it in items:
-            fields = {"concept": it.concept, "question": it.question, "answer": it.answer}
-            out.append(Rating(**{axis: self.score(RUBRICS[axis].format(**fields)) for axis in AXES}))
+        out = [Rating(**{axis: self.score(RUBRICS[axis].format(concept=it.concept, question=it.question,
+                                                                answer=it.answer)) for axis in AXES}) for it in items]
         if self.unparsed > before:
             log.warning("%s %s: %d of %d replies held no rating; those answers are not rated on that axis (not "
                         "counted as 0)", self.flag, self.url.shown, self.unparsed - before, len(out) * len(AXES))

@@ -1,21 +1,10 @@
 """The HTTP side of the LLM judge (``--judge URL``): the URL checked before anything runs, and one
 bounded POST of JSON whose reply is checked before anyone reads it.
 
-Public API:
-
-    check_url(url, name="judge") -> JudgeURL   the URL checked (scheme http/https, a host, a port in
-                                               1–65535, no spaces, control characters or fragment, at
-                                               most MAX_URL_CHARS); credentials in it become an
-                                               Authorization header and are never printed
-    JudgeURL(endpoint, shown, auth)            the checked URL: where to POST, the URL as errors print it
-                                               (user:*** for a password), the header's value or None
-    post_json(url, body, deadline, max_bytes, name, headers=None) -> Any
-                                               one POST, redirects not followed, one total deadline, the
-                                               reply read as a stream up to max_bytes, parsed as JSON
-    ChatCompletion                             the schema of a chat completion reply (pydantic):
-                                               choices[0].message.content a string or null, logprobs finite
-    check_completion(reply, shown, name) -> ChatCompletion
-    JudgeError                                 the judge's server did not answer as it must (one line)
+The URL (:func:`check_url`): scheme http/https, a host, a port in 1–65535, no spaces, control
+characters or fragment, at most MAX_URL_CHARS; credentials in it become an Authorization header and
+are never printed. The reply (:func:`post_json`, :func:`check_completion`): redirects not followed,
+one total deadline, read as a stream up to a byte cap, parsed as JSON, checked as a chat completion.
 
 Everything the server sends is quoted, cut to a few dozen characters, in a line that names ``--judge``
 (or the ``name`` given) — never a traceback, and never the URL's password.

@@ -43,15 +43,9 @@ registration; nothing outside it names the method)::
 * ``details`` (optional): a :class:`~steerformer.steering.record.Details` dataclass of what the
   method's records add to the core every record has (``record.details``; saved, reloaded and
   checked field by field with the record).
-* Words (optional, generic by default): ``summary_lines(record)`` (``record.summary()``),
-  ``card_formula(record)``, ``gain_text(record)`` and ``facts(record)`` (the model card's table and
-  the report page's), ``report_section(record)`` (its own section of the report page, as data),
-  ``plot(record, dir)`` (its figures), ``alignment_target(record)`` (what ``verify`` recomputes the
-  alignment against), ``phase_line(cfg, call_config, layers, causal=, concept=)`` (what ``steer``
-  says before its work).
-* ``measure(call, plan, held)`` (optional): the core's measured fields of the edited model (default:
-  the held-out alignment with the target, the KL and the state cosine); it may complete
-  ``plan.details``.
+* Words and ``measure`` (optional, generic by default): ``summary_lines``, ``card_formula``, ``gain_text``,
+  ``facts``, ``report_section``, ``plot``, ``alignment_target``, ``phase_line`` and ``measure(call, plan,
+  held)`` (which may complete ``plan.details``), each documented on :class:`Method`.
 * A built-in method is a folder ``<name>/`` with ``config.py`` (its options, importable without torch:
   ``steer --help`` makes them flags, and an option of one method chooses it), ``method.py`` (the
   plan, the words, the registration) and its helpers, plus one ``BUILT_IN`` entry in

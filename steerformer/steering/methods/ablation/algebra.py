@@ -114,11 +114,9 @@ def ablation(W: torch.Tensor, U: torch.Tensor, s: float, *, norm_preserving: str
     if b is not None:
         b = b.to(torch.float64)
         out.bias_delta = -s * (U * (U @ b) if U.ndim == 1 else U @ (U.T @ b))
-    UW = _rows(U, W)
-    before = float(torch.linalg.norm(UW))
+    before = float(torch.linalg.norm(_rows(U, W)))
     out.residue = float(torch.linalg.norm(_rows(U, out.weight(W)))) / before if before > 0 else 0.0
     return out
-
 
 
 __all__ = ["Ablation", "DEPENDENT_TOL", "NORM_PRESERVING", "ablation", "orthonormal_directions"]

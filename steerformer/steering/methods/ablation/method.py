@@ -199,22 +199,11 @@ def _layer_matrix_view(source: Any, edit: Edit) -> None:
 register_method("ablation", Ablation)
 
 
-def ablate(
-    model: Any,
-    direction: Any = None,
-    *,
-    token: str | None = None,
-    eigvec: int | None = None,
-    text: str | None = None,
-    layers: Sequence[int] | int | None = None,
-    scale: float | Mapping[Any, float] = 1.0,
-    writers: str | Sequence[str] = "attention",
-    bias: bool = False,
-    norm_preserving: str | None = None,
-    tokenizer: Any = None,
-    heldout_prompts: Sequence[str] | torch.Tensor | None = None,
-    report: bool = True,
-) -> SteeringRecord:
+def ablate(model: Any, direction: Any = None, *, token: str | None = None, eigvec: int | None = None,
+           text: str | None = None, layers: Sequence[int] | int | None = None,
+           scale: float | Mapping[Any, float] = 1.0, writers: str | Sequence[str] = "attention", bias: bool = False,
+           norm_preserving: str | None = None, tokenizer: Any = None,
+           heldout_prompts: Sequence[str] | torch.Tensor | None = None, report: bool = True) -> SteeringRecord:
     """Remove the direction(s) from the writes of ``writers`` in every layer of ``layers`` (default
     all), W' = (I − s UUᵀ) W, in place: the ablation method (this module's docstring has
     the details); one record, one edit per weight. ``direction``: one vector (d,) or k

@@ -16,7 +16,7 @@ along what (a concept's direction at each layer), how strong (the largest gain w
 * The gain (``algebra.search_gain``): γ = α·s_ℓ with s_ℓ the median residual norm after layer ℓ on the
   probe; α by secant steps on log KL against log α (KL ∝ α² for small α), never returning a gain
   whose measured KL exceeds the budget.
-* The layer (:func:`scan_layers`): each candidate calibrated to the budget, the one that puts the
+* The layer (``KLPlanner.scan`` in ``method.py``): each candidate calibrated to the budget, the one that puts the
   most probability on the concept's tokens (at the probe's continuation positions) wins.
 """
 
@@ -31,7 +31,6 @@ from ....errors import bad_argument
 from ....prompts import CARRIERS, OTHER_NOUNS, PROBE_QUESTIONS, REFERENCE_SENTENCES, PromptBatch, check_fits, words_of
 from ...chat import chat_rows, generate_answers, has_chat_template, pad_id, word_forms
 from ...probe import AnswerBatch, KLProbe, capture, model_device, no_cache
-
 
 
 # ---- the probe -----------------------------------------------------------------------------------
@@ -53,15 +52,13 @@ class ContinuationProbe(KLProbe):
         if tokenizer is not None and (prompts is not None or has_chat_template(tokenizer)):
             texts = list(PROBE_QUESTIONS[:6] if prompts is None else prompts)
             rows = chat_rows(tokenizer, texts, name="prompts")
-            pad = pad_id(tokenizer)
         elif tokenizer is not None:
             texts = list(REFERENCE_SENTENCES[:6])
             rows = [list(r) for r in tokenizer(texts)["input_ids"]]
-            pad = pad_id(tokenizer)
         else:  # no tokenizer: seeded random ids
             g = torch.Generator().manual_seed(0)
             rows = torch.randint(min(5, adapter.vocab_size - 1), adapter.vocab_size, (6, 12), generator=g).tolist()
-            pad = 0
+        pad = 0 if tokenizer is None else pad_id(tokenizer)
         cont = _greedy(model, rows, n_new, pad, tokenizer)
         base = KLProbe.of(model, adapter, AnswerBatch.of(rows, cont, pad=pad, device=model_device(model)), cached=True)
         first = torch.zeros_like(base.select)
@@ -105,10 +102,6 @@ def _greedy(model: Any, rows: list[list[int]], n_new: int, pad: int, tokenizer: 
 # ---- directions ----------------------------------------------------------------------------------
 #: carrier sentences run through the model at once when a direction is read
 CHUNK = 64
-def phrase_pieces(tokenizer: Any, phrase: str) -> list[str]:
-    """How `` phrase`` tokenizes after a carrier (for the record: a phrase is used whole)."""
-    ids = tokenizer(" " + phrase.strip(), add_special_tokens=False)["input_ids"]
-    return tokenizer.convert_ids_to_tokens(ids)
 
 
 @torch.no_grad()
@@ -143,7 +136,8 @@ def concept_directions(model: Any, adapter: Any, tokenizer: Any, phrase: str, la
         h = torch.cat(states[k])
         diff = h[is_word].mean(0) - h[~is_word].mean(0)
         dirs[k] = diff / torch.linalg.vector_norm(diff)
-    pieces = phrase_pieces(tokenizer, word)
+    # how the phrase tokenizes after a carrier (for the record: a phrase is used whole)
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(" " + word, add_special_tokens=False)["input_ids"])
     return dirs, {"phrase": word, "pieces": pieces, "read_at": "last token of the phrase" if len(pieces) > 1
                   else "the word's token", "carriers": len(CARRIERS), "other_nouns": len(others),
                   "method": "templated contrast"}
@@ -153,13 +147,9 @@ def concept_token_ids(tokenizer: Any, phrase: str) -> list[int]:
     """Single-token spellings of the phrase's first word's forms (with/without a leading space,
     lower/capitalized): the tokens whose probability the layer scan compares."""
     first = str(phrase).split()[0] if str(phrase).split() else str(phrase)
-    ids = set()
-    for f in word_forms(first):
-        for s in (f, " " + f, f.capitalize(), " " + f.capitalize()):
-            t = tokenizer(s, add_special_tokens=False)["input_ids"]
-            if len(t) == 1:
-                ids.add(int(t[0]))
-    return sorted(ids)
+    pieces = [tokenizer(s, add_special_tokens=False)["input_ids"]
+              for f in word_forms(first) for s in (f, " " + f, f.capitalize(), " " + f.capitalize())]
+    return sorted({int(t[0]) for t in pieces if len(t) == 1})
 
 
 def default_scan_layers(n_layers: int, count: int = 3) -> list[int]:

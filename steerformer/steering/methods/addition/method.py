@@ -8,10 +8,8 @@ within ``max_kl`` (default 0.5: the rule chosen on rated answers, docs/steering-
     W' = W + γ u a,  a·z ≈ 1 on the writer's inputs (else; ``positions="skip-first"`` fits a·z ≈ 0 at
                     the first token)
 
-The edit as weights is ``weights.addition_edits``; the probe, the concept's direction and the
-gain search are ``calibrate.py``. What is learned once per (model, concept) — probe, directions,
-unit edits — is a :class:`KLPlanner`, so :func:`kl_curve` gives the edit at several budgets with
-one probe and one layer choice. Options: :class:`~steerformer.configs.AdditionConfig`."""
+What is learned once per (model, concept) — probe, directions, unit edits — is a :class:`KLPlanner`,
+so :func:`kl_curve` gives the edit at several budgets with one probe and one layer choice."""
 
 from __future__ import annotations
 
@@ -88,9 +86,7 @@ class KLPlanner:
 
     def at(self, group: Sequence[int], alpha: float) -> list[Edit]:
         """The edits of ``group`` at gain α (× each layer's residual norm)."""
-        return [dataclasses.replace(e, gain=e.gain * alpha,
-                                    bias_delta=None if e.bias_delta is None else e.bias_delta * alpha)
-                for e in self.unit(group)[0]]
+        return [e.scaled(alpha) for e in self.unit(group)[0]]
 
     def search(self, group: Sequence[int], max_kl: float):
         """(edits, the gain search, residual norms): the largest α within ``max_kl`` on the probe."""

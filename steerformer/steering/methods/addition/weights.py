@@ -6,10 +6,6 @@ there is
 * approximate otherwise: the rank-1 edit W' = W + c‖v‖ (v/‖v‖) a with a fitted so that a·z_t ≈ 1
   on the writer's inputs z_t over probe prompts (ridge; and a·z ≈ 0 at position 0 for
   ``positions="skip-first"``). Its cost at inference is nothing: the same matrices, changed values.
-
-``addition_edits`` plans those edits (values, :class:`~steerformer.steering.edit.Edit`);
-``addition_as_weights`` applies them inside a ``with`` (bit-exact removal on exit). The addition
-method (``method.py``) records them.
 """
 
 from __future__ import annotations

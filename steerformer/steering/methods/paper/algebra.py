@@ -113,8 +113,7 @@ def ridge_row(V: torch.Tensor, w: torch.Tensor, X_fit: torch.Tensor, X_held: tor
     X_fit = X_fit.to(device=V.device, dtype=torch.float64)
     X_held = X_held.to(device=V.device, dtype=torch.float64)
     scale = float((X_fit @ V.T).pow(2).sum(0).mean())
-    scored = [(err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas]
-    best_err, best_alpha = min(scored)
+    best_err, best_alpha = min((err(fit(X_fit, c * scale), X_held), c * scale) for c in alphas)
     a = fit(torch.cat([X_fit, X_held]), best_alpha)
     return RowSolve(a, "ridge", cond_estimate(V), alpha=best_alpha, fit_error=best_err)
 
@@ -152,8 +151,7 @@ def top_eigenvalues(F: torch.Tensor | None, k: int = 4, *,
                                             maxiter=50 * d, tol=1e-10)
         except scipy.sparse.linalg.ArpackError as exc:  # no convergence, or a start vector A maps to 0
             log.info("ARPACK failed on a %dx%d matrix (%s): full eig instead", d, d, exc)
-    if vals is None:
-        vals = np.linalg.eigvals(A)
+    vals = np.linalg.eigvals(A) if vals is None else vals
     vals = np.concatenate([np.asarray(vals, dtype=np.complex128), np.zeros(zeros, dtype=np.complex128)])
     return vals[np.argsort(-vals.real, kind="stable")][:k]
 
@@ -220,10 +218,7 @@ def choose_gain(curve: Callable[[float], float], target: float, *, scale: float 
         if hi - lo <= rel_tol * hi:
             break
         mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
-        if f(mid) >= goal:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if f(mid) >= goal else (mid, hi)
     value = f(hi)
     if reached:
         msg = f"target alignment {target:g} reached at gain {hi:.6g} (alignment {value:.4f})"
@@ -232,7 +227,6 @@ def choose_gain(curve: Callable[[float], float], target: float, *, scale: float 
                f"{best_gain:.6g}; stopped at gain {hi:.6g} (alignment {value:.4f}, within {PLATEAU_TOL} of the best)")
     return StrengthChoice(gain=hi, alignment=value, reached=reached, best_alignment=best_val, best_gain=best_gain,
                           curve=sorted(seen.items()), message=msg)
-
 
 
 __all__ = ["RowSolve", "StrengthChoice", "choose_gain", "cond_estimate", "exact_row", "ridge_row", "top_eigenvalues",

@@ -301,7 +301,8 @@ def plan_edit(model: Any, source: Any, L: int, slot: int, u_target: torch.Tensor
     check_value_map(V, L, source.model_id)
     bias_name = name[: -len("weight")] + "bias" if name.endswith("weight") else None
     b_V = getattr(weights, "b_V", None)
-    if cfg.compensate_bias and (b_V is None or bias_name is None or not _has_param(base, bias_name)):
+    if cfg.compensate_bias and (b_V is None or bias_name is None
+                                or bias_name not in dict(base.named_parameters(remove_duplicate=False))):
         raise bad_argument("compensate_bias", True, "a layer with a value bias b_V and an output bias b_O",
                            f"Layer {L} of {source.model_id} has {'no value bias' if b_V is None else 'no output bias'}: "
                            "its edit shifts no bias, nothing to compensate.")
@@ -429,14 +430,6 @@ def within_budget(curve: Any, cosines: dict[float, float], values: dict[float, f
                "budget)")
     return algebra.StrengthChoice(gain=lo, alignment=value, reached=False, best_alignment=value, best_gain=lo,
                                   curve=sorted(values.items()), message=message)
-
-
-def _has_param(base: Any, name: str) -> bool:
-    try:
-        base.get_parameter(name)
-        return True
-    except AttributeError:
-        return False
 
 
 register_method("paper", Paper)

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from ....adapters.base import AttentionWeights, split_output_heads
+from ....adapters.base import split_output_heads
 from ....loading import ModelSource
 from ....matrices import read_attention_weights
 from ...measure import ModelProbe, mean_abs_cos
@@ -59,15 +59,15 @@ def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_to
     from ....dynamics import random_tokens, run_dynamics
 
     adapter = source.adapter
-    d = adapter.d_model
     seq = adapter.layer_sequence()
-    x0 = random_tokens(n_prompts, n_tokens, d, seed=seed)
+    x0 = random_tokens(n_prompts, n_tokens, adapter.d_model, seed=seed)
     # The controlled dynamics run on the CPU (float64 copies of the weights), whatever the model's device.
     weights = read_attention_weights(source, sorted(set(range(layer + 1))), device="cpu")
     if seq[layer] in seq[:layer]:
         # The edited weights also run before ``layer`` (ALBERT): rerun the whole stack each time.
         def rerun(delta: torch.Tensor) -> torch.Tensor:
-            W = {k: _with_delta(w, delta) if seq[k] == seq[layer] else w for k, w in weights.items()}
+            W = {k: dataclasses.replace(w, W_O=split_output_heads(w.output_matrix() + delta, w.n_heads))
+                 if seq[k] == seq[layer] else w for k, w in weights.items()}
             return run_dynamics(source, x0, layers=list(range(layer + 1)), weights=W).states[-1]
 
         return DynamicsProbe(y0=x0, z=x0, rerun=rerun)
@@ -80,10 +80,6 @@ def dynamics_probe(source: ModelSource, layer: int, *, n_prompts: int = 30, n_to
         z = heads.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)  # head h → column block h of W_O
         out0 = z @ w.output_matrix().T
     return DynamicsProbe(y0=x + out0, z=z)
-
-
-def _with_delta(w: AttentionWeights, delta: torch.Tensor) -> AttentionWeights:
-    return dataclasses.replace(w, W_O=split_output_heads(w.output_matrix() + delta, w.n_heads))
 
 
 def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[torch.Tensor], dict[str, torch.Tensor]],
@@ -99,8 +95,7 @@ def compensate(probe: ModelProbe, target: torch.Tensor, stored_for: Callable[[to
     best = (-1.0, target.detach().clone())
     for _ in range(steps):
         unit = u / u.norm()
-        h = probe.final_states(stored_for(unit))
-        score = mean_abs_cos(h, target, probe.mask)
+        score = mean_abs_cos(probe.final_states(stored_for(unit)), target, probe.mask)
         val = float(score.detach())
         history.append(val)
         if on_step is not None:
