@@ -8,6 +8,7 @@ modules (so that they register) and is the console script's entry point. Keeping
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -167,10 +168,8 @@ def _other_threads_alive() -> bool:
 def _leave(code: int) -> None:
     atexit._run_exitfuncs()  # what the interpreter would run first: logging's flush, executors' shutdown
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (steerformer ... | head): nothing more to say
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (steerformer ... | head): nothing more to say
-            pass
     os._exit(code)
 
 

@@ -209,8 +209,7 @@ def sorted_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.
                device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvalues sorted by real part (descending) and unit right eigenvectors with fixed phase,
     for one (d, d) or a batch (..., d, d) of real matrices (solver: :mod:`steerformer.eig`)."""
-    vals, vecs = dense_eig(matrix, dtype=dtype, device=device)
-    return _sort_phase(vals, vecs)
+    return _sort_phase(*dense_eig(matrix, dtype=dtype, device=device))
 
 
 def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
@@ -352,10 +351,7 @@ def spectra(
         raise bad_argument("slot_ids", slot_ids, f"one slot id per matrix ({L})")
     if factors is not None and len(factors) != L:
         raise bad_argument("factors", f"{len(factors)} entries", f"one (A, B) or None per matrix ({L})")
-    first: dict[int, int] = {}
-    for k, s in enumerate(slots):
-        first.setdefault(s, k)
-    todo = list(first.items())
+    todo = [(s, slots.index(s)) for s in dict.fromkeys(slots)]  # (slot, its first layer)
     fac = lambda k: None if factors is None else factors[k]  # noqa: E731
     results: dict[int, tuple] = {}
     if workers > 1 and len(todo) > 1 and device.type == "cpu":
