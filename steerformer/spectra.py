@@ -381,16 +381,12 @@ def spectra(
     as_t = lambda xs, dt: torch.tensor(xs, dtype=dt)  # noqa: E731
     cdt = results[order[0]][0].dtype
     return Spectra(
-        eigenvalues=torch.stack([results[s][0] for s in slots]),
-        eigenvectors=vectors,
+        eigenvalues=torch.stack([results[s][0] for s in slots]), eigenvectors=vectors,
         spectral_radius=as_t([p.spectral_radius for p in per], torch.float64),
         lambda1=torch.tensor([p.lambda1 for p in per], dtype=cdt),
-        lambda2=torch.tensor([p.lambda2 for p in per], dtype=cdt),
-        gap=as_t([p.gap for p in per], torch.float64),
+        lambda2=torch.tensor([p.lambda2 for p in per], dtype=cdt), gap=as_t([p.gap for p in per], torch.float64),
         relative_gap=as_t([p.relative_gap for p in per], torch.float64),
-        v1v2_overlap=as_t([p.v1v2_overlap for p in per], torch.float64),
-        case=[p.case for p in per],
-        de_facto_case3=[p.de_facto_case3 for p in per],
-        index2=[p.index2 for p in per],
+        v1v2_overlap=as_t([p.v1v2_overlap for p in per], torch.float64), case=[p.case for p in per],
+        de_facto_case3=[p.de_facto_case3 for p in per], index2=[p.index2 for p in per],
         method=[results[s][2] for s in slots],
     )
