@@ -15,13 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import bad_argument
-from .diagnostics import (
-    alignment,
-    consensus_error,
-    consensus_time,
-    in_open_hemisphere,
-    lyapunov,
-)
+from .diagnostics import alignment, consensus_error, consensus_time, in_open_hemisphere, lyapunov
 from .fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
 from .geometry import DTYPE, random_tokens
 from .integrate import solve_tokens

@@ -22,14 +22,7 @@ import torch
 from ..discrete import residual_map
 from ..errors import bad_argument
 from .geometry import (
-    DTYPE,
-    NonFiniteStateError,
-    as_tensor,
-    check_positive,
-    check_spd,
-    check_square_stack,
-    tangent,
-    threads_for,
+    DTYPE, NonFiniteStateError, as_tensor, check_positive, check_spd, check_square_stack, tangent, threads_for,
 )
 
 MatrixSpec = Union[object, Callable[[float], object]]

@@ -37,14 +37,7 @@ from ..configs import progress_bar
 from ..errors import bad_argument
 from ..tokens import check_tokens
 from .geometry import (
-    DTYPE,
-    NonFiniteStateError,
-    as_tensor,
-    check_finite,
-    check_positive,
-    check_time_span,
-    manifold_drift,
-    threads_for,
+    DTYPE, NonFiniteStateError, as_tensor, check_finite, check_positive, check_time_span, manifold_drift, threads_for,
     w_norm,
 )
 
