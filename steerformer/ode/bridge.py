@@ -90,10 +90,8 @@ def layer_matrix_dynamics(
     E = consensus_error(xs).cpu().numpy()  # (T, runs)
     rho = alignment(xs, torch.as_tensor(v1, device=xs.device)).cpu().numpy().mean(-1)  # (T, runs)
     summary = {
-        "lambda1": [lam1.real, lam1.imag],
-        "E_final_mean": float(E[-1].mean()),
-        "rho_v1_initial_mean": float(rho[0].mean()),
-        "rho_v1_final_mean": float(rho[-1].mean()),
+        "lambda1": [lam1.real, lam1.imag], "E_final_mean": float(E[-1].mean()),
+        "rho_v1_initial_mean": float(rho[0].mean()), "rho_v1_final_mean": float(rho[-1].mean()),
     }
     return SetupResult(
         name, "Discrete map (3) driven by a layer matrix F with " + attention + " attention",

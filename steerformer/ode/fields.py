@@ -134,17 +134,13 @@ class AttentionField:
 
     def P(self, t: float) -> torch.Tensor:
         """P_η(t) as an (h, d, d) tensor."""
-        if self._P_fn is None:
-            return self._P_const
-        return check_square_stack(self._P_fn(t), "P(t)", self.d)
+        return self._P_const if self._P_fn is None else check_square_stack(self._P_fn(t), "P(t)", self.d)
 
     def U(self, t: float) -> torch.Tensor | None:
         """U_η(t) as an (h, d, d) tensor, or None for the identity."""
         if self.identity_U:
             return None
-        if self._U_fn is None:
-            return self._U_const
-        return check_square_stack(self._U_fn(t), "U(t)", self.d)
+        return self._U_const if self._U_fn is None else check_square_stack(self._U_fn(t), "U(t)", self.d)
 
     # -- evaluation --------------------------------------------------------------------------
     def __call__(self, t: float, y: torch.Tensor) -> torch.Tensor:
@@ -171,8 +167,7 @@ class AttentionField:
             if self.scale != 1.0:
                 S.mul_(1.0 / self.scale)
             AY = torch.bmm(S.view(B, n * h, n), yb)  # rows (i, η): Σ_j α^η_ij y_jᵀ
-            G = AY.view(B * n, h * d) @ Ucat  # Σ_η (Σ_j α^η_ij y_j)ᵀ U_ηᵀ
-            G = G.view(B, n, d)
+            G = (AY.view(B * n, h * d) @ Ucat).view(B, n, d)  # Σ_η (Σ_j α^η_ij y_j)ᵀ U_ηᵀ
         out = self._tangent(yb, G)
         return out[0] if single else out.view(y.shape)
 
