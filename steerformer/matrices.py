@@ -43,16 +43,11 @@ class LayerMatrices:
 
     def formed(self) -> torch.Tensor:
         """The (n, d, d) stack of F, formed from the factors when it was not (``form=False``)."""
-        if self.matrices is not None:
-            return self.matrices
-        return torch.stack([A @ B for A, B in self.factors])
+        return self.matrices if self.matrices is not None else torch.stack([A @ B for A, B in self.factors])
 
     def distinct(self) -> tuple[torch.Tensor, list[int]]:
         """(matrices of the distinct slots in first-seen order, index into it for each layer)."""
-        order: list[int] = []
-        for s in self.slot_ids:
-            if s not in order:
-                order.append(s)
+        order = list(dict.fromkeys(self.slot_ids))
         first = [self.slot_ids.index(s) for s in order]
         return self.formed()[first], [order.index(s) for s in self.slot_ids]
 
@@ -150,13 +145,9 @@ def layer_matrices(
     low_rank = adapter.n_kv_heads * adapter.head_dim < d
     mats = None if (low_rank and not form) else torch.empty((len(ids), d, d), dtype=dtype, device=device)
     biases = torch.empty((len(ids), d), dtype=dtype, device=device)
-    first: dict[int, int] = {}
     factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(ids)
-    distinct = []
-    for i, k in enumerate(ids):
-        if seq[k] not in first:
-            first[seq[k]] = i
-            distinct.append((i, k))
+    first = {seq[k]: i for i, k in reversed(list(enumerate(ids)))}  # each slot's first selected layer
+    distinct = [(i, k) for i, k in enumerate(ids) if first[seq[k]] == i]
     with source.tensors() as get:
         def read(k: int) -> tuple[Any, tuple[torch.Tensor, torch.Tensor] | None]:
             """One slot's weights, and for a low-rank layer its factors in ``dtype`` (a reading
