@@ -191,7 +191,8 @@ class PromptBatch:
 
     def to(self, device: torch.device | str | None) -> "PromptBatch":
         """The batch on ``device`` (None: as it is)."""
-        return self if device is None else PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
+        return self if device is None else \
+            PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
 
     def rows(self) -> list[list[int]]:
         """The real (unpadded) token ids of each prompt."""
