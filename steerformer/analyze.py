@@ -137,19 +137,10 @@ class AnalysisReport(JsonResult):
         return "\n".join(lines)
 
 
-def analyze(
-    model: Any,
-    *,
-    layers: Sequence[int] | None = None,
-    dtype: str | torch.dtype = "float64",
-    device: str | None = None,
-    revision: str | None = None,
-    progress: bool = False,
-    stats: bool | StatsConfig = True,
-    top_k: int | None | str = "auto",
-    workers: int | None = None,
-    **stats_options: Any,
-) -> AnalysisReport:
+def analyze(model: Any, *, layers: Sequence[int] | None = None, dtype: str | torch.dtype = "float64",
+            device: str | None = None, revision: str | None = None, progress: bool = False,
+            stats: bool | StatsConfig = True, top_k: int | None | str = "auto", workers: int | None = None,
+            **stats_options: Any) -> AnalysisReport:
     """Layer matrices F_k = W_O·V of ``model``, their spectra and (``stats=True``) the
     power-method statistics of :func:`steerformer.stats.power_method_stats`.
 

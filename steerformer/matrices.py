@@ -72,14 +72,9 @@ def _read_attention(source: ModelSource, k: int, slot: int, get, parts: Sequence
     return w
 
 
-def read_attention_weights(
-    source: ModelSource,
-    layers: Sequence[int] | None = None,
-    *,
-    parts: Sequence[Part] = ("qk", "vo"),
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-) -> dict[int, AttentionWeights]:
+def read_attention_weights(source: ModelSource, layers: Sequence[int] | None = None, *,
+                           parts: Sequence[Part] = ("qk", "vo"), dtype: torch.dtype = torch.float64,
+                           device: str | torch.device | None = None) -> dict[int, AttentionWeights]:
     """Canonical weights of each selected execution layer, read once per distinct slot."""
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
@@ -119,15 +114,9 @@ def _in_order(fn: Any, items: list, *, threaded: bool) -> Iterator:
             yield pending.popleft().result()
 
 
-def layer_matrices(
-    model: Any,
-    layers: Sequence[int] | int | None = None,
-    *,
-    revision: str | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-    form: bool = True,
-) -> LayerMatrices:
+def layer_matrices(model: Any, layers: Sequence[int] | int | None = None, *, revision: str | None = None,
+                   dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
+                   form: bool = True) -> LayerMatrices:
     """F_k = W_O(k)·V(k) for each selected layer of a model object, local checkpoint or Hub id.
 
     From a checkpoint directory only the value and output tensors are read from the safetensors

@@ -291,19 +291,11 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def spectra(
-    matrices: torch.Tensor | np.ndarray | Sequence,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-    slot_ids: Sequence[int] | None = None,
-    rel_gap_tol: float = DE_FACTO_REL_GAP,
-    overlap_tol: float = DE_FACTO_OVERLAP,
-    progress: bool | str = False,
-    top_k: int | None = None,
-    workers: int = 1,
-    factors: Sequence[tuple[torch.Tensor, torch.Tensor] | None] | None = None,
-) -> Spectra:
+def spectra(matrices: torch.Tensor | np.ndarray | Sequence, *, dtype: torch.dtype = torch.float64,
+            device: str | torch.device | None = None, slot_ids: Sequence[int] | None = None,
+            rel_gap_tol: float = DE_FACTO_REL_GAP, overlap_tol: float = DE_FACTO_OVERLAP, progress: bool | str = False,
+            top_k: int | None = None, workers: int = 1,
+            factors: Sequence[tuple[torch.Tensor, torch.Tensor] | None] | None = None) -> Spectra:
     """Spectra of a stack (L, d, d) of layer matrices, or of one (d, d) matrix (→ L = 1).
 
     ``slot_ids`` marks layers that share weights (ALBERT): each distinct slot is decomposed once

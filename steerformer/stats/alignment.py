@@ -158,23 +158,11 @@ def _flatten(states, lengths, step_layers, options):
     return X, list(lengths), [int(k) for k in step_layers], dict(options or {})
 
 
-def alignment_stats(
-    states,
-    spectra: Spectra,
-    *,
-    spectra_layers: Sequence[int] | None = None,
-    step_layers: Sequence[int] | None = None,
-    matrices: torch.Tensor | None = None,
-    lengths: Sequence[int] | None = None,
-    cumulative: bool = True,
-    bins: int = 20,
-    variant: str = "controlled",
-    options: dict | None = None,
-    progress: bool | str = False,
-    ci: float = 0.95,
-    bootstrap: int = 1000,
-    ci_seed: int = 0,
-) -> AlignmentStats:
+def alignment_stats(states, spectra: Spectra, *, spectra_layers: Sequence[int] | None = None,
+                    step_layers: Sequence[int] | None = None, matrices: torch.Tensor | None = None,
+                    lengths: Sequence[int] | None = None, cumulative: bool = True, bins: int = 20,
+                    variant: str = "controlled", options: dict | None = None, progress: bool | str = False,
+                    ci: float = 0.95, bootstrap: int = 1000, ci_seed: int = 0) -> AlignmentStats:
     """Power-method statistics of every step of a token trajectory.
 
     ``states``: a :class:`~steerformer.dynamics.Trajectory`, a

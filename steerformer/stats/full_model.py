@@ -89,16 +89,9 @@ def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
     return out
 
 
-def model_hidden_states(
-    model: Any,
-    prompts: Sequence[str] | str | Path | None = None,
-    *,
-    input_ids: Any = None,
-    tokenizer: Any = None,
-    batch_size: int = 16,
-    revision: str | None = None,
-    device: str | None = None,
-) -> HiddenStates:
+def model_hidden_states(model: Any, prompts: Sequence[str] | str | Path | None = None, *, input_ids: Any = None,
+                        tokenizer: Any = None, batch_size: int = 16, revision: str | None = None,
+                        device: str | None = None) -> HiddenStates:
     """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
     :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed).
     ``device``: where a checkpoint is loaded to run (a model in memory runs where it is); the

@@ -176,18 +176,10 @@ def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
                           lengths=first.lengths)
 
 
-def power_method_stats(
-    model: Any,
-    config: StatsConfig | None = None,
-    *,
-    matrices: LayerMatrices | None = None,
-    spectra: Spectra | None = None,
-    layers: Sequence[int] | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: str | None = None,
-    progress: bool = False,
-    **options: Any,
-) -> PowerMethodReport:
+def power_method_stats(model: Any, config: StatsConfig | None = None, *, matrices: LayerMatrices | None = None,
+                       spectra: Spectra | None = None, layers: Sequence[int] | None = None,
+                       dtype: torch.dtype = torch.float64, device: str | None = None, progress: bool = False,
+                       **options: Any) -> PowerMethodReport:
     """Run the controlled dynamics (``n_prompts × n_tokens`` random tokens, or ``tokens``), the
     full-model variant on ``prompts`` (built-in sentences when None; skipped when the model has no
     tokenizer and no prompts were asked for) and, for shared-weight models, a prolonged run of

@@ -252,20 +252,10 @@ def _execute_ray(todo: list[dict], done: Callable[[dict, dict], None], address: 
             ray.shutdown()
 
 
-def sweep(
-    checkpoints: Sequence[Checkpoint],
-    out_dir: str | Path,
-    *,
-    layers: Sequence[int] | None = None,
-    top_k: int | None | str = "auto",
-    dtype: str = "float64",
-    stats: dict | None = None,
-    executor: str = "local",
-    workers: int = 1,
-    ray_address: str | None = None,
-    plots: bool = True,
-    device: str | None = None,
-) -> SweepResult:
+def sweep(checkpoints: Sequence[Checkpoint], out_dir: str | Path, *, layers: Sequence[int] | None = None,
+          top_k: int | None | str = "auto", dtype: str = "float64", stats: dict | None = None, executor: str = "local",
+          workers: int = 1, ray_address: str | None = None, plots: bool = True,
+          device: str | None = None) -> SweepResult:
     """Run the spectra (and with ``stats`` — StatsConfig fields as a dict — the statistics) of every
     checkpoint, one task per (checkpoint, distinct layer), resuming from ``out_dir/tasks``.
 
