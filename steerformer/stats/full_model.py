@@ -105,10 +105,8 @@ def model_hidden_states(model: Any, prompts: Sequence[str] | str | Path | None =
     max_pos = getattr(cfg, "max_position_embeddings", None)
     texts = None
     if input_ids is None:
-        if isinstance(prompts, (str, Path)):
-            texts = read_prompts_file(prompts)
-        else:
-            texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+        texts = read_prompts_file(prompts) if isinstance(prompts, (str, Path)) else \
+            list(DEFAULT_PROMPTS if prompts is None else prompts)
         if not texts:
             raise bad_argument("prompts", [], "at least one prompt")
         input_ids = _tokenize(source, texts, tokenizer)
