@@ -220,7 +220,7 @@ class PromptBatch:
         tokenizer object is left unchanged."""
         texts = [str(t) for t in texts]
         rows = [list(r) for r in tokenizer(texts)["input_ids"]]
-        pad = next((p for p in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None))
-                    if p is not None), 0)
+        ids = (getattr(tokenizer, name, None) for name in ("pad_token_id", "eos_token_id"))  # eos read only if no pad
+        pad = next((i for i in ids if i is not None), 0)
         left = getattr(tokenizer, "padding_side", "right") == "left"
         return cls.from_rows(rows, pad_id=pad, left=left, texts=texts)
