@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from steerformer.configs import StatsConfig
+from steerformer.configs import EIG_DTYPES, StatsConfig
 from steerformer.errors import bad_argument
 from steerformer.outputs import ANALYZE, write_atomically
 from steerformer.report import PAGE_NAME, add_page
@@ -18,11 +18,8 @@ from steerformer_cli._common import (
 from steerformer_cli.app import app
 
 
-class EigDtype(str, Enum):
-    """Precision of the eigen-decomposition (``--eig-dtype``)."""
-
-    float64 = "float64"
-    float32 = "float32"
+#: Precision of the eigen-decomposition (``--eig-dtype``).
+EigDtype = Enum("EigDtype", {n: n for n in EIG_DTYPES}, type=str)
 
 
 @app.command("analyze")

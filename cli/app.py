@@ -8,6 +8,7 @@ modules (so that they register) and is the console script's entry point. Keeping
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -114,8 +115,7 @@ class SteerformerCommand(_PlainHelp, TyperCommand):
         rv = [self.options_metavar] if self.options_metavar else []
         for p in self.get_params(ctx):
             if isinstance(p, TyperArgument):
-                name = p.metavar or (p.name or "").upper()
-                name += "..." if p.nargs != 1 else ""
+                name = (p.metavar or (p.name or "").upper()) + ("..." if p.nargs != 1 else "")
                 rv.append(name if p.required else f"[{name}]")
         return rv
 
@@ -167,22 +167,15 @@ def _other_threads_alive() -> bool:
 def _leave(code: int) -> None:
     atexit._run_exitfuncs()  # what the interpreter would run first: logging's flush, executors' shutdown
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (steerformer ... | head): nothing more to say
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (steerformer ... | head): nothing more to say
-            pass
     os._exit(code)
 
 
-app = _App(
-    name="steerformer",
-    help="See, measure and steer how tokens move through a transformer's layers.\n\n"
-         "Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --spectra-only",
-    cls=SteerformerGroup,
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
+app = _App(name="steerformer", cls=SteerformerGroup, no_args_is_help=True, add_completion=True,
+           pretty_exceptions_enable=False,
+           help="See, measure and steer how tokens move through a transformer's layers.\n\n"
+                "Example: steerformer analyze sentence-transformers/all-MiniLM-L6-v2 --spectra-only")
 
 
 def _show_version(value: bool) -> None:
@@ -197,7 +190,5 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")

@@ -154,10 +154,8 @@ class Session:
         if self.dial is None:
             raise bad_argument("/strength", arg, "a steered model (this one has no steering edit to scale)",
                                "Chat with a folder written by `steer --out`.")
-        if not arg:
-            typer.echo(f"strength {self.dial.strength:g}")
-            return
-        self.dial.set(steering.check_strength(arg, "/strength"))
+        if arg:
+            self.dial.set(steering.check_strength(arg, "/strength"))
         typer.echo(f"strength {self.dial.strength:g}")
 
     def save(self, arg: str) -> None:

@@ -17,12 +17,8 @@ from steerformer_cli._common import MODEL_HELP, check_cheap_options, config_opti
 from steerformer_cli.app import app
 
 
-class Stat(str, Enum):
-    """Statistic plotted by ``plot-collapse`` (``--stat``)."""
-
-    e = "e"
-    pairwise = "pairwise"
-    centroid = "centroid"
+#: Statistic plotted by ``plot-collapse`` (``--stat``).
+Stat = Enum("Stat", {n: n for n in ("e", "pairwise", "centroid")}, type=str)
 
 
 def _int_list(spec: str, name: str) -> list[int]:
@@ -117,8 +113,6 @@ def plot_collapse_cmd(
     with user_errors():
         from steerformer.collapse import CollapseResult, collapse_figure, figure_path
 
-        if stat not in ("e", "pairwise", "centroid"):
-            raise bad_argument("--stat", stat, "one of e, pairwise, centroid")
         target, fmt = figure_path(out)
         # our own earlier figure is replaced (like analyze's report); any other file never is
         rules = {"kind": FIGURE, "overwrite": True, "inputs": runs, "name": "--out"}

@@ -18,11 +18,8 @@ direction_app = typer.Typer(help="Directions as shareable artefacts: make one fr
 app.add_typer(direction_app, name="direction")
 
 
-class Method(str, Enum):
-    """How the contrastive direction is taken (``--method``)."""
-
-    mean_diff = "mean-diff"
-    pca = "pca"
+#: How the contrastive direction is taken (``--method``).
+Method = Enum("Method", {"mean_diff": "mean-diff", "pca": "pca"}, type=str)
 
 
 @direction_app.command("make", cls=SteerformerCommand)  # flags render as flags
@@ -83,15 +80,14 @@ def export_gguf_cmd(
                 raise bad_argument("--layers" if chosen is None else "--model-hint", None,
                                    "with a .npy vector: --layers (where it is added) and --model-hint (the model's "
                                    "llama.cpp architecture)", "Add e.g. --layers 19 --model-hint llama.")
-        elif chosen is not None:
-            raise bad_argument("--layers", layers, "--layers only with a .npy vector (a direction or a steer holds "
-                               "its layers)", "Drop --layers.")
-        if source.suffix == ".npy":
             import numpy as np
 
             v = np.asarray(steering.read_npy(source, name="direction"), dtype=np.float64).reshape(-1)
             d = steering.Direction({n: v[None] for n in chosen}, method="a .npy vector",
                           metadata={"scale": "as given: strength S adds S x the .npy vector"})
+        elif chosen is not None:
+            raise bad_argument("--layers", layers, "--layers only with a .npy vector (a direction or a steer holds "
+                               "its layers)", "Drop --layers.")
         elif (source / "steerformer" / "record.json").is_file() or (source.is_file() and source.suffix == ".json"):
             # one route per output: a steer's vectors are an export format of the steered checkpoint
             raise bad_argument("direction", direction, "a direction folder, Hub id or .npy vector (this is a steer)",

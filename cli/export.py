@@ -18,11 +18,8 @@ from steerformer_cli.app import app
 ExportFormat = Enum("ExportFormat", {n.replace("-", "_"): n for n in format_names()}, type=str)
 
 
-class GGUFType(str, Enum):
-    """The GGUF's matrix type (``--dtype``); llama.cpp's llama-quantize quantizes further."""
-
-    f16 = "f16"
-    bf16 = "bf16"
+#: The GGUF's matrix type (``--dtype``); llama.cpp's llama-quantize quantizes further.
+GGUFType = Enum("GGUFType", {n: n for n in ("f16", "bf16")}, type=str)
 
 
 @app.command("export")

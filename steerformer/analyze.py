@@ -80,9 +80,7 @@ class AnalysisReport(JsonResult):
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One row per layer with the table columns (complex numbers split in re/im)."""
-        header = []
-        for c in TABLE_COLUMNS:
-            header += [f"{c}_re", f"{c}_im"] if c in ("lambda1", "lambda2") else [c]
+        header = [x for c in TABLE_COLUMNS for x in ([f"{c}_re", f"{c}_im"] if c in ("lambda1", "lambda2") else [c])]
         rows = ([x for c in TABLE_COLUMNS for x in (r[c] if c in ("lambda1", "lambda2") else [r[c]])]
                 + [r["de_facto_case3"]] for r in self.layers)
         return csv_text(header + ["de_facto_case3"], rows, path)
@@ -96,10 +94,8 @@ class AnalysisReport(JsonResult):
         written = {"json": out / "report.json", "csv": out / "layers.csv", "npz": out / "eigenvalues.npz"}
         self.to_json(written["json"])
         self.to_csv(written["csv"])
-        np.savez_compressed(
-            written["npz"], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.slot_ids),
-            eigenvalues=self.eigenvalues,
-        )
+        np.savez_compressed(written["npz"], layer_ids=np.asarray(self.layer_ids), slot_ids=np.asarray(self.slot_ids),
+                            eigenvalues=self.eigenvalues)
         if self.power is not None:
             written.update(self.power.save(out, plots=False))
         if plots:
@@ -141,19 +137,10 @@ class AnalysisReport(JsonResult):
         return "\n".join(lines)
 
 
-def analyze(
-    model: Any,
-    *,
-    layers: Sequence[int] | None = None,
-    dtype: str | torch.dtype = "float64",
-    device: str | None = None,
-    revision: str | None = None,
-    progress: bool = False,
-    stats: bool | StatsConfig = True,
-    top_k: int | None | str = "auto",
-    workers: int | None = None,
-    **stats_options: Any,
-) -> AnalysisReport:
+def analyze(model: Any, *, layers: Sequence[int] | None = None, dtype: str | torch.dtype = "float64",
+            device: str | None = None, revision: str | None = None, progress: bool = False,
+            stats: bool | StatsConfig = True, top_k: int | None | str = "auto", workers: int | None = None,
+            **stats_options: Any) -> AnalysisReport:
     """Layer matrices F_k = W_O·V of ``model``, their spectra and (``stats=True``) the
     power-method statistics of :func:`steerformer.stats.power_method_stats`.
 

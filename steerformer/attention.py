@@ -45,13 +45,8 @@ def attention_probs(x: torch.Tensor, w: AttentionWeights) -> torch.Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def attention_output(
-    x: torch.Tensor,
-    w: AttentionWeights,
-    probs: torch.Tensor | None = None,
-    *,
-    bias: bool = True,
-) -> torch.Tensor:
+def attention_output(x: torch.Tensor, w: AttentionWeights, probs: torch.Tensor | None = None, *,
+                     bias: bool = True) -> torch.Tensor:
     """The attention sublayer's output sum_h M_h A^h x (+ W_O b_V + b_O), rows (..., n, d).
 
     Computed value-first (x V_hᵀ, then A^h, then W_O[h]): H·n·d·d_h flops per map instead of the

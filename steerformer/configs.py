@@ -143,15 +143,8 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-able dict (paths as strings, tuples as lists)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, Path):
-                v = str(v)
-            elif isinstance(v, tuple):
-                v = list(v)
-            out[f.name] = v
-        return out
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):

@@ -267,14 +267,9 @@ def judge_loading(net: Any, info: dict, path: Path) -> None:
         raise CheckpointError(f"{path}: tensor {key!r} is {list(ckpt_shape)} in the checkpoint but {name} built from "
                               f"config.json has {list(model_shape)}; transformers would fill it at random. Fix "
                               "config.json or re-save the checkpoint.")
-    missing = []
-    head = []
-    for key in sorted(info.get("missing_keys") or []):
-        inside, rel = _in_base(net, key)
-        if not inside:
-            head.append(key)
-        elif rel.split(".")[0] not in UNUSED_BASE_MODULES:
-            missing.append(key)
+    placed = [(key, *_in_base(net, key)) for key in sorted(info.get("missing_keys") or [])]
+    head = [key for key, inside, _ in placed if not inside]
+    missing = [key for key, inside, rel in placed if inside and rel.split(".")[0] not in UNUSED_BASE_MODULES]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise CheckpointError(f"{path}: tensor {missing[0]!r}{more} missing from the checkpoint, which {name} "

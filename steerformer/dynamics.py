@@ -46,15 +46,8 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
     return x / w_norm(x)
 
 
-def dynamics_step(
-    x: torch.Tensor,
-    w: AttentionWeights,
-    *,
-    tau: float = 1.0,
-    bias: bool = False,
-    norm: torch.nn.Module | None = None,
-    probs: torch.Tensor | None = None,
-) -> torch.Tensor:
+def dynamics_step(x: torch.Tensor, w: AttentionWeights, *, tau: float = 1.0, bias: bool = False,
+                  norm: torch.nn.Module | None = None, probs: torch.Tensor | None = None) -> torch.Tensor:
     """One step of eq. (1) on tokens ``x`` (..., n, d). ``norm``: the model's pre-attention norm
     applied to the attention input (option of docs/math.md §3); the skip uses raw ``x``."""
     xin = x if norm is None else norm(x)
@@ -74,24 +67,11 @@ def pre_attention_norms(source: ModelSource, ids: Sequence[int], dtype, device) 
     return out
 
 
-def run_dynamics(
-    model: Any,
-    tokens: Any = None,
-    *,
-    n_prompts: int = 100,
-    n_tokens: int = 10,
-    seed: int = 0,
-    tau: float = 1.0,
-    layers: Sequence[int] | None = None,
-    repeat: int = 1,
-    layer_norm: bool = False,
-    bias: bool = False,
-    weights: dict[int, AttentionWeights] | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-    revision: str | None = None,
-    normalize_initial: bool = True,
-) -> Trajectory:
+def run_dynamics(model: Any, tokens: Any = None, *, n_prompts: int = 100, n_tokens: int = 10, seed: int = 0,
+                 tau: float = 1.0, layers: Sequence[int] | None = None, repeat: int = 1, layer_norm: bool = False,
+                 bias: bool = False, weights: dict[int, AttentionWeights] | None = None,
+                 dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
+                 revision: str | None = None, normalize_initial: bool = True) -> Trajectory:
     """Run tokens through the controlled dynamics of every selected layer, ``repeat`` times over
     (``repeat = K`` gives ALBERT's prolonged K·L-layer run of Fig. 6(c)).
 

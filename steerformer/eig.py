@@ -166,8 +166,7 @@ def null_vectors(B: torch.Tensor, count: int, *, seed: int = 0) -> torch.Tensor:
     X = torch.randn((d, count), generator=g, dtype=torch.float64).to(B64.device)
     for _ in range(2):  # twice: one projection leaves O(eps·cond) of the row space
         X = X - Q @ (Q.T @ X)
-    X, _ = torch.linalg.qr(X)
-    return X
+    return torch.linalg.qr(X)[0]
 
 
 @dataclasses.dataclass
@@ -228,8 +227,7 @@ def rightmost_eig(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         raise bad_argument("M", tuple(M.shape), "a batch of square matrices (K, m, m)")
     m = M.shape[-1]
     if M.device.type == "cuda" or m < ARNOLDI_FROM:
-        vals, vecs = torch.linalg.eig(M.to(torch.float64))
-        return _pick_rightmost(vals, vecs)
+        return _pick_rightmost(*torch.linalg.eig(M.to(torch.float64)))
     out = []
     for A in M.detach().to("cpu", torch.float64).numpy():
         got = top_eig(A, min(6, m - 2))

@@ -111,8 +111,7 @@ def sha256_of(path: str | os.PathLike) -> str:
 def cache_root() -> Path:
     """Where converted GGUFs live: $STEERFORMER_CACHE, else $XDG_CACHE_HOME/steerformer, else
     ~/.cache/steerformer."""
-    env = os.environ.get("STEERFORMER_CACHE")
-    if env:
+    if env := os.environ.get("STEERFORMER_CACHE"):
         return Path(env).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steerformer"
 
@@ -154,9 +153,8 @@ def side_files(root: Path, folder: Path, allowed: Iterable[Path], *,
     else:
         entries = []
         for dirpath, dirnames, filenames in os.walk(start):  # followlinks=False
-            for name in sorted(dirnames):
-                if os.path.islink(os.path.join(dirpath, name)):
-                    entries.append(Path(dirpath) / name)  # judged below: a link to a folder is no file
+            # a link to a folder is judged below: it is no file
+            entries += [Path(dirpath) / n for n in sorted(dirnames) if os.path.islink(os.path.join(dirpath, n))]
             entries.extend(Path(dirpath) / n for n in sorted(filenames))
     for p in entries:
         rel = p.relative_to(root)

@@ -279,11 +279,7 @@ def check_gguf_metadata(header: GGUFHeader) -> None:
         if type(v) is not int or not 0 < v <= MAX_GGUF_COUNT:
             raise _bad_metadata(header, key, v, f"a positive whole number up to {MAX_GGUF_COUNT}")
         counts[suffix] = v
-    blocks = set()
-    for name in header.tensors:
-        m = re.match(r"blk\.(\d+)\.", name)
-        if m:
-            blocks.add(int(m.group(1)))
+    blocks = {int(m.group(1)) for name in header.tensors if (m := re.match(r"blk\.(\d+)\.", name))}
     n = counts.get("block_count")
     if n is None and f"{arch}.block_count" not in md and blocks:
         raise _bad_metadata(header, f"{arch}.block_count", None, f"the number of blocks its tensors hold ({len(blocks)})")
@@ -407,8 +403,7 @@ def permuted_qk(model_type: str) -> bool:
     """Whether llama.cpp stores this family's Q/K rows permuted (``adapters.runtimes.GGUF_LAYOUTS``)."""
     from .adapters.runtimes import GGUF_LAYOUTS
 
-    layout = GGUF_LAYOUTS.get(model_type)
-    return layout is not None and layout.permute_qk
+    return bool(getattr(GGUF_LAYOUTS.get(model_type), "permute_qk", False))
 
 
 def lazily_readable(model_type: str) -> bool:
@@ -490,10 +485,8 @@ class GGUFTensors:
         return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(info.shape)  # a copy: the map may close
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BufferError):  # a view still alive (an error on its way up): closed when it goes
             self._map.close()
-        except BufferError:  # a view still alive (an error on its way up): the map closes when it goes
-            pass
         self._file.close()
 
 
@@ -515,15 +508,12 @@ def file_sha256(path: Path) -> str:
     known = _read_hash_index(index)  # digests only
     if stamp in known:
         return known[stamp]
-    digest = sha256_of(path)
-    known[stamp] = digest
-    try:
+    known[stamp] = digest = sha256_of(path)
+    with contextlib.suppress(OSError):  # a read-only cache: hash again next time
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_name(f".{index.name}.{os.getpid()}")
         tmp.write_text(json.dumps(known))
         tmp.replace(index)
-    except OSError:  # a read-only cache: hash again next time
-        pass
     return digest
 
 
@@ -652,10 +642,8 @@ def cache_entry_problem(folder: Path, digest: str) -> str | None:
 
 def _write_manifest(folder: Path, doc: dict) -> None:
     """The manifest: ``doc`` plus every file's sha256 and stamp, and its own hash; written last."""
-    files = {}
-    for f in sorted(folder.iterdir()):
-        if f.name != SOURCE_FILE:
-            files[f.name] = {"sha256": sha256_of(f), "stamp": file_stamp(f)}
+    files = {f.name: {"sha256": sha256_of(f), "stamp": file_stamp(f)} for f in sorted(folder.iterdir())
+             if f.name != SOURCE_FILE}
     doc = {**doc, "files": files}
     doc["manifest_sha256"] = _manifest_sha256(doc)
     (folder / SOURCE_FILE).write_text(json.dumps(doc, indent=1))

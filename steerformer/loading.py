@@ -186,7 +186,7 @@ def _public_id(name: str) -> str:
         converted = converted_source(name)
     if converted is not None:
         return converted["model_id"]
-    try:
+    with contextlib.suppress(OSError, ValueError):
         bundled = [(bundled_minilm_path(), BUNDLED_MINILM)]
         if name.endswith(".gguf"):  # the bundled SmolLM2 is a GGUF file: any other name needs no GGUF code
             from .gguf_source import BUNDLED_SMOLLM2
@@ -195,8 +195,6 @@ def _public_id(name: str) -> str:
         for path, public in bundled:
             if path is not None and Path(name).resolve() == path.resolve():
                 return public
-    except (OSError, ValueError):
-        pass
     return name
 
 

@@ -43,16 +43,11 @@ class LayerMatrices:
 
     def formed(self) -> torch.Tensor:
         """The (n, d, d) stack of F, formed from the factors when it was not (``form=False``)."""
-        if self.matrices is not None:
-            return self.matrices
-        return torch.stack([A @ B for A, B in self.factors])
+        return self.matrices if self.matrices is not None else torch.stack([A @ B for A, B in self.factors])
 
     def distinct(self) -> tuple[torch.Tensor, list[int]]:
         """(matrices of the distinct slots in first-seen order, index into it for each layer)."""
-        order: list[int] = []
-        for s in self.slot_ids:
-            if s not in order:
-                order.append(s)
+        order = list(dict.fromkeys(self.slot_ids))
         first = [self.slot_ids.index(s) for s in order]
         return self.formed()[first], [order.index(s) for s in self.slot_ids]
 
@@ -77,14 +72,9 @@ def _read_attention(source: ModelSource, k: int, slot: int, get, parts: Sequence
     return w
 
 
-def read_attention_weights(
-    source: ModelSource,
-    layers: Sequence[int] | None = None,
-    *,
-    parts: Sequence[Part] = ("qk", "vo"),
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-) -> dict[int, AttentionWeights]:
+def read_attention_weights(source: ModelSource, layers: Sequence[int] | None = None, *,
+                           parts: Sequence[Part] = ("qk", "vo"), dtype: torch.dtype = torch.float64,
+                           device: str | torch.device | None = None) -> dict[int, AttentionWeights]:
     """Canonical weights of each selected execution layer, read once per distinct slot."""
     adapter = source.adapter
     ids = select_layers(layers, adapter.n_layers)
@@ -124,15 +114,9 @@ def _in_order(fn: Any, items: list, *, threaded: bool) -> Iterator:
             yield pending.popleft().result()
 
 
-def layer_matrices(
-    model: Any,
-    layers: Sequence[int] | int | None = None,
-    *,
-    revision: str | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-    form: bool = True,
-) -> LayerMatrices:
+def layer_matrices(model: Any, layers: Sequence[int] | int | None = None, *, revision: str | None = None,
+                   dtype: torch.dtype = torch.float64, device: str | torch.device | None = None,
+                   form: bool = True) -> LayerMatrices:
     """F_k = W_O(k)·V(k) for each selected layer of a model object, local checkpoint or Hub id.
 
     From a checkpoint directory only the value and output tensors are read from the safetensors
@@ -150,13 +134,9 @@ def layer_matrices(
     low_rank = adapter.n_kv_heads * adapter.head_dim < d
     mats = None if (low_rank and not form) else torch.empty((len(ids), d, d), dtype=dtype, device=device)
     biases = torch.empty((len(ids), d), dtype=dtype, device=device)
-    first: dict[int, int] = {}
     factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(ids)
-    distinct = []
-    for i, k in enumerate(ids):
-        if seq[k] not in first:
-            first[seq[k]] = i
-            distinct.append((i, k))
+    first = {seq[k]: i for i, k in reversed(list(enumerate(ids)))}  # each slot's first selected layer
+    distinct = [(i, k) for i, k in enumerate(ids) if first[seq[k]] == i]
     with source.tensors() as get:
         def read(k: int) -> tuple[Any, tuple[torch.Tensor, torch.Tensor] | None]:
             """One slot's weights, and for a low-rank layer its factors in ``dtype`` (a reading

@@ -357,10 +357,8 @@ def writer_lock(target: Path, name: str, shown: str, *, wait: bool) -> Iterator[
         yield
     finally:
         _HELD.discard(held)
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(lock)  # while still held: a writer waiting on this file re-opens the path
-        except OSError:
-            pass
         os.close(fd)
 
 

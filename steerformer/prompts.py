@@ -191,9 +191,8 @@ class PromptBatch:
 
     def to(self, device: torch.device | str | None) -> "PromptBatch":
         """The batch on ``device`` (None: as it is)."""
-        if device is None:
-            return self
-        return PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
+        return self if device is None else \
+            PromptBatch(self.input_ids.to(device), self.attention_mask.to(device), self.texts)
 
     def rows(self) -> list[list[int]]:
         """The real (unpadded) token ids of each prompt."""
@@ -221,8 +220,7 @@ class PromptBatch:
         tokenizer object is left unchanged."""
         texts = [str(t) for t in texts]
         rows = [list(r) for r in tokenizer(texts)["input_ids"]]
-        pad = getattr(tokenizer, "pad_token_id", None)
-        if pad is None:
-            pad = getattr(tokenizer, "eos_token_id", None)
+        ids = (getattr(tokenizer, name, None) for name in ("pad_token_id", "eos_token_id"))  # eos read only if no pad
+        pad = next((i for i in ids if i is not None), 0)
         left = getattr(tokenizer, "padding_side", "right") == "left"
-        return cls.from_rows(rows, pad_id=0 if pad is None else pad, left=left, texts=texts)
+        return cls.from_rows(rows, pad_id=pad, left=left, texts=texts)

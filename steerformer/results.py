@@ -193,10 +193,7 @@ def save_figure(fig: Any, path: str | os.PathLike, *, tight: bool = True) -> Pat
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if tight:
-        fig.savefig(path, dpi=FIGURE_DPI, bbox_inches="tight")
-    else:
-        fig.savefig(path, dpi=FIGURE_DPI)
+    fig.savefig(path, dpi=FIGURE_DPI, **({"bbox_inches": "tight"} if tight else {}))
     return path
 
 

@@ -56,7 +56,6 @@ LayerIndex = Annotated[int, Field(ge=0, le=MAX_LAYER)]
 #: A model's name as a control vector carries it (llama.cpp's controlvector.model_hint): short, printable.
 ModelHint = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]  # formats.check_model_hint's rule
 ShortName = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_printable)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class DirectionMetadata(Strict):

@@ -209,8 +209,7 @@ def sorted_eig(matrix: torch.Tensor | np.ndarray, *, dtype: torch.dtype = torch.
                device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvalues sorted by real part (descending) and unit right eigenvectors with fixed phase,
     for one (d, d) or a batch (..., d, d) of real matrices (solver: :mod:`steerformer.eig`)."""
-    vals, vecs = dense_eig(matrix, dtype=dtype, device=device)
-    return _sort_phase(vals, vecs)
+    return _sort_phase(*dense_eig(matrix, dtype=dtype, device=device))
 
 
 def layer_spectrum(matrix: torch.Tensor | np.ndarray | None = None, *,
@@ -292,19 +291,11 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def spectra(
-    matrices: torch.Tensor | np.ndarray | Sequence,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device | None = None,
-    slot_ids: Sequence[int] | None = None,
-    rel_gap_tol: float = DE_FACTO_REL_GAP,
-    overlap_tol: float = DE_FACTO_OVERLAP,
-    progress: bool | str = False,
-    top_k: int | None = None,
-    workers: int = 1,
-    factors: Sequence[tuple[torch.Tensor, torch.Tensor] | None] | None = None,
-) -> Spectra:
+def spectra(matrices: torch.Tensor | np.ndarray | Sequence, *, dtype: torch.dtype = torch.float64,
+            device: str | torch.device | None = None, slot_ids: Sequence[int] | None = None,
+            rel_gap_tol: float = DE_FACTO_REL_GAP, overlap_tol: float = DE_FACTO_OVERLAP, progress: bool | str = False,
+            top_k: int | None = None, workers: int = 1,
+            factors: Sequence[tuple[torch.Tensor, torch.Tensor] | None] | None = None) -> Spectra:
     """Spectra of a stack (L, d, d) of layer matrices, or of one (d, d) matrix (→ L = 1).
 
     ``slot_ids`` marks layers that share weights (ALBERT): each distinct slot is decomposed once
@@ -352,10 +343,7 @@ def spectra(
         raise bad_argument("slot_ids", slot_ids, f"one slot id per matrix ({L})")
     if factors is not None and len(factors) != L:
         raise bad_argument("factors", f"{len(factors)} entries", f"one (A, B) or None per matrix ({L})")
-    first: dict[int, int] = {}
-    for k, s in enumerate(slots):
-        first.setdefault(s, k)
-    todo = list(first.items())
+    todo = [(s, slots.index(s)) for s in dict.fromkeys(slots)]  # (slot, its first layer)
     fac = lambda k: None if factors is None else factors[k]  # noqa: E731
     results: dict[int, tuple] = {}
     if workers > 1 and len(todo) > 1 and device.type == "cpu":
@@ -385,16 +373,12 @@ def spectra(
     as_t = lambda xs, dt: torch.tensor(xs, dtype=dt)  # noqa: E731
     cdt = results[order[0]][0].dtype
     return Spectra(
-        eigenvalues=torch.stack([results[s][0] for s in slots]),
-        eigenvectors=vectors,
+        eigenvalues=torch.stack([results[s][0] for s in slots]), eigenvectors=vectors,
         spectral_radius=as_t([p.spectral_radius for p in per], torch.float64),
         lambda1=torch.tensor([p.lambda1 for p in per], dtype=cdt),
-        lambda2=torch.tensor([p.lambda2 for p in per], dtype=cdt),
-        gap=as_t([p.gap for p in per], torch.float64),
+        lambda2=torch.tensor([p.lambda2 for p in per], dtype=cdt), gap=as_t([p.gap for p in per], torch.float64),
         relative_gap=as_t([p.relative_gap for p in per], torch.float64),
-        v1v2_overlap=as_t([p.v1v2_overlap for p in per], torch.float64),
-        case=[p.case for p in per],
-        de_facto_case3=[p.de_facto_case3 for p in per],
-        index2=[p.index2 for p in per],
+        v1v2_overlap=as_t([p.v1v2_overlap for p in per], torch.float64), case=[p.case for p in per],
+        de_facto_case3=[p.de_facto_case3 for p in per], index2=[p.index2 for p in per],
         method=[results[s][2] for s in slots],
     )

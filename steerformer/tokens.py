@@ -26,16 +26,9 @@ NORMALIZE = ("project", "require", "keep")
 MANIFOLD_TOL = 1e-8
 
 
-def random_tokens(
-    *shape: int | tuple[int, ...],
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    W: torch.Tensor | None = None,
-    distribution: str = "normal",
-    hemisphere: object | None = None,
-    normalize: bool = True,
-    dtype: torch.dtype = torch.float64,
-) -> torch.Tensor:
+def random_tokens(*shape: int | tuple[int, ...], seed: int | None = None, generator: torch.Generator | None = None,
+                  W: torch.Tensor | None = None, distribution: str = "normal", hemisphere: object | None = None,
+                  normalize: bool = True, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Random tokens on the unit sphere (or on the ellipsoid xᵀWx = 1), shape (..., n, d).
 
     The shape is given as integers, ``random_tokens(prompts, tokens, d, seed=0)``, or as one tuple,
@@ -81,15 +74,8 @@ def as_real_tensor(x: object, name: str) -> torch.Tensor:
     return t.to(torch.float64)
 
 
-def check_tokens(
-    tokens: object,
-    d: int | None = None,
-    *,
-    normalize: Normalize,
-    W: torch.Tensor | None = None,
-    name: str = "tokens",
-    batched: bool = False,
-) -> torch.Tensor:
+def check_tokens(tokens: object, d: int | None = None, *, normalize: Normalize, W: torch.Tensor | None = None,
+                 name: str = "tokens", batched: bool = False) -> torch.Tensor:
     """Check user-given tokens and return them as a float64 tensor (a copy).
 
     Shape (..., n, d) with d ≥ 2 (``d``: the width they must have); finite; no zero token. With

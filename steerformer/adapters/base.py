@@ -151,20 +151,17 @@ class AttentionWeights:
             A.copy_(heads[:, :, 0])
             for j in range(1, H // G):
                 A.add_(heads[:, :, j])
-            A = A.reshape(d, G * dh)
         else:  # uneven groups (no transformers model has them): the same sum by index
             A = torch.zeros((d, G, dh), dtype=dtype, device=O.device)
             A.index_add_(1, self.kv_index(), O.to(dtype))
-            A = A.reshape(d, G * dh)
-        return A, self.W_V.reshape(G * dh, d).to(dtype)
+        return A.reshape(d, G * dh), self.W_V.reshape(G * dh, d).to(dtype)
 
     def output_bias(self) -> torch.Tensor:
         """The constant the value/output path adds to every token: W_O b_V + b_O.
 
         Exact because every attention row sums to one: sum_j A_ij (V x_j + b_V) = V (A x)_i + b_V.
         """
-        d = self.d_model
-        out = torch.zeros(d, dtype=self.W_V.dtype, device=self.W_V.device)
+        out = torch.zeros(self.d_model, dtype=self.W_V.dtype, device=self.W_V.device)
         if self.b_V is not None:
             out = out + torch.einsum("gdk,gk->d", self.grouped_output(), self.b_V)
         if self.b_O is not None:
@@ -184,10 +181,8 @@ class AttentionWeights:
         conv = lambda t: None if t is None else t.to(dtype=dtype, device=device)  # noqa: E731
         changes = {f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)
                    if isinstance(getattr(self, f.name), torch.Tensor)}
-        for name in ("q_norm", "k_norm"):
-            mod = getattr(self, name)
-            if mod is not None:
-                changes[name] = copy.deepcopy(mod).to(dtype=dtype, device=device)
+        changes.update({name: copy.deepcopy(mod).to(dtype=dtype, device=device) for name in ("q_norm", "k_norm")
+                        if (mod := getattr(self, name)) is not None})
         if self.positions is not None:
             changes["positions"] = self.positions.to(device=device)
         return dataclasses.replace(self, **changes)
@@ -347,14 +342,9 @@ class Adapter(abc.ABC):
         """What :meth:`run_block` needs besides the hidden states, one entry per execution layer,
         for prompts of ``n`` tokens. Default: the additive mask of :meth:`block_attention_mask`
         (blocks with the same mask share one tensor)."""
-        by_spec: dict = {}
-        out = []
-        for k in range(self.n_layers):
-            spec = self.mask(k)
-            if spec not in by_spec:
-                by_spec[spec] = self.block_attention_mask(k, n, dtype, device)
-            out.append(by_spec[spec])
-        return out
+        first = {self.mask(k): k for k in reversed(range(self.n_layers))}  # the first layer of each mask
+        by_spec = {spec: self.block_attention_mask(k, n, dtype, device) for spec, k in first.items()}
+        return [by_spec[self.mask(k)] for k in range(self.n_layers)]
 
     # ---- shape facts -------------------------------------------------------------------------
     @property
@@ -470,11 +460,8 @@ class Adapter(abc.ABC):
     @property
     def max_positions(self) -> int | None:
         """How many positions the position embedding holds (None: no limit known)."""
-        for name in ("max_position_embeddings", "n_positions"):
-            v = getattr(self.config, name, None)
-            if v is not None:
-                return int(v)
-        return None
+        found = (getattr(self.config, name, None) for name in ("max_position_embeddings", "n_positions"))
+        return next((int(v) for v in found if v is not None), None)
 
     @property
     def vocab_size(self) -> int:
@@ -503,9 +490,8 @@ class Adapter(abc.ABC):
         spec = self.mask(layer)
         if spec.kind == "full":
             return None
-        allowed = spec.allowed(n, device=device)
         out = torch.zeros(n, n, dtype=dtype, device=device)
-        return out.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+        return out.masked_fill(~spec.allowed(n, device=device), torch.finfo(dtype).min)[None, None]
 
     def run_block(self, block: torch.nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
                   *, ffn: bool = True) -> torch.Tensor:
@@ -521,16 +507,8 @@ class Adapter(abc.ABC):
 
     def config_summary(self) -> dict:
         return {
-            "model_type": self.model_type,
-            "d_model": self.d_model,
-            "n_heads": self.n_heads,
-            "n_kv_heads": self.n_kv_heads,
-            "head_dim": self.head_dim,
-            "positions": self.position_kind,
-            "norm": self.norm_kind,
-            "residual": self.residual,
-            "qkv_layout": self.qkv_layout,
-            "n_layers": self.n_layers,
-            "n_distinct_layers": len(self.slots()),
-            "shares_weights": self.shares_weights,
+            "model_type": self.model_type, "d_model": self.d_model, "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "positions": self.position_kind,
+            "norm": self.norm_kind, "residual": self.residual, "qkv_layout": self.qkv_layout,
+            "n_layers": self.n_layers, "n_distinct_layers": len(self.slots()), "shares_weights": self.shares_weights,
         }

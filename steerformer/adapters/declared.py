@@ -214,7 +214,6 @@ class DeclaredAdapter(Adapter):
             name = self._proj(slot, "qkv")
             W = self._split_fused(get(f"{name}.weight"))
             b = self._split_fused(get(f"{name}.bias")) if "v" in biases else dict.fromkeys("qkv")
-        heads = {"q": H, "k": G, "v": G}
         o = self._proj(slot, "o")
         out = AttentionWeights(
             W_V=split_heads_out_in(W["v"], G), b_V=split_heads_bias(b["v"], G),
@@ -222,8 +221,8 @@ class DeclaredAdapter(Adapter):
             scale=self.scale(layer), mask=self.mask(layer), softcap=self.softcap(),
         )
         if "qk" in parts:
-            out.W_Q, out.b_Q = split_heads_out_in(W["q"], heads["q"]), split_heads_bias(b["q"], heads["q"])
-            out.W_K, out.b_K = split_heads_out_in(W["k"], heads["k"]), split_heads_bias(b["k"], heads["k"])
+            out.W_Q, out.b_Q = split_heads_out_in(W["q"], H), split_heads_bias(b["q"], H)
+            out.W_K, out.b_K = split_heads_out_in(W["k"], G), split_heads_bias(b["k"], G)
             qn, kn = _fact(self.family.q_norm, self.config), _fact(self.family.k_norm, self.config)
             if qn is not None:
                 p = self.slots()[slot]

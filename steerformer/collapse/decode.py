@@ -46,11 +46,9 @@ class DecodeResult(JsonResult):
         return "\n".join(self.lines())
 
     def to_dict(self) -> dict:
-        return {
-            "prompt_ids": self.prompt_ids, "prompt_text": self.prompt_text, "options": self.options,
-            "continuations": {str(k): v for k, v in self.continuations.items()},
-            "texts": {str(k): v for k, v in self.texts.items()},
-        }
+        return {"prompt_ids": self.prompt_ids, "prompt_text": self.prompt_text, "options": self.options,
+                "continuations": {str(k): v for k, v in self.continuations.items()},
+                "texts": {str(k): v for k, v in self.texts.items()}}
 
     @classmethod
     def from_dict(cls, doc: dict) -> "DecodeResult":

@@ -61,10 +61,8 @@ class CollapseResult(JsonResult):
     def quantiles(self, stat: str = "e") -> dict[str, np.ndarray]:
         """Mean, std and :data:`QUANTILES` over prompts at every layer index."""
         c = self.curve(stat)
-        out = {"mean": c.mean(1), "std": c.std(1)}
-        for q, v in zip(QUANTILES, np.quantile(c, QUANTILES, axis=1)):
-            out[f"q{int(round(q * 100)):02d}"] = v
-        return out
+        return {"mean": c.mean(1), "std": c.std(1),
+                **{f"q{int(round(q * 100)):02d}": v for q, v in zip(QUANTILES, np.quantile(c, QUANTILES, axis=1))}}
 
     @property
     def config(self):

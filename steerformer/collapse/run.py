@@ -45,20 +45,10 @@ def _prepare_model(model_or_path: Any, dtype: torch.dtype | None, device: Any, o
     return model.eval()
 
 
-def collapse(
-    model: Any = None,
-    config: CollapseConfig | None = None,
-    *,
-    device: Any = None,
-    token_ids: Any = None,
-    texts: Sequence[str] | None = None,
-    tokenizer: Any = None,
-    out: str | os.PathLike | None = None,
-    resume: bool = False,
-    progress: bool = False,
-    on_pass: Callable[[int, dict[str, np.ndarray]], None] | None = None,
-    **options: Any,
-) -> CollapseResult:
+def collapse(model: Any = None, config: CollapseConfig | None = None, *, device: Any = None, token_ids: Any = None,
+             texts: Sequence[str] | None = None, tokenizer: Any = None, out: str | os.PathLike | None = None,
+             resume: bool = False, progress: bool = False,
+             on_pass: Callable[[int, dict[str, np.ndarray]], None] | None = None, **options: Any) -> CollapseResult:
     """Loop ``model`` ``passes`` times over the same prompts and measure E (eq. 9), the
     mean pairwise cosine and the mean distance to the centroid after every block.
 

@@ -298,9 +298,7 @@ class RunStore:
 
     def load_state(self) -> dict[str, Any] | None:
         f = self.path / STATE_FILE
-        if not f.is_file():
-            return None
-        return torch.load(f, map_location="cpu", weights_only=True)
+        return torch.load(f, map_location="cpu", weights_only=True) if f.is_file() else None
 
     def completed_passes(self) -> int:
         state = self.path / STATE_FILE

@@ -104,8 +104,7 @@ class ControlVector:
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        checked = _checked_directions(self.directions)
-        object.__setattr__(self, "directions", checked)
+        object.__setattr__(self, "directions", _checked_directions(self.directions))
         if self.model_hint is not None:
             check_model_hint(self.model_hint)
         object.__setattr__(self, "notes", {str(k): str(v) for k, v in dict(self.notes or {}).items()})
@@ -267,9 +266,8 @@ def read_control_vector(path: str | os.PathLike, *, name: str = "path") -> Contr
         ControlVectorMetadata, path)
     count = meta.layer_count
     if count is not None and int(count) != len(directions):
-        layers = sorted(directions)
         raise bad_argument(name, str(path), f"{int(count)} direction tensors as its {LAYER_COUNT} says, but it "
-                           f"holds {len(directions)} (layers {_span(layers)}): a layer is missing", None)
+                           f"holds {len(directions)} (layers {_span(sorted(directions))}): a layer is missing", None)
     widths = {v.shape[0] for v in directions.values()}
     if len(widths) > 1:
         raise bad_argument(name, str(path), f"direction tensors of one width, not {sorted(widths)}", None)

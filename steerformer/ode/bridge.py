@@ -41,19 +41,9 @@ def random_layer_matrix(d: int = 64, *, spike: float = 3.0, seed: int = 0) -> to
     return G + spike * torch.outer(u, u)
 
 
-def layer_matrix_dynamics(
-    F: object,
-    *,
-    P: object | None = None,
-    heads: int = 1,
-    n_tokens: int = 10,
-    runs: int = 100,
-    steps: int = 50,
-    tau: float = 1.0,
-    seed: int = 0,
-    x0: object | None = None,
-    name: str = "bridge",
-) -> SetupResult:
+def layer_matrix_dynamics(F: object, *, P: object | None = None, heads: int = 1, n_tokens: int = 10, runs: int = 100,
+                          steps: int = 50, tau: float = 1.0, seed: int = 0, x0: object | None = None,
+                          name: str = "bridge") -> SetupResult:
     """Run x_i⁺ = N(x_i + τ Σ_η F_η Σ_j A^η_ij x_j) from random unit tokens.
 
     ``F``: one (d, d) layer matrix (shared by all heads, each head gets F/h so Σ_η F_η = F) or an
@@ -90,10 +80,8 @@ def layer_matrix_dynamics(
     E = consensus_error(xs).cpu().numpy()  # (T, runs)
     rho = alignment(xs, torch.as_tensor(v1, device=xs.device)).cpu().numpy().mean(-1)  # (T, runs)
     summary = {
-        "lambda1": [lam1.real, lam1.imag],
-        "E_final_mean": float(E[-1].mean()),
-        "rho_v1_initial_mean": float(rho[0].mean()),
-        "rho_v1_final_mean": float(rho[-1].mean()),
+        "lambda1": [lam1.real, lam1.imag], "E_final_mean": float(E[-1].mean()),
+        "rho_v1_initial_mean": float(rho[0].mean()), "rho_v1_final_mean": float(rho[-1].mean()),
     }
     return SetupResult(
         name, "Discrete map (3) driven by a layer matrix F with " + attention + " attention",

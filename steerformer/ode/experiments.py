@@ -15,13 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import bad_argument
-from .diagnostics import (
-    alignment,
-    consensus_error,
-    consensus_time,
-    in_open_hemisphere,
-    lyapunov,
-)
+from .diagnostics import alignment, consensus_error, consensus_time, in_open_hemisphere, lyapunov
 from .fields import AttentionField, DiagonalModulation, discrete_step, iterate, single_head_step
 from .geometry import DTYPE, random_tokens
 from .integrate import solve_tokens
@@ -97,10 +91,8 @@ def setup_5_1_1(*, runs: int = 1, seed: int = 0, t1: float = 10.0, dt: float | N
     pn = np.array([torch.linalg.matrix_norm(p_511(t)).numpy() for t in tf])  # (T', 2)
     summary = {
         "start_in_hemisphere": all(in_open_hemisphere(y0[r]) for r in range(runs)),
-        "V_max_increase": float(np.max(np.diff(V, axis=0), initial=0.0)),
-        "V_final_max": float(V[-1].max()),
-        "E_final_max": float(E[-1].max()),
-        "consensus_time_E<1e-6": consensus_time(sol.ts.numpy(), E, 1e-6).tolist(),
+        "V_max_increase": float(np.max(np.diff(V, axis=0), initial=0.0)), "V_final_max": float(V[-1].max()),
+        "E_final_max": float(E[-1].max()), "consensus_time_E<1e-6": consensus_time(sol.ts.numpy(), E, 1e-6).tolist(),
         **_solver_summary(sol),
     }
     return SetupResult(
@@ -143,10 +135,8 @@ def setup_5_1_2(*, runs: int = 100, seed: int = 0, t1: float = 200.0, dt: float 
     E = consensus_error(sol.ys).numpy()
     dist = torch.linalg.vector_norm(sol.ys[-1] - y0[:, :1, :], dim=-1).amax(-1).numpy()
     summary = {
-        "E_initial_mean": float(E[0].mean()),
-        "E_final_max": float(E[-1].max()),
-        "E_final_median": float(np.median(E[-1])),
-        "max_distance_to_y1(0)": float(dist.max()),
+        "E_initial_mean": float(E[0].mean()), "E_final_max": float(E[-1].max()),
+        "E_final_median": float(np.median(E[-1])), "max_distance_to_y1(0)": float(dist.max()),
         "first_token_moved": float(torch.linalg.vector_norm(sol.ys[-1][:, 0] - y0[:, 0], dim=-1).max()),
         "consensus_time_E<1e-4_median": float(np.nanmedian(consensus_time(sol.ts.numpy(), E, 1e-4))),
         **_solver_summary(sol),
@@ -176,12 +166,8 @@ def setup_5_1_3(*, runs: int = 1, seed: int = 0, t1: float = 60.0, dt: float | N
     V2 = (1 - sol.ys[..., 1, :] @ v).numpy()
     dist = torch.linalg.vector_norm(sol.ys[-1] - v, dim=-1).amax(-1).numpy()
     summary = {
-        "U_eigenvalues": lam.numpy().tolist(),
-        "v": v.numpy().tolist(),
-        "max_distance_to_v": float(dist.max()),
-        "V1_final_max": float(V1[-1].max()),
-        "V2_final_max": float(V2[-1].max()),
-        **_solver_summary(sol),
+        "U_eigenvalues": lam.numpy().tolist(), "v": v.numpy().tolist(), "max_distance_to_v": float(dist.max()),
+        "V1_final_max": float(V1[-1].max()), "V2_final_max": float(V2[-1].max()), **_solver_summary(sol),
     }
     return SetupResult(
         "5.1.3", "Theorem 4.5: causal, one head, symmetric U: tokens → v (tokens on S²)",
@@ -227,10 +213,8 @@ def setup_fig13a(*, runs: int = 1, seed: int = 0, t1: float = 60, dt: float | No
     _, xsh = iterate(lambda z: discrete_step(z, Ph, Uh, tau=tau), x0, steps)
     rho1, rhoh = alignment(xs1, v1).numpy(), alignment(xsh, v1).numpy()  # (T, runs, n)
     summary = {
-        "V_eigenvalues": lam.tolist(),
-        "F_equals_V": bool(np.allclose(Uh.sum(0), V)),
-        "single_head_final_min_rho": float(rho1[-1].min()),
-        "multi_head_final_min_rho": float(rhoh[-1].min()),
+        "V_eigenvalues": lam.tolist(), "F_equals_V": bool(np.allclose(Uh.sum(0), V)),
+        "single_head_final_min_rho": float(rho1[-1].min()), "multi_head_final_min_rho": float(rhoh[-1].min()),
         "v1_consensus_eigenvalue_modulus": float(np.abs(consensus_eigenvalues(V, 0, n, tau)).max()),
     }
     return SetupResult(
@@ -273,10 +257,8 @@ def setup_fig13b(*, runs: int = 1, seed: int = 0, t1: float = 1500, dt: float | 
     out: dict[str, np.ndarray] = {}
     traj: dict[str, np.ndarray] = {}
     summary: dict[str, object] = {
-        "theorem3_stable": report.stable,
-        "theorem3_conditions": report.conditions,
-        "spectral_radius": float(np.abs(report.spectrum.eigenvalues).max()),
-        "sigma": report.spectrum.sigma,
+        "theorem3_stable": report.stable, "theorem3_conditions": report.conditions,
+        "spectral_radius": float(np.abs(report.spectrum.eigenvalues).max()), "sigma": report.spectrum.sigma,
     }
     for label, angle in (("small", small), ("large", large)):
         x0 = xb.expand(runs, *xb.shape).clone()

@@ -22,14 +22,7 @@ import torch
 from ..discrete import residual_map
 from ..errors import bad_argument
 from .geometry import (
-    DTYPE,
-    NonFiniteStateError,
-    as_tensor,
-    check_positive,
-    check_spd,
-    check_square_stack,
-    tangent,
-    threads_for,
+    DTYPE, NonFiniteStateError, as_tensor, check_positive, check_spd, check_square_stack, tangent, threads_for,
 )
 
 MatrixSpec = Union[object, Callable[[float], object]]
@@ -96,15 +89,8 @@ class AttentionField:
     papers' model) or "softmax" (rows sum to 1).
     """
 
-    def __init__(
-        self,
-        P: MatrixSpec,
-        U: MatrixSpec | None = None,
-        W: object | None = None,
-        *,
-        causal: bool = False,
-        normalization: str = "sqrt",
-    ) -> None:
+    def __init__(self, P: MatrixSpec, U: MatrixSpec | None = None, W: object | None = None, *, causal: bool = False,
+                 normalization: str = "sqrt") -> None:
         self._P_fn = P if callable(P) else None
         P0 = check_square_stack(P(0.0) if callable(P) else P, "P")
         self.h, self.d = P0.shape[0], P0.shape[-1]
@@ -141,17 +127,13 @@ class AttentionField:
 
     def P(self, t: float) -> torch.Tensor:
         """P_η(t) as an (h, d, d) tensor."""
-        if self._P_fn is None:
-            return self._P_const
-        return check_square_stack(self._P_fn(t), "P(t)", self.d)
+        return self._P_const if self._P_fn is None else check_square_stack(self._P_fn(t), "P(t)", self.d)
 
     def U(self, t: float) -> torch.Tensor | None:
         """U_η(t) as an (h, d, d) tensor, or None for the identity."""
         if self.identity_U:
             return None
-        if self._U_fn is None:
-            return self._U_const
-        return check_square_stack(self._U_fn(t), "U(t)", self.d)
+        return self._U_const if self._U_fn is None else check_square_stack(self._U_fn(t), "U(t)", self.d)
 
     # -- evaluation --------------------------------------------------------------------------
     def __call__(self, t: float, y: torch.Tensor) -> torch.Tensor:
@@ -178,8 +160,7 @@ class AttentionField:
             if self.scale != 1.0:
                 S.mul_(1.0 / self.scale)
             AY = torch.bmm(S.view(B, n * h, n), yb)  # rows (i, η): Σ_j α^η_ij y_jᵀ
-            G = AY.view(B * n, h * d) @ Ucat  # Σ_η (Σ_j α^η_ij y_j)ᵀ U_ηᵀ
-            G = G.view(B, n, d)
+            G = (AY.view(B * n, h * d) @ Ucat).view(B, n, d)  # Σ_η (Σ_j α^η_ij y_j)ᵀ U_ηᵀ
         out = self._tangent(yb, G)
         return out[0] if single else out.view(y.shape)
 
@@ -210,31 +191,15 @@ def _upper_mask(n: int, device: torch.device) -> torch.Tensor:
     return _MASKS[n, device]
 
 
-def continuous_field(
-    t: float,
-    y: object,
-    P: MatrixSpec,
-    U: MatrixSpec | None = None,
-    W: object | None = None,
-    *,
-    causal: bool = False,
-    normalization: str = "sqrt",
-) -> torch.Tensor:
+def continuous_field(t: float, y: object, P: MatrixSpec, U: MatrixSpec | None = None, W: object | None = None, *,
+                     causal: bool = False, normalization: str = "sqrt") -> torch.Tensor:
     """ẏ of model (6) at (t, y): a one-shot form of :class:`AttentionField`."""
     field = AttentionField(P, U, W, causal=causal, normalization=normalization)
     return field(float(t), as_tensor(y, "y"))
 
 
-def discrete_step(
-    y: torch.Tensor,
-    P: object,
-    U: object | None = None,
-    W: object | None = None,
-    *,
-    tau: float = 1.0,
-    causal: bool = False,
-    normalization: str = "softmax",
-) -> torch.Tensor:
+def discrete_step(y: torch.Tensor, P: object, U: object | None = None, W: object | None = None, *, tau: float = 1.0,
+                  causal: bool = False, normalization: str = "softmax") -> torch.Tensor:
     """One layer of model (1)/(3): y_i⁺ = π_W(y_i + τ Σ_η Σ_j α^η_ij U_η y_j).
 
     With ``normalization="sqrt"`` this is eq. (1) of the consensus paper (D_ii = 1/(√d Σ_j…));
@@ -272,13 +237,8 @@ def oja_step(x: torch.Tensor, V: object, *, tau: float = 1.0) -> torch.Tensor:
     return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
 
 
-def iterate(
-    step: Callable[[torch.Tensor], torch.Tensor],
-    x0: object,
-    steps: int,
-    *,
-    save_every: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def iterate(step: Callable[[torch.Tensor], torch.Tensor], x0: object, steps: int, *,
+            save_every: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply a map ``steps`` times; returns (k, states) with states[k] after k applications.
 
     Stops with NonFiniteStateError (reporting the step) if the state stops being finite.

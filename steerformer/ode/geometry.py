@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 
@@ -38,10 +38,8 @@ def check_square_stack(x: object, name: str, d: int | None = None) -> torch.Tens
     if t.ndim != 3 or t.shape[-1] != t.shape[-2]:
         raise bad_argument(name, f"shape {tuple(t.shape)}", "a (d, d) matrix or an (h, d, d) stack of them")
     if d is not None and t.shape[-1] != d:
-        raise bad_argument(
-            name, f"shape {tuple(t.shape)}", f"matrices of size {d}×{d} (the tokens have d={d})",
-            "Give one matrix per head of the tokens' dimension.",
-        )
+        raise bad_argument(name, f"shape {tuple(t.shape)}", f"matrices of size {d}×{d} (the tokens have d={d})",
+                           "Give one matrix per head of the tokens' dimension.")
     return t
 
 
@@ -96,8 +94,6 @@ def check_positive(value: float, name: str) -> float:
         raise bad_argument(name, value, "a finite number > 0")
     return v
 
-
-TimeFn = Callable[[float], torch.Tensor]
 
 # Below this many state entries an intra-op thread pool costs more than it saves: on a loaded
 # machine each OpenMP barrier can wait a whole scheduler slice (~40 ms measured for an 18×8

@@ -37,14 +37,7 @@ from ..configs import progress_bar
 from ..errors import bad_argument
 from ..tokens import check_tokens
 from .geometry import (
-    DTYPE,
-    NonFiniteStateError,
-    as_tensor,
-    check_finite,
-    check_positive,
-    check_time_span,
-    manifold_drift,
-    threads_for,
+    DTYPE, NonFiniteStateError, as_tensor, check_finite, check_positive, check_time_span, manifold_drift, threads_for,
     w_norm,
 )
 
@@ -232,23 +225,11 @@ def _run_norms(err: torch.Tensor, batched: bool) -> torch.Tensor:
     return e2.reshape(err.shape[0], -1).sum(1) if batched else e2.sum().reshape(1)
 
 
-def solve(
-    fun: Field,
-    y0: torch.Tensor,
-    t_span: tuple[float, float],
-    *,
-    method: str | RungeKutta = "dop853",
-    dt: float | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    save_at: Sequence[float] | None = None,
-    project: Projection | None = None,
-    drift: Callable[[torch.Tensor], float] | None = None,
-    batched: bool | None = None,
-    first_step: float | None = None,
-    max_steps: int = 1_000_000,
-    progress: bool = False,
-) -> Solution:
+def solve(fun: Field, y0: torch.Tensor, t_span: tuple[float, float], *, method: str | RungeKutta = "dop853",
+          dt: float | None = None, rtol: float = 1e-8, atol: float = 1e-10, save_at: Sequence[float] | None = None,
+          project: Projection | None = None, drift: Callable[[torch.Tensor], float] | None = None,
+          batched: bool | None = None, first_step: float | None = None, max_steps: int = 1_000_000,
+          progress: bool = False) -> Solution:
     """Integrate ẏ = fun(t, y) from y0 over t_span, saving at ``save_at`` (default: t0 and t1).
 
     ``method``: "dop853" (adaptive, order 8, default), "dopri5" (adaptive, order 5) or "rk4"

@@ -63,16 +63,9 @@ class SetupResult(JsonResult):
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return to_jsonable({
-            "setup": self.setup,
-            "description": self.description,
-            VERSION_KEY: __version__,
-            "config": self.config,
-            "summary": self.findings,
-            "times": self.times,
-            "series": self.series,
-            "extra": self.extra,
-        })
+        return to_jsonable({"setup": self.setup, "description": self.description, VERSION_KEY: __version__,
+                            "config": self.config, "summary": self.findings, "times": self.times, "series": self.series,
+                            "extra": self.extra})
 
     def save(self, out_dir: str | pathlib.Path, *, plots: bool = True) -> dict[str, pathlib.Path]:
         """``result.json``, ``result.npz`` (times, series and token trajectories, exact) and the

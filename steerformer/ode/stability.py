@@ -198,12 +198,9 @@ def bipartite_spectrum(V: object, QK: object, m: int, n1: int, n2: int, tau: flo
     for l in range(d):
         if l == m:
             continue
-        M = np.array([
-            [(1 + tau * lam[l] * n1 * a1) / c1, tau * lam[l] * n2 * b1 / c1],
-            [tau * lam[l] * n1 * b2 / c2, (1 + tau * lam[l] * n2 * a2) / c2],
-        ])
-        blocks[l] = M
-        ev += list(np.linalg.eigvals(M))
+        blocks[l] = np.array([[(1 + tau * lam[l] * n1 * a1) / c1, tau * lam[l] * n2 * b1 / c1],
+                              [tau * lam[l] * n1 * b2 / c2, (1 + tau * lam[l] * n2 * a2) / c2]])
+        ev += list(np.linalg.eigvals(blocks[l]))
     ev = np.array(ev, dtype=complex)
     ev = ev.real if np.abs(ev.imag).max(initial=0) == 0 else ev
     return BipartiteSpectrum(s, (g1, g2), (c1, c2), blocks, ev[np.argsort(-np.abs(ev), kind="stable")])
@@ -236,11 +233,7 @@ def bipartite_stability(V: object, QK: object, m: int, n1: int, n2: int, tau: fl
     lam, _ = _symmetric_eig(V)
     sp = bipartite_spectrum(V, QK, m, n1, n2, tau)
     norm_V = float(np.abs(lam).max())
-    conds = {
-        "tau < 1/||V||": tau < 1 / norm_V,
-        "lambda_m*gamma_1 > 0": lam[m] * sp.gamma[0] > 0,
-        "lambda_m*gamma_2 > 0": lam[m] * sp.gamma[1] > 0,
-    }
-    for l, M in sp.M.items():
-        conds[f"Schur-Cohen M_{l}"] = schur_cohen_stable(M)
+    conds = {"tau < 1/||V||": tau < 1 / norm_V, "lambda_m*gamma_1 > 0": lam[m] * sp.gamma[0] > 0,
+             "lambda_m*gamma_2 > 0": lam[m] * sp.gamma[1] > 0,
+             **{f"Schur-Cohen M_{l}": schur_cohen_stable(M) for l, M in sp.M.items()}}
     return StabilityReport(all(conds.values()), conds, sp)

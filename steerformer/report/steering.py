@@ -127,9 +127,8 @@ def dose_figures(steps: Sequence[Mapping], chosen: int, *, x_label: str, budget:
     pts = [s for s in steps if s["x"] is not None]
     xs = [s["x"] for s in pts]
     marker = steps[chosen]["x"]
-    judged = [Series(name, xs, [s[key] for s in pts]) for name, key in
-              (("aggregate", "aggregate"), ("concept", "concept"), ("relevance", "relevance"),
-               ("fluency", "fluency"))] if any(s["aggregate"] is not None for s in pts) else []
+    judged = [Series(key, xs, [s[key] for s in pts]) for key in ("aggregate", *AXES)] \
+        if any(s["aggregate"] is not None for s in pts) else []
     band_label = "inside the KL budget" if band else ""
     left = line_chart(judged + [Series("good-steer share ×2", xs, [None if s["good"] is None else 2 * s["good"]
                                                                    for s in pts], dashed=True),

@@ -158,23 +158,11 @@ def _flatten(states, lengths, step_layers, options):
     return X, list(lengths), [int(k) for k in step_layers], dict(options or {})
 
 
-def alignment_stats(
-    states,
-    spectra: Spectra,
-    *,
-    spectra_layers: Sequence[int] | None = None,
-    step_layers: Sequence[int] | None = None,
-    matrices: torch.Tensor | None = None,
-    lengths: Sequence[int] | None = None,
-    cumulative: bool = True,
-    bins: int = 20,
-    variant: str = "controlled",
-    options: dict | None = None,
-    progress: bool | str = False,
-    ci: float = 0.95,
-    bootstrap: int = 1000,
-    ci_seed: int = 0,
-) -> AlignmentStats:
+def alignment_stats(states, spectra: Spectra, *, spectra_layers: Sequence[int] | None = None,
+                    step_layers: Sequence[int] | None = None, matrices: torch.Tensor | None = None,
+                    lengths: Sequence[int] | None = None, cumulative: bool = True, bins: int = 20,
+                    variant: str = "controlled", options: dict | None = None, progress: bool | str = False,
+                    ci: float = 0.95, bootstrap: int = 1000, ci_seed: int = 0) -> AlignmentStats:
     """Power-method statistics of every step of a token trajectory.
 
     ``states``: a :class:`~steerformer.dynamics.Trajectory`, a
@@ -212,8 +200,7 @@ def alignment_stats(
     records, tokens = [], {name: [] for name in PER_TOKEN}
     sums: list[tuple[list[str], torch.Tensor]] = []  # per step: (CI columns, per-prompt sums)
     dist0 = intertoken_distance(X[0].double(), lengths)
-    steps = range(len(step_layers))
-    for k in progress_bar(progress, "statistics", steps, unit="layer"):
+    for k in progress_bar(progress, "statistics", range(len(step_layers)), unit="layer"):
         i = pos[step_layers[k]]
         if i not in cache:
             vals, vecs = spectra.eigenvalues[i], spectra.eigenvectors[i]
@@ -241,10 +228,8 @@ def alignment_stats(
     if ci and records:
         _add_intervals(records, sums, lengths, level=ci, resamples=bootstrap, seed=ci_seed)
     per_token = {name: np.stack(v) for name, v in tokens.items() if v}
-    hist = {
-        "rho_v1": histogram(per_token["rho_re_v1"][-1], bins),
-        "rho_S": histogram(per_token["rho_S"][-1], bins),
-    } if records else {}
+    hist = {"rho_v1": histogram(per_token["rho_re_v1"][-1], bins),
+            "rho_S": histogram(per_token["rho_S"][-1], bins)} if records else {}
     meta = {"variant": variant, "n_tokens": int(X.shape[1]), "n_prompts": len(lengths), "n_steps": len(records),
             "distance_initial": {"mean": dist0[0], "max": dist0[1]}, "options": options,
             "cumulative": cum_iter is not None}

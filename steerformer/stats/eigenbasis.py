@@ -80,11 +80,9 @@ def _pairs(vals: np.ndarray, tol: float) -> list[tuple[int, int | None]]:
         else:
             cand = np.flatnonzero(~used)
             p = int(cand[np.argmin(np.abs(vals[cand] - target))]) if cand.size else None
-        if p is None:
-            out.append((j, None))
-        else:
+        if p is not None:
             used[p] = True
-            out.append((j, p))
+        out.append((j, p))
     return out
 
 

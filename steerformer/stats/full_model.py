@@ -89,16 +89,9 @@ def _check_ids(ids: Any, vocab: int, max_pos: int | None) -> list[list[int]]:
     return out
 
 
-def model_hidden_states(
-    model: Any,
-    prompts: Sequence[str] | str | Path | None = None,
-    *,
-    input_ids: Any = None,
-    tokenizer: Any = None,
-    batch_size: int = 16,
-    revision: str | None = None,
-    device: str | None = None,
-) -> HiddenStates:
+def model_hidden_states(model: Any, prompts: Sequence[str] | str | Path | None = None, *, input_ids: Any = None,
+                        tokenizer: Any = None, batch_size: int = 16, revision: str | None = None,
+                        device: str | None = None) -> HiddenStates:
     """Hidden states of the model on ``prompts`` (a list of strings, a prompts file, or None for
     :data:`DEFAULT_PROMPTS`) or on ``input_ids`` (token ids per prompt, no tokenizer needed).
     ``device``: where a checkpoint is loaded to run (a model in memory runs where it is); the
@@ -112,10 +105,8 @@ def model_hidden_states(
     max_pos = getattr(cfg, "max_position_embeddings", None)
     texts = None
     if input_ids is None:
-        if isinstance(prompts, (str, Path)):
-            texts = read_prompts_file(prompts)
-        else:
-            texts = list(DEFAULT_PROMPTS if prompts is None else prompts)
+        texts = read_prompts_file(prompts) if isinstance(prompts, (str, Path)) else \
+            list(DEFAULT_PROMPTS if prompts is None else prompts)
         if not texts:
             raise bad_argument("prompts", [], "at least one prompt")
         input_ids = _tokenize(source, texts, tokenizer)

@@ -53,11 +53,9 @@ def _draw(w: AttentionWeights, seed: int, draw: int, slot: int, stds: dict[str, 
     SeedSequence; its ziggurat sampler is twice as fast as torch's here)."""
     rng = np.random.default_rng([int(seed), int(draw), int(slot)])
     stds = stds or _stds(w)
-    out = {}
-    for name in _MATRICES:
-        t = getattr(w, name)
-        out[name] = (torch.from_numpy(rng.standard_normal(tuple(t.shape))) * stds[name]).to(t)
-    return out
+    tensors = {name: getattr(w, name) for name in _MATRICES}
+    return {name: (torch.from_numpy(rng.standard_normal(tuple(t.shape))) * stds[name]).to(t)
+            for name, t in tensors.items()}
 
 
 def null_weights(weights: dict[int, AttentionWeights], draw: int, *, seed: int = 0) -> dict[int, AttentionWeights]:
@@ -160,8 +158,7 @@ def null_statistics(source: Any, weights: dict[int, AttentionWeights], tokens: t
                 missing = [i for i, s in enumerate(batch) if (s, slot[k]) not in cache]
                 if missing:
                     got = principal_bases(weights[k], W["W_V"][missing], W["W_O"][missing])
-                    for i, b in zip(missing, got):
-                        cache[(batch[i], slot[k])] = b
+                    cache.update({(batch[i], slot[k]): b for i, b in zip(missing, got)})
                 basis = torch.stack([cache[(s, slot[k])] for s in batch]).to(x.device)
                 nxt = steppers[k](x, W["W_Q"], W["W_K"], W["W_V"], W["W_O"])
                 diff = _rho(nxt, basis) - _rho(x, basis)

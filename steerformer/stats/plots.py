@@ -162,11 +162,9 @@ def token_trajectories(stats, title: str = "", max_lines: int = 200) -> Figure:
         t = stats.per_token.get(key)
         if t is None or t.size == 0:
             continue
-        xs = x
         if key == "rho":  # the only one also known before the first step
             t = np.vstack([stats.per_token["rho_before"][0], t])
-        else:
-            xs = x[1:]
+        xs = x if key == "rho" else x[1:]
         idx = np.linspace(0, t.shape[1] - 1, min(max_lines, t.shape[1])).astype(int)
         ax.plot(xs, t[:, idx], color="0.7", lw=0.4)
         ax.plot(xs, t.mean(axis=1), color="tab:red", lw=1.8)

@@ -45,9 +45,7 @@ def histogram(values: np.ndarray, bins: int) -> dict:
 
 def _clean(v):
     """JSON has no NaN: write null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 @dataclasses.dataclass

@@ -126,8 +126,7 @@ def prolonged_stats(source: ModelSource, spectra: Spectra, passes: int, *, token
     parts: list[AlignmentStats] = []
     x = tokens
     for p in range(passes):
-        first = p == 0
-        kw = dyn if first else {**dyn, "normalize_initial": False}
+        kw = dyn if p == 0 else {**dyn, "normalize_initial": False}
         traj = run_dynamics(source, x, n_prompts=n_prompts, n_tokens=n_tokens, repeat=1, **kw)
         x = traj.states[-1].clone()
         parts.append(alignment_stats(traj, spectra, cumulative=False, variant="prolonged",
@@ -177,18 +176,10 @@ def _concat_steps(parts: list[AlignmentStats], passes: int) -> AlignmentStats:
                           lengths=first.lengths)
 
 
-def power_method_stats(
-    model: Any,
-    config: StatsConfig | None = None,
-    *,
-    matrices: LayerMatrices | None = None,
-    spectra: Spectra | None = None,
-    layers: Sequence[int] | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: str | None = None,
-    progress: bool = False,
-    **options: Any,
-) -> PowerMethodReport:
+def power_method_stats(model: Any, config: StatsConfig | None = None, *, matrices: LayerMatrices | None = None,
+                       spectra: Spectra | None = None, layers: Sequence[int] | None = None,
+                       dtype: torch.dtype = torch.float64, device: str | None = None, progress: bool = False,
+                       **options: Any) -> PowerMethodReport:
     """Run the controlled dynamics (``n_prompts × n_tokens`` random tokens, or ``tokens``), the
     full-model variant on ``prompts`` (built-in sentences when None; skipped when the model has no
     tokenizer and no prompts were asked for) and, for shared-weight models, a prolonged run of
@@ -219,8 +210,7 @@ def power_method_stats(
     dyn = dict(seed=cfg.seed, tau=cfg.tau, layers=ids, layer_norm=layer_norm, bias=cfg.bias, weights=weights,
                dtype=dtype, device=device, normalize_initial=cfg.normalize_initial)
     traj = run_dynamics(source, tokens, n_prompts=cfg.n_prompts, n_tokens=cfg.n_tokens, **dyn)
-    interval = dict(ci=cfg.ci, bootstrap=cfg.bootstrap, ci_seed=SEED)
-    common = dict(spectra_layers=ids, matrices=matrices, **interval)
+    common = dict(spectra_layers=ids, matrices=matrices, ci=cfg.ci, bootstrap=cfg.bootstrap, ci_seed=SEED)
     controlled = alignment_stats(traj, spectra, cumulative=cumulative, progress=progress and "statistics", **common)
     options = {"n_prompts": controlled.meta["n_prompts"], "n_tokens": cfg.n_tokens, "seed": cfg.seed,
                "tau": cfg.tau, "layer_norm": layer_norm, "layer_norm_both": both, "bias": cfg.bias,

@@ -236,15 +236,10 @@ def _execute_ray(todo: list[dict], done: Callable[[dict, dict], None], address: 
     except ImportError as exc:
         raise bad_argument("--executor", "ray", "'local', or install the ray extra",
                            "pip install 'steerformer[ray]'") from exc
-    started = False
-    if not ray.is_initialized():
-        kw: dict = {"include_dashboard": False, "log_to_driver": False}
-        if address:
-            kw["address"] = address
-        else:
-            kw["num_cpus"] = num_cpus
-        ray.init(**kw)
-        started = True
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False,
+                 **({"address": address} if address else {"num_cpus": num_cpus}))
     try:
         remote = ray.remote(num_cpus=1)(_run_task)
         refs = {remote.remote(t): t for t in todo}
@@ -257,20 +252,10 @@ def _execute_ray(todo: list[dict], done: Callable[[dict, dict], None], address: 
             ray.shutdown()
 
 
-def sweep(
-    checkpoints: Sequence[Checkpoint],
-    out_dir: str | Path,
-    *,
-    layers: Sequence[int] | None = None,
-    top_k: int | None | str = "auto",
-    dtype: str = "float64",
-    stats: dict | None = None,
-    executor: str = "local",
-    workers: int = 1,
-    ray_address: str | None = None,
-    plots: bool = True,
-    device: str | None = None,
-) -> SweepResult:
+def sweep(checkpoints: Sequence[Checkpoint], out_dir: str | Path, *, layers: Sequence[int] | None = None,
+          top_k: int | None | str = "auto", dtype: str = "float64", stats: dict | None = None, executor: str = "local",
+          workers: int = 1, ray_address: str | None = None, plots: bool = True,
+          device: str | None = None) -> SweepResult:
     """Run the spectra (and with ``stats`` — StatsConfig fields as a dict — the statistics) of every
     checkpoint, one task per (checkpoint, distinct layer), resuming from ``out_dir/tasks``.
 
