@@ -9,7 +9,8 @@ Python per test worker, started once from the same environment, that has importe
 ``transformers.modeling_utils`` and the CLI's entry module and nothing else (no steerformer module,
 no test code). The command still runs in its own process — its own pid, working folder, environment,
 stdin, stdout and stderr files, exit status and time limit (killed on a hang) — as ``python -c ...``
-would run it, only without paying those imports again. Where a fresh process is what a test needs,
+would run it, only without paying those imports again; :func:`start_cli` starts several side by side
+(a race of writers). Where a fresh process is what a test needs,
 :func:`run_cli` starts one: a ``preexec_fn`` (a process limit set before Python starts), or an
 environment that changes what those imports read when they load (``HF_*``, ``TRANSFORMERS_*``,
 thread counts, ``PYTHONPATH``, ``HOME``...)."""
@@ -17,6 +18,7 @@ thread counts, ``PYTHONPATH``, ``HOME``...)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +41,10 @@ IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH"
                         "PYTHON", "XDG_", "HOME", "TMPDIR", "LD_", "CUDA", "TOKENIZERS", "SAFETENSORS")
 
 ZYGOTE = r"""
-import json, os, sys, traceback
+import json, os, selectors, sys, traceback
 import torch, transformers, transformers.modeling_utils  # the 3-5 s every fresh CLI process paid
 import steerformer_cli.main
-protocol_in, protocol_out = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
+protocol_in, protocol_out = os.fdopen(os.dup(0), "rb", buffering=0), os.fdopen(os.dup(1), "w")
 devnull = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1):
     os.dup2(devnull, fd)
@@ -79,17 +82,36 @@ def run(req):
     os._exit(code)
 
 
-for line in protocol_in:
-    req = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            run(req)
-        finally:
-            os._exit(1)
-    protocol_out.write(json.dumps({"pid": pid}) + "\n"); protocol_out.flush()
-    _, status = os.waitpid(pid, 0)
-    protocol_out.write(json.dumps({"status": status}) + "\n"); protocol_out.flush()
+def send(msg):
+    protocol_out.write(json.dumps(msg) + "\n"); protocol_out.flush()
+
+
+# Several commands may run at once (a test racing four writers): each request is forked at once and
+# answered with its pid; each exit is reported when it is reaped.
+requests, children, pending = selectors.DefaultSelector(), set(), b""
+requests.register(protocol_in.fileno(), selectors.EVENT_READ)
+while True:
+    if requests.select(0.02 if children else None):
+        chunk = os.read(protocol_in.fileno(), 65536)
+        if not chunk:
+            break
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            req = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    run(req)
+                finally:
+                    os._exit(1)
+            children.add(pid)
+            send({"id": req["id"], "pid": pid})
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            send({"pid": pid, "status": status})
 """
 
 
@@ -100,13 +122,13 @@ def _environment(env: dict | None) -> dict:
 
 
 class _Zygote:
-    """The worker's zygote process and its request pipe (one command at a time)."""
+    """The worker's zygote process and its pipe: commands are started (forked) and waited for by pid."""
 
     def __init__(self, env: dict) -> None:
         self.env = env
         self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-        self.buffer = b""
+        self.buffer, self.started, self.exited, self.count = b"", {}, {}, 0
         if self._line(timeout=120) != "ready":
             raise RuntimeError("the CLI zygote did not start")
 
@@ -125,33 +147,32 @@ class _Zygote:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line.decode()
 
-    def run(self, args: list[str], stdin: str, timeout: float, cwd: Path | None, env: dict):
+    def _until(self, table: dict, key, timeout: float | None):
+        """Read the zygote's messages (started: id -> pid; exited: pid -> status) until ``key`` is in ``table``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while key not in table:
+            line = self._line(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if line is None:
+                return None
+            msg = json.loads(line)
+            if "status" in msg:
+                self.exited[msg["pid"]] = msg["status"]
+            else:
+                self.started[msg["id"]] = msg["pid"]
+        return table.pop(key)
+
+    def start(self, args: list[str], stdin: str, cwd: Path | None, env: dict) -> "CliCommand":
         folder = Path(tempfile.mkdtemp(prefix="cli-"))
-        try:
-            paths = {name: folder / name for name in ("stdin", "stdout", "stderr")}
-            paths["stdin"].write_text(stdin)
-            paths["stdout"].touch()
-            paths["stderr"].touch()
-            req = {"args": args, "cwd": str(cwd or os.getcwd()), "env": env, **{k: str(p) for k, p in paths.items()}}
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
-            pid = json.loads(self._line(timeout=60))["pid"]
-            reply = self._line(timeout=timeout)
-            if reply is None:  # a hang: kill the command and what it started, then say so as subprocess does
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self._line(timeout=60)
-                raise subprocess.TimeoutExpired([sys.executable, "-c", ENTRY, *args], timeout,
-                                                output=paths["stdout"].read_text(errors="replace"),
-                                                stderr=paths["stderr"].read_text(errors="replace"))
-            code = os.waitstatus_to_exitcode(json.loads(reply)["status"])
-            return subprocess.CompletedProcess([sys.executable, "-c", ENTRY, *args], code,
-                                               paths["stdout"].read_text(errors="replace"),
-                                               paths["stderr"].read_text(errors="replace"))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        paths = {name: folder / name for name in ("stdin", "stdout", "stderr")}
+        paths["stdin"].write_text(stdin)
+        paths["stdout"].touch()
+        paths["stderr"].touch()
+        self.count += 1
+        req = {"id": self.count, "args": args, "cwd": str(cwd or os.getcwd()), "env": env,
+               **{k: str(p) for k, p in paths.items()}}
+        self.proc.stdin.write((json.dumps(req) + "\n").encode())
+        self.proc.stdin.flush()
+        return CliCommand(args, self, self._until(self.started, self.count, timeout=60), folder)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -161,8 +182,41 @@ class _Zygote:
             self.proc.kill()
 
 
+class CliCommand:
+    """A command started by :func:`start_cli`: :meth:`wait` gives its ``CompletedProcess``."""
+
+    def __init__(self, args: list[str], zygote: _Zygote | None, pid: int | None, folder: Path | None,
+                 proc: subprocess.Popen | None = None, stdin: str = "") -> None:
+        self.args, self.zygote, self.pid, self.folder, self.proc, self.stdin = args, zygote, pid, folder, proc, stdin
+
+    def wait(self, timeout: float = 300) -> subprocess.CompletedProcess:
+        """Its result; past ``timeout`` it is killed with what it started and ``TimeoutExpired`` raised."""
+        cmd = [sys.executable, "-c", ENTRY, *self.args]
+        if self.proc is not None:  # a fresh process
+            try:
+                out, err = self.proc.communicate(self.stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+                raise
+            return subprocess.CompletedProcess(cmd, self.proc.returncode, out, err)
+        try:
+            with _lock:
+                status = self.zygote._until(self.zygote.exited, self.pid, timeout)
+                if status is None:  # a hang: kill the command and what it started, then say so as subprocess does
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.pid, signal.SIGKILL)
+                    self.zygote._until(self.zygote.exited, self.pid, 60)
+            out, err = ((self.folder / name).read_text(errors="replace") for name in ("stdout", "stderr"))
+            if status is None:
+                raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
+            return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), out, err)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
 _zygote: _Zygote | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def _needs_fresh_process(env: dict, zygote_env: dict) -> bool:
@@ -170,20 +224,28 @@ def _needs_fresh_process(env: dict, zygote_env: dict) -> bool:
     return any(k.upper().startswith(IMPORT_TIME_PREFIXES) for k in changed)
 
 
-def run_cli(args: list, *, stdin: str = "", timeout: float = 300, cwd: Path | None = None,
-            env: dict | None = None, preexec_fn=None) -> subprocess.CompletedProcess:
-    """``steerformer ARGS`` in a process of its own, fed ``stdin``; a hang fails the test
-    (``subprocess.TimeoutExpired``). Forked from the worker's zygote unless a fresh Python is needed."""
+def start_cli(args: list, *, stdin: str = "", cwd: Path | None = None, env: dict | None = None,
+              preexec_fn=None) -> CliCommand:
+    """Start ``steerformer ARGS`` in a process of its own, fed ``stdin`` (several may run at once):
+    forked from the worker's zygote unless a fresh Python is needed."""
     global _zygote
     full_env, args = _environment(env), [str(a) for a in args]
     with _lock:
         if _zygote is None and preexec_fn is None:
-            _zygote = _Zygote(full_env)
+            _zygote = _Zygote(_environment(None))  # the worker's own environment, not this command's
             atexit.register(_zygote.close)
         if preexec_fn is None and not _needs_fresh_process(full_env, _zygote.env):
-            return _zygote.run(args, stdin, timeout, cwd, full_env)
-    return subprocess.run([sys.executable, "-c", ENTRY, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd, preexec_fn=preexec_fn)
+            return _zygote.start(args, stdin, cwd, full_env)
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, preexec_fn=preexec_fn)
+    return CliCommand(args, None, proc.pid, None, proc, stdin)
+
+
+def run_cli(args: list, *, stdin: str = "", timeout: float = 300, cwd: Path | None = None,
+            env: dict | None = None, preexec_fn=None) -> subprocess.CompletedProcess:
+    """``steerformer ARGS`` in a process of its own, fed ``stdin``; a hang fails the test
+    (``subprocess.TimeoutExpired``)."""
+    return start_cli(args, stdin=stdin, cwd=cwd, env=env, preexec_fn=preexec_fn).wait(timeout)
 
 
 def run_cli_here(args: list, *, cwd: Path | None = None) -> subprocess.CompletedProcess:

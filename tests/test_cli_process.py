@@ -46,7 +46,23 @@ def test_a_command_past_its_time_limit_is_killed_and_the_next_one_runs() -> None
 
 def test_an_environment_that_changes_what_the_imports_read_gets_a_fresh_process(monkeypatch) -> None:
     started = []
-    real = subprocess.run
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: started.append(a) or real(*a, **k))
+    real = subprocess.Popen
+
+    def popen(cmd, *a, **k):
+        started.append(cmd)
+        return real(cmd, *a, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
     res = run_cli(["--version"], env={"HF_HOME": "/nonexistent"})
-    assert res.returncode == 0 and len(started) == 1  # huggingface_hub reads HF_HOME when it is imported
+    # huggingface_hub reads HF_HOME when it is imported: a fresh Python runs the command itself
+    assert res.returncode == 0 and [c[:3] for c in started if c[2] != cli_process.ZYGOTE] == [[sys.executable, "-c", ENTRY]]
+
+
+def test_commands_started_together_run_side_by_side(tmp_path) -> None:
+    from tests.cli_process import start_cli
+
+    commands = [start_cli(["simulate", "fig13a", "--runs", "2", "--t1", "0.5", "--out", tmp_path / str(i)])
+                for i in range(3)]
+    assert len({c.pid for c in commands}) == 3
+    assert [c.wait(timeout=300).returncode for c in commands] == [0, 0, 0]
+    assert all((tmp_path / str(i) / "result.json").is_file() for i in range(3))

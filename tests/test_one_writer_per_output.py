@@ -7,7 +7,6 @@ a writer that overlaps another is refused by the lock, one that comes after by t
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from safetensors.torch import load_file
 from steerformer.errors import InvalidArgumentError
 from steerformer.steering import save_steered, steer, steer_checkpoint
 
-from tests.cli_process import ROOT, run_cli_here
+from tests.cli_process import run_cli_here, start_cli
 from tests.models import make_model
 
 N = 3
@@ -99,17 +98,9 @@ def test_threads_running_steer_checkpoint_on_one_folder_one_wins(tmp_path) -> No
 
 
 def _processes(args_list) -> list[subprocess.CompletedProcess]:
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    import os
-
-    env = {**os.environ, **env}
-    procs = [subprocess.Popen([sys.executable, "-c", "from steerformer_cli.main import app; app()", *map(str, a)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in args_list]
-    out = []
-    for p in procs:
-        so, se = p.communicate(timeout=600)
-        out.append(subprocess.CompletedProcess(p.args, p.returncode, so, se))
-    return out
+    """The commands as processes of their own, all started before any is waited for."""
+    commands = [start_cli(a) for a in args_list]
+    return [c.wait(timeout=600) for c in commands]
 
 
 @pytest.fixture(scope="module")
