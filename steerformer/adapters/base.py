@@ -260,6 +260,18 @@ def first_output(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def hidden_input(args: tuple, kwargs: dict):
+    """A block's (or a module's) hidden-state input as a pre-hook sees it: the first positional
+    argument, else the ``hidden_states`` keyword."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def config_positions(config: Any) -> int | None:
+    """How many positions a model's config says its position embedding holds (None: no limit known)."""
+    found = (getattr(config, name, None) for name in ("max_position_embeddings", "n_positions"))
+    return next((int(v) for v in found if v is not None), None)
+
+
 def split_heads_out_in(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(H·d_h, d) row-stacked projection → (H, d_h, d): rows h·d_h:(h+1)·d_h belong to head h."""
     return weight.reshape(n_heads, weight.shape[0] // n_heads, weight.shape[1])
@@ -460,8 +472,7 @@ class Adapter(abc.ABC):
     @property
     def max_positions(self) -> int | None:
         """How many positions the position embedding holds (None: no limit known)."""
-        found = (getattr(self.config, name, None) for name in ("max_position_embeddings", "n_positions"))
-        return next((int(v) for v in found if v is not None), None)
+        return config_positions(self.config)
 
     @property
     def vocab_size(self) -> int:

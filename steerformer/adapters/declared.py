@@ -18,8 +18,8 @@ import torch
 
 from ..errors import UnsupportedModelError
 from .base import (
-    Adapter, AttentionWeights, first_output, MaskSpec, Part, TensorGetter, Writer, split_heads_bias, split_heads_out_in,
-    split_output_heads,
+    Adapter, AttentionWeights, first_output, hidden_input, MaskSpec, Part, TensorGetter, Writer, split_heads_bias,
+    split_heads_out_in, split_output_heads,
 )
 from .positions import Alibi, family_class, PerTensorRotary, Rotary
 
@@ -281,7 +281,7 @@ class DeclaredAdapter(Adapter):
         seen: dict = {}
 
         def hook(module, args, kwargs):
-            seen["h"] = args[0] if args else kwargs["hidden_states"]
+            seen["h"] = hidden_input(args, kwargs)
             raise _Stop
 
         handle = self.blocks(base)[0].register_forward_pre_hook(hook, with_kwargs=True)

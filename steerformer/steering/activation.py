@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
+from ..adapters.base import first_output
 from ..configs import check_positions, select_layers
 from ..errors import InvalidArgumentError, bad_argument
 from ..loading import open_source
@@ -127,7 +128,7 @@ def activation_steering(model: Any, vector: Any, layers: Sequence[int] | int | N
 
     def add(v: torch.Tensor):
         def hook(module, args, out):
-            h = out[0] if isinstance(out, (tuple, list)) else out
+            h = first_output(out)
             shift = (spec.coeff * v).to(device=h.device, dtype=h.dtype)
             if spec.positions == "skip-first" and where.ids is not None:  # position 0 keeps its state
                 shift = (where.ids.to(h.device) != 0).to(h.dtype)[..., None] * shift

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from ..adapters.base import config_positions, first_output, hidden_input
 from ..errors import bad_argument
 from ..prompts import PromptBatch, check_fits
 
@@ -56,13 +57,20 @@ def no_cache(model: Any) -> dict:
 
 
 # ---- the checks of what a caller hands the room ---------------------------------------------------
+def whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (a numpy or torch integer too), never a bool
+    (``True`` is no layer or token 1); None otherwise."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    with contextlib.suppress(TypeError):
+        return operator.index(value)
+    return None
+
+
 def layer_index(name: str, value: Any, low: int, high: int, what: str = "execution layers") -> int:
-    """``value`` as a layer number in [``low``, ``high``]: a whole number (a numpy or torch integer too),
-    never a bool (``True`` is no layer 1); one line naming ``name`` otherwise."""
-    k = None
-    if not isinstance(value, bool) and not (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        with contextlib.suppress(TypeError):  # not a whole number: k stays None
-            k = operator.index(value)
+    """``value`` as a layer number in [``low``, ``high``] (:func:`whole_number`); one line naming ``name``
+    otherwise."""
+    k = whole_number(value)
     if k is None or not low <= k <= high:
         raise bad_argument(name, value, f"{what} in [{low}, {high}] (whole numbers, not bools)")
     return k
@@ -97,9 +105,7 @@ def check_batch(model: Any, batch: PromptBatch, name: str, positions: int | None
     if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
         raise bad_argument(name, tuple(ids.shape), "at least one row of at least one token")
     if positions is None:
-        cfg = getattr(model, "config", None)
-        positions = next((int(v) for v in (getattr(cfg, k, None) for k in ("max_position_embeddings", "n_positions"))
-                          if v is not None), None)
+        positions = config_positions(getattr(model, "config", None))
     check_fits(ids.shape[1], positions, name=name, value=f"a row of {ids.shape[1]} tokens", what="token rows",
                fix="Shorten the longest prompt or answer.")
     try:
@@ -177,13 +183,13 @@ def capture(model: Any, adapter: Any, batch: PromptBatch, *, inputs: Iterable[in
 
     def after(m, args, out):
         if layer[0] in want_out:
-            got.outputs[layer[0]] = (out[0] if isinstance(out, (tuple, list)) else out).detach()
+            got.outputs[layer[0]] = first_output(out).detach()
             done()
 
     def reading(path: str):
         def hook(m, args, kwargs):
             if (layer[0], path) in want_mod:
-                got.modules[(layer[0], path)] = (args[0] if args else kwargs["hidden_states"]).detach()
+                got.modules[(layer[0], path)] = hidden_input(args, kwargs).detach()
                 done()
         return hook
 
@@ -248,7 +254,7 @@ class BlockCache:
                 out = torch.func.functional_call(block, local, args, kwargs)
             else:
                 out = block(*args, **kwargs)
-            h = out[0] if isinstance(out, (tuple, list)) else out
+            h = first_output(out)
             if k in keep:
                 kept[k] = h
         norm = self.adapter.final_norm(base)
@@ -278,10 +284,9 @@ class BlockCache:
         layer = self.layer("layer", layer)
         if layer + 1 - self.start < len(self.calls):
             _, args, kwargs = self.calls[layer + 1 - self.start]
-            return args[0] if args else kwargs["hidden_states"]
+            return hidden_input(args, kwargs)
         name, args, kwargs = self.calls[layer - self.start]
-        out = self.model.base_model.get_submodule(name)(*args, **kwargs)
-        return out[0] if isinstance(out, (tuple, list)) else out
+        return first_output(self.model.base_model.get_submodule(name)(*args, **kwargs))
 
 
 # ---- answers after prompts ---------------------------------------------------------------------------
@@ -334,9 +339,7 @@ class AnswerBatch:
                                    "Tokenize the text first.")
             row = []
             for t in r:
-                k = None
-                with contextlib.suppress(TypeError):  # not a whole number: k stays None
-                    k = None if isinstance(t, bool) else operator.index(t)
+                k = whole_number(t)
                 if k is None or k < 0:
                     raise bad_argument(name, t, f"token ids, whole numbers >= 0 (row {i} holds {t!r:.20})")
                 row.append(k)
@@ -413,4 +416,4 @@ class KLProbe:
 
 
 __all__ = ["AnswerBatch", "BlockCache", "Capture", "KLProbe", "capture", "check_batch", "kl_per_token", "layer_index",
-           "layer_set", "model_device", "no_cache", "submodule"]
+           "layer_set", "model_device", "no_cache", "submodule", "whole_number"]
