@@ -539,8 +539,7 @@ def check_output_file(path: str | os.PathLike, kind: OutputFile, *, overwrite: b
             raise bad_argument(name, shown, f"a file in an existing folder ({parent} does not exist)",
                                f"Create it first (mkdir -p {parent}) or pick another path.")
         if target.exists() and not target.is_file():  # a FIFO, a device, a link to one: never opened
-            raise bad_argument(name, shown, "a regular file path (this is a " +
-                               ("FIFO" if stat.S_ISFIFO(target.stat().st_mode) else "device or special file") + ")",
+            raise bad_argument(name, shown, f"a regular file path (this is {file_kind(target.stat().st_mode)})",
                                "Pick a new file name.")
         if target.exists():
             if not os.access(target, os.W_OK):  # read-only: "do not replace", though its folder would allow it
