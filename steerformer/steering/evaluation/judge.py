@@ -320,7 +320,7 @@ class OfflineRules:
         ("repetition", 8.067), ("repetition_4", 12.0145), ("doubled_3", 0.8775), ("ln_nll_ratio", 2.8468),
         ("ln_nll_ratio_question", 2.357), ("relevance_ratio", 0.3284), ("concept_sim", 1.7036)),
         cut_1=3.1018, cut_0=10.1964)
-    #: fluency with the NLL after an empty user turn only (the judged layer and strength choices): 0.58
+    #: fluency with the NLL after an empty user turn only (a caller's own JudgeItems without ``nll``): 0.58
     fluency_free: FluencyScore = FluencyScore(weights=(
         ("repetition", 8.6631), ("repetition_4", 11.558), ("doubled_3", 0.9063), ("ln_nll_ratio", 5.1561),
         ("relevance_ratio", -0.6134), ("concept_sim", 2.433)), cut_1=1.613, cut_0=8.6807)
